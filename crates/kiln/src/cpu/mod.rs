@@ -1,0 +1,232 @@
+//! The CPU backend: multi-threaded with rayon, written so the compiler vectorises the inner loops,
+//! with matmul through the `gemm` crate. It is the fallback for every op and the reference the GPU
+//! backend is checked against. f16 and bf16 are stored as such and computed in f32.
+
+mod attention;
+mod binary;
+mod cast;
+mod index;
+pub(crate) mod math;
+mod matmul;
+mod norm;
+mod reduce;
+mod rope;
+mod softmax;
+pub(crate) mod strided;
+mod swiglu;
+mod unary;
+
+use crate::backend::{BackendDevice, BackendStorage};
+use crate::op::{AttentionParams, BinaryOp, CmpOp, ReduceOp, UnaryOp};
+use crate::{DType, Error, Layout, Result, Shape, WithDType};
+use half::{bf16, f16};
+
+/// Host memory holding the elements of one dtype.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CpuStorage {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+    BF16(Vec<bf16>),
+    F64(Vec<f64>),
+    I32(Vec<i32>),
+    U32(Vec<u32>),
+    I64(Vec<i64>),
+    U8(Vec<u8>),
+    Bool(Vec<bool>),
+}
+
+/// Runs `$body` with `$v` bound to the typed vector of any variant.
+macro_rules! with_vec {
+    ($s:expr, $v:ident => $body:expr) => {
+        match $s {
+            $crate::cpu::CpuStorage::F32($v) => $body,
+            $crate::cpu::CpuStorage::F16($v) => $body,
+            $crate::cpu::CpuStorage::BF16($v) => $body,
+            $crate::cpu::CpuStorage::F64($v) => $body,
+            $crate::cpu::CpuStorage::I32($v) => $body,
+            $crate::cpu::CpuStorage::U32($v) => $body,
+            $crate::cpu::CpuStorage::I64($v) => $body,
+            $crate::cpu::CpuStorage::U8($v) => $body,
+            $crate::cpu::CpuStorage::Bool($v) => $body,
+        }
+    };
+}
+pub(crate) use with_vec;
+
+/// Like `with_vec!`, but the body returns a `Vec` of the same element type, which is wrapped back
+/// into the same variant.
+macro_rules! map_vec {
+    ($s:expr, $v:ident => $body:expr) => {
+        match $s {
+            $crate::cpu::CpuStorage::F32($v) => $crate::cpu::CpuStorage::F32($body),
+            $crate::cpu::CpuStorage::F16($v) => $crate::cpu::CpuStorage::F16($body),
+            $crate::cpu::CpuStorage::BF16($v) => $crate::cpu::CpuStorage::BF16($body),
+            $crate::cpu::CpuStorage::F64($v) => $crate::cpu::CpuStorage::F64($body),
+            $crate::cpu::CpuStorage::I32($v) => $crate::cpu::CpuStorage::I32($body),
+            $crate::cpu::CpuStorage::U32($v) => $crate::cpu::CpuStorage::U32($body),
+            $crate::cpu::CpuStorage::I64($v) => $crate::cpu::CpuStorage::I64($body),
+            $crate::cpu::CpuStorage::U8($v) => $crate::cpu::CpuStorage::U8($body),
+            $crate::cpu::CpuStorage::Bool($v) => $crate::cpu::CpuStorage::Bool($body),
+        }
+    };
+}
+pub(crate) use map_vec;
+
+impl CpuStorage {
+    /// The typed elements, if the dtype is `T`'s.
+    pub fn as_slice<T: WithDType>(&self) -> Option<&[T]> {
+        T::storage_slice(self)
+    }
+
+    /// Every element converted to f64 (exact for all dtypes but very large i64).
+    pub fn to_f64_vec(&self) -> Vec<f64> {
+        with_vec!(self, v => v.iter().map(|x| x.to_f64()).collect())
+    }
+
+    pub(crate) fn full(n: usize, dtype: DType, value: f64) -> CpuStorage {
+        fn fill<T: WithDType>(n: usize, value: f64) -> CpuStorage {
+            T::into_storage(vec![T::from_f64(value); n])
+        }
+        match dtype {
+            DType::F32 => fill::<f32>(n, value),
+            DType::F16 => fill::<f16>(n, value),
+            DType::BF16 => fill::<bf16>(n, value),
+            DType::F64 => fill::<f64>(n, value),
+            DType::I32 => fill::<i32>(n, value),
+            DType::U32 => fill::<u32>(n, value),
+            DType::I64 => fill::<i64>(n, value),
+            DType::U8 => fill::<u8>(n, value),
+            DType::Bool => fill::<bool>(n, value),
+        }
+    }
+
+    pub(crate) fn not_same_dtype(&self, op: &'static str, other: &CpuStorage) -> Error {
+        Error::DTypeMismatch { op, lhs: self.dtype(), rhs: other.dtype() }
+    }
+}
+
+impl BackendStorage for CpuStorage {
+    fn dtype(&self) -> DType {
+        match self {
+            CpuStorage::F32(_) => DType::F32,
+            CpuStorage::F16(_) => DType::F16,
+            CpuStorage::BF16(_) => DType::BF16,
+            CpuStorage::F64(_) => DType::F64,
+            CpuStorage::I32(_) => DType::I32,
+            CpuStorage::U32(_) => DType::U32,
+            CpuStorage::I64(_) => DType::I64,
+            CpuStorage::U8(_) => DType::U8,
+            CpuStorage::Bool(_) => DType::Bool,
+        }
+    }
+
+    fn len(&self) -> usize {
+        with_vec!(self, v => v.len())
+    }
+
+    fn to_cpu(&self, l: &Layout) -> Result<CpuStorage> {
+        self.copy_contiguous(l)
+    }
+
+    fn unary(&self, l: &Layout, op: UnaryOp) -> Result<Self> {
+        unary::unary(self, l, op)
+    }
+
+    fn binary(&self, l: &Layout, rhs: &Self, rl: &Layout, op: BinaryOp) -> Result<Self> {
+        binary::binary(self, l, rhs, rl, op)
+    }
+
+    fn cmp(&self, l: &Layout, rhs: &Self, rl: &Layout, op: CmpOp) -> Result<Self> {
+        binary::cmp(self, l, rhs, rl, op)
+    }
+
+    fn where_cond(&self, l: &Layout, t: &Self, tl: &Layout, f: &Self, fl: &Layout) -> Result<Self> {
+        binary::where_cond(self, l, t, tl, f, fl)
+    }
+
+    fn cast(&self, l: &Layout, dtype: DType) -> Result<Self> {
+        cast::cast(self, l, dtype)
+    }
+
+    fn copy_contiguous(&self, l: &Layout) -> Result<Self> {
+        Ok(map_vec!(self, v => strided::contiguous(v, l).into_owned()))
+    }
+
+    fn copy_into(&self, l: &Layout, dst: &mut Self, dst_l: &Layout) -> Result<()> {
+        macro_rules! arm {
+            ($($var:ident),*) => {
+                match (self, dst) {
+                    $((CpuStorage::$var(s), CpuStorage::$var(d)) => strided::copy_into(s, l, d, dst_l),)*
+                    (s, d) => return Err(s.not_same_dtype("copy_into", d)),
+                }
+            };
+        }
+        arm!(F32, F16, BF16, F64, I32, U32, I64, U8, Bool);
+        Ok(())
+    }
+
+    fn reduce(&self, l: &Layout, op: ReduceOp, axes: &[usize]) -> Result<Self> {
+        reduce::reduce(self, l, op, axes)
+    }
+
+    fn cumsum(&self, l: &Layout, axis: usize) -> Result<Self> {
+        reduce::cumsum(self, l, axis)
+    }
+
+    fn matmul(&self, l: &Layout, rhs: &Self, rl: &Layout) -> Result<Self> {
+        matmul::matmul(self, l, rhs, rl)
+    }
+
+    fn softmax_last(&self, l: &Layout, log: bool) -> Result<Self> {
+        softmax::softmax_last(self, l, log)
+    }
+
+    fn rms_norm(&self, l: &Layout, w: &Self, wl: &Layout, eps: f64) -> Result<Self> {
+        norm::rms_norm(self, l, w, wl, eps)
+    }
+
+    fn layer_norm(&self, l: &Layout, w: &Self, wl: &Layout, b: Option<(&Self, &Layout)>, eps: f64) -> Result<Self> {
+        norm::layer_norm(self, l, w, wl, b, eps)
+    }
+
+    fn rope(&self, l: &Layout, cos: &Self, cl: &Layout, sin: &Self, sl: &Layout, interleaved: bool) -> Result<Self> {
+        rope::rope(self, l, cos, cl, sin, sl, interleaved)
+    }
+
+    fn attention(&self, l: &Layout, k: &Self, kl: &Layout, v: &Self, vl: &Layout, p: AttentionParams) -> Result<Self> {
+        attention::attention(self, l, k, kl, v, vl, p)
+    }
+
+    fn silu_mul(&self, l: &Layout, up: &Self, ul: &Layout) -> Result<Self> {
+        swiglu::silu_mul(self, l, up, ul)
+    }
+
+    fn index_select(&self, l: &Layout, ids: &Self, il: &Layout, axis: usize) -> Result<Self> {
+        index::index_select(self, l, ids, il, axis)
+    }
+
+    fn gather(&self, l: &Layout, ids: &Self, il: &Layout, axis: usize) -> Result<Self> {
+        index::gather(self, l, ids, il, axis)
+    }
+}
+
+/// The CPU as a place to create storage.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CpuDevice;
+
+impl BackendDevice for CpuDevice {
+    type Storage = CpuStorage;
+
+    fn full(&self, shape: &Shape, dtype: DType, value: f64) -> Result<CpuStorage> {
+        Ok(CpuStorage::full(shape.elem_count(), dtype, value))
+    }
+
+    fn from_cpu(&self, data: &CpuStorage) -> Result<CpuStorage> {
+        Ok(data.clone())
+    }
+}
+
+/// The error a CPU kernel returns for a dtype it does not handle.
+pub(crate) fn unsupported(op: &'static str, dtype: DType) -> Error {
+    Error::dtype(op, dtype, "on the cpu backend")
+}

@@ -1,0 +1,213 @@
+//! The CPU backend's iteration engine. Operands are views (layouts) of one logical shape; dims are
+//! collapsed first, so contiguous data becomes one long row and a broadcast operand becomes a row with
+//! stride 0. The output (always contiguous) is split into chunks that rayon runs in parallel, and each
+//! chunk is handed to a row kernel as segments of the innermost dim with constant strides, which is
+//! the form the compiler vectorises.
+
+use crate::layout::collapse;
+use crate::Layout;
+use rayon::prelude::*;
+use std::borrow::Cow;
+
+/// Elements per parallel task. Large enough to amortise scheduling, small enough to split 1M elements.
+pub(crate) const CHUNK: usize = 1 << 15;
+
+/// A zero-initialised vector; for large `n` the pages come straight from the OS (no memset pass).
+pub(crate) fn zeroed<T: bytemuck::Zeroable>(n: usize) -> Vec<T> {
+    bytemuck::zeroed_vec(n)
+}
+
+/// Runs `row(out_segment, operand_offsets, operand_inner_strides)` over the output in parallel. The
+/// output is row-major over `dims`; operand `i` is described by `strides[i]` and `offsets[i]`.
+pub(crate) fn for_each_segment<U: Send, const N: usize>(
+    dims: &[usize],
+    strides: [&[usize]; N],
+    offsets: [usize; N],
+    out: &mut [U],
+    row: impl Fn(&mut [U], [usize; N], [usize; N]) + Sync,
+) {
+    let n = out.len();
+    if n == 0 {
+        return;
+    }
+    let (cd, cs) = collapse(dims, &strides);
+    let inner = *cd.last().unwrap();
+    let outer_dims = &cd[..cd.len() - 1];
+    let inner_strides: [usize; N] = std::array::from_fn(|i| *cs[i].last().unwrap());
+    let run = |start: usize, chunk: &mut [U]| {
+        let mut pos = start;
+        let end = start + chunk.len();
+        while pos < end {
+            let (r, c) = (pos / inner, pos % inner);
+            let len = (inner - c).min(end - pos);
+            let mut offs = offsets;
+            let mut rem = r;
+            for d in (0..outer_dims.len()).rev() {
+                let idx = rem % outer_dims[d];
+                rem /= outer_dims[d];
+                for i in 0..N {
+                    offs[i] += idx * cs[i][d];
+                }
+            }
+            for i in 0..N {
+                offs[i] += c * inner_strides[i];
+            }
+            row(&mut chunk[pos - start..pos - start + len], offs, inner_strides);
+            pos += len;
+        }
+    };
+    if n <= CHUNK {
+        run(0, out);
+    } else {
+        out.par_chunks_mut(CHUNK).enumerate().for_each(|(i, chunk)| run(i * CHUNK, chunk));
+    }
+}
+
+/// The view's elements in row-major order: borrowed when contiguous, else gathered.
+pub(crate) fn contiguous<'a, T: Copy + Send + Sync + bytemuck::Zeroable>(data: &'a [T], l: &Layout) -> Cow<'a, [T]> {
+    match l.contiguous_range() {
+        Some(r) => Cow::Borrowed(&data[r]),
+        None => Cow::Owned(unary_map(data, l, |x| x)),
+    }
+}
+
+/// `f` applied to every element of the view, into a new contiguous vector.
+pub(crate) fn unary_map<T, U, F>(data: &[T], l: &Layout, f: F) -> Vec<U>
+where
+    T: Copy + Sync,
+    U: Send + bytemuck::Zeroable,
+    F: Fn(T) -> U + Sync,
+{
+    let mut out = zeroed(l.elem_count());
+    for_each_segment(l.dims(), [l.strides()], [l.offset()], &mut out, |o, [a], [sa]| {
+        if sa == 1 {
+            let n = o.len();
+            for (o, &x) in o.iter_mut().zip(&data[a..a + n]) {
+                *o = f(x);
+            }
+        } else {
+            for (j, o) in o.iter_mut().enumerate() {
+                *o = f(data[a + j * sa]);
+            }
+        }
+    });
+    out
+}
+
+/// `f` applied to pairs of elements of two views of one shape.
+pub(crate) fn binary_map<T, U, F>(a: &[T], al: &Layout, b: &[T], bl: &Layout, f: F) -> Vec<U>
+where
+    T: Copy + Sync,
+    U: Send + bytemuck::Zeroable,
+    F: Fn(T, T) -> U + Sync,
+{
+    debug_assert_eq!(al.dims(), bl.dims());
+    let mut out = zeroed(al.elem_count());
+    for_each_segment(
+        al.dims(),
+        [al.strides(), bl.strides()],
+        [al.offset(), bl.offset()],
+        &mut out,
+        |o, [x, y], [sx, sy]| {
+            let n = o.len();
+            match (sx, sy) {
+                (1, 1) => {
+                    for ((o, &p), &q) in o.iter_mut().zip(&a[x..x + n]).zip(&b[y..y + n]) {
+                        *o = f(p, q);
+                    }
+                }
+                (1, 0) => {
+                    let q = b[y];
+                    for (o, &p) in o.iter_mut().zip(&a[x..x + n]) {
+                        *o = f(p, q);
+                    }
+                }
+                (0, 1) => {
+                    let p = a[x];
+                    for (o, &q) in o.iter_mut().zip(&b[y..y + n]) {
+                        *o = f(p, q);
+                    }
+                }
+                _ => {
+                    for (j, o) in o.iter_mut().enumerate() {
+                        *o = f(a[x + j * sx], b[y + j * sy]);
+                    }
+                }
+            }
+        },
+    );
+    out
+}
+
+/// `f` applied to triples of elements of three views of one shape.
+pub(crate) fn ternary_map<A, B, C, U, F>(
+    a: &[A],
+    al: &Layout,
+    b: &[B],
+    bl: &Layout,
+    c: &[C],
+    cl: &Layout,
+    f: F,
+) -> Vec<U>
+where
+    A: Copy + Sync,
+    B: Copy + Sync,
+    C: Copy + Sync,
+    U: Send + bytemuck::Zeroable,
+    F: Fn(A, B, C) -> U + Sync,
+{
+    let mut out = zeroed(al.elem_count());
+    for_each_segment(
+        al.dims(),
+        [al.strides(), bl.strides(), cl.strides()],
+        [al.offset(), bl.offset(), cl.offset()],
+        &mut out,
+        |o, [x, y, z], [sx, sy, sz]| {
+            for (j, o) in o.iter_mut().enumerate() {
+                *o = f(a[x + j * sx], b[y + j * sy], c[z + j * sz]);
+            }
+        },
+    );
+    out
+}
+
+/// Writes the view `l` of `src` into the view `dl` of `dst` (one shape).
+pub(crate) fn copy_into<T: Copy + Send + Sync>(src: &[T], l: &Layout, dst: &mut [T], dl: &Layout) {
+    if let (Some(s), Some(d)) = (l.contiguous_range(), dl.contiguous_range()) {
+        dst[d].copy_from_slice(&src[s]);
+        return;
+    }
+    // Strided destination: walk both views in logical order. Sequential, since rows of `dst` may
+    // interleave in memory; the gather side is the expensive one and stays cache-friendly.
+    for (so, d) in l.offsets().zip(dl.offsets()) {
+        dst[d] = src[so];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binary_broadcast_rows_and_columns() {
+        let a: Vec<f32> = (0..6).map(|x| x as f32).collect();
+        let al = Layout::contiguous([2, 3]);
+        let b = [10.0f32, 20.0];
+        let bl = Layout::contiguous([2, 1]).broadcast_as("t", &al.shape().clone()).unwrap();
+        let out = binary_map(&a, &al, &b, &bl, |x, y| x + y);
+        assert_eq!(out, vec![10., 11., 12., 23., 24., 25.]);
+    }
+
+    #[test]
+    fn parallel_chunks_cover_odd_sizes() {
+        let n = 3 * CHUNK + 17;
+        let a: Vec<u32> = (0..n as u32).collect();
+        let l = Layout::contiguous([n / 7 + 1, 7]).narrow("t", 0, 0, n / 7).unwrap();
+        let out = unary_map(&a, &l, |x| x * 2);
+        assert_eq!(out.len(), (n / 7) * 7);
+        assert!(out.iter().enumerate().all(|(i, &v)| v == 2 * i as u32));
+        let t = Layout::contiguous([7, n / 7]).permute("t", &[1, 0]).unwrap();
+        let out = unary_map(&a, &t, |x| x);
+        assert_eq!(out[1], (n / 7) as u32);
+    }
+}

@@ -1,0 +1,38 @@
+//! kiln: tensors and a complete op set for numeric and ML work, on a fast CPU backend and (behind the
+//! same API) on GPUs through wgpu.
+//!
+//! ```
+//! use kiln::{DType, Device, Tensor};
+//! # fn main() -> kiln::Result<()> {
+//! let dev = Device::cpu();
+//! let a = Tensor::arange(0.0, 6.0, DType::F32, &dev)?.reshape((2, 3))?;
+//! let b = Tensor::ones((3, 2), DType::F32, &dev)?;
+//! let c = a.matmul(&b)?;
+//! assert_eq!(c.to_vec::<f32>()?, vec![3.0, 3.0, 12.0, 12.0]);
+//! # Ok(()) }
+//! ```
+
+pub mod backend;
+pub mod composed;
+pub mod cpu;
+mod device;
+mod dtype;
+mod error;
+mod kv_cache;
+pub mod layout;
+pub mod op;
+mod ops;
+pub mod shape;
+mod storage;
+mod tensor;
+
+pub use device::{Device, DeviceRequest};
+pub use dtype::{DType, FloatDType, WithDType};
+pub use error::{Error, Result};
+pub use kv_cache::KvCache;
+pub use layout::Layout;
+pub use ops::rope::RopeLayout;
+pub use shape::Shape;
+pub use tensor::Tensor;
+
+pub use half::{bf16, f16};

@@ -1,0 +1,247 @@
+//! The primitive op families a backend implements. Each op carries its name (used in errors, kernel
+//! names and profiles) and its dtype rule, so a new unary op is one enum variant, one line in
+//! `name`, and one scalar function per backend.
+
+use crate::DType;
+
+/// Elementwise ops of one operand.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum UnaryOp {
+    Neg,
+    Abs,
+    Sign,
+    Sqrt,
+    Rsqrt,
+    Exp,
+    Log,
+    Sin,
+    Cos,
+    Tanh,
+    Square,
+    Recip,
+    Floor,
+    Ceil,
+    /// Rounds half to even, like NumPy and PyTorch.
+    Round,
+    Relu,
+    Sigmoid,
+    Silu,
+    /// GELU with the tanh approximation.
+    GeluTanh,
+    /// GELU with the exact erf.
+    GeluErf,
+    /// Logical not; bool only.
+    Not,
+    /// `min(max(x, min), max)`; NaN stays NaN.
+    Clamp {
+        min: f64,
+        max: f64,
+    },
+}
+
+impl UnaryOp {
+    pub const ALL: [UnaryOp; 22] = [
+        UnaryOp::Neg,
+        UnaryOp::Abs,
+        UnaryOp::Sign,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sin,
+        UnaryOp::Cos,
+        UnaryOp::Tanh,
+        UnaryOp::Square,
+        UnaryOp::Recip,
+        UnaryOp::Floor,
+        UnaryOp::Ceil,
+        UnaryOp::Round,
+        UnaryOp::Relu,
+        UnaryOp::Sigmoid,
+        UnaryOp::Silu,
+        UnaryOp::GeluTanh,
+        UnaryOp::GeluErf,
+        UnaryOp::Not,
+        UnaryOp::Clamp { min: -1.0, max: 1.0 },
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Sign => "sign",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Rsqrt => "rsqrt",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Log => "log",
+            UnaryOp::Sin => "sin",
+            UnaryOp::Cos => "cos",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Square => "square",
+            UnaryOp::Recip => "recip",
+            UnaryOp::Floor => "floor",
+            UnaryOp::Ceil => "ceil",
+            UnaryOp::Round => "round",
+            UnaryOp::Relu => "relu",
+            UnaryOp::Sigmoid => "sigmoid",
+            UnaryOp::Silu => "silu",
+            UnaryOp::GeluTanh => "gelu_tanh",
+            UnaryOp::GeluErf => "gelu_erf",
+            UnaryOp::Not => "logical_not",
+            UnaryOp::Clamp { .. } => "clamp",
+        }
+    }
+
+    /// Ops that are only defined on floats: integer and bool inputs are cast to `f32` first.
+    pub fn is_float_only(self) -> bool {
+        use UnaryOp::*;
+        matches!(self, Sqrt | Rsqrt | Exp | Log | Sin | Cos | Tanh | Recip | Sigmoid | Silu | GeluTanh | GeluErf)
+    }
+
+    /// The dtype the backend sees for an input of `dtype` (after the float cast), or `None` when the
+    /// op does not accept it at all.
+    pub fn input_dtype(self, dtype: DType) -> Option<DType> {
+        match self {
+            UnaryOp::Not => (dtype == DType::Bool).then_some(dtype),
+            _ if self.is_float_only() => Some(dtype.to_float()),
+            _ if dtype == DType::Bool => None,
+            _ => Some(dtype),
+        }
+    }
+}
+
+/// Elementwise ops of two operands of one dtype; the output has that dtype.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    /// True division; integer inputs are cast to `f32` first.
+    Div,
+    /// `x^y`; integer inputs give integer powers (negative exponents give 0 except for bases 1, -1).
+    Pow,
+    /// NaN-propagating maximum (NumPy `maximum`).
+    Maximum,
+    /// NaN-propagating minimum.
+    Minimum,
+    /// Bool only.
+    And,
+    /// Bool only.
+    Or,
+}
+
+impl BinaryOp {
+    pub const ALL: [BinaryOp; 9] = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Pow,
+        BinaryOp::Maximum,
+        BinaryOp::Minimum,
+        BinaryOp::And,
+        BinaryOp::Or,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Pow => "pow",
+            BinaryOp::Maximum => "maximum",
+            BinaryOp::Minimum => "minimum",
+            BinaryOp::And => "logical_and",
+            BinaryOp::Or => "logical_or",
+        }
+    }
+
+    /// The common dtype both operands are cast to before the backend sees them, or `None` if the op
+    /// refuses the (promoted) dtype.
+    pub fn compute_dtype(self, promoted: DType) -> Option<DType> {
+        match self {
+            BinaryOp::And | BinaryOp::Or => (promoted == DType::Bool).then_some(promoted),
+            BinaryOp::Div => Some(promoted.to_float()),
+            // Arithmetic on bool goes through u8 like NumPy would through int.
+            _ if promoted == DType::Bool => match self {
+                BinaryOp::Maximum | BinaryOp::Minimum => Some(DType::Bool),
+                _ => Some(DType::U8),
+            },
+            _ => Some(promoted),
+        }
+    }
+}
+
+/// Comparisons of two operands of one dtype; the output is bool. NaN compares unequal to everything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CmpOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl CmpOp {
+    pub const ALL: [CmpOp; 6] = [CmpOp::Eq, CmpOp::Ne, CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge];
+    pub fn name(self) -> &'static str {
+        match self {
+            CmpOp::Eq => "eq",
+            CmpOp::Ne => "ne",
+            CmpOp::Lt => "lt",
+            CmpOp::Le => "le",
+            CmpOp::Gt => "gt",
+            CmpOp::Ge => "ge",
+        }
+    }
+}
+
+/// Reductions over a set of axes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    /// Floats sum in their dtype (f16/bf16 accumulate in f32); integers and bool sum into i64.
+    Sum,
+    /// Like `Sum` for dtypes.
+    Prod,
+    /// NaN-propagating.
+    Max,
+    Min,
+    /// Index (i64) of the first maximum; NaN counts as the maximum. One axis only.
+    ArgMax,
+    ArgMin,
+}
+
+impl ReduceOp {
+    pub const ALL: [ReduceOp; 6] =
+        [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min, ReduceOp::ArgMax, ReduceOp::ArgMin];
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Prod => "prod",
+            ReduceOp::Max => "max",
+            ReduceOp::Min => "min",
+            ReduceOp::ArgMax => "argmax",
+            ReduceOp::ArgMin => "argmin",
+        }
+    }
+    /// The output dtype for an input of `dtype`.
+    pub fn output_dtype(self, dtype: DType) -> DType {
+        match self {
+            ReduceOp::Sum | ReduceOp::Prod if !dtype.is_float() => DType::I64,
+            ReduceOp::ArgMax | ReduceOp::ArgMin => DType::I64,
+            _ => dtype,
+        }
+    }
+}
+
+/// Parameters of scaled dot-product attention as the backend receives them. Shapes:
+/// q `(b, hq, tq, d)`, k `(b, hkv, tk, dk=d)`, v `(b, hkv, tk, dv)`, output `(b, hq, tq, dv)`;
+/// `hq` is a multiple of `hkv` (grouped-query attention). With `causal`, query `i` sees keys
+/// `j <= i + (tk - tq)` (queries are the last `tq` positions of the `tk` keys, as in a KV cache).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttentionParams {
+    pub scale: f64,
+    pub causal: bool,
+}

@@ -1,0 +1,13 @@
+//! The public op API as `impl Tensor` blocks, one family per file. Each op validates its inputs
+//! (shapes, dtypes, axes, devices), promotes dtypes, broadcasts, and forwards to the storage.
+
+mod attention;
+mod binary;
+mod index;
+mod join;
+mod mask;
+mod matmul;
+mod nn;
+mod reduce;
+pub(crate) mod rope;
+mod unary;

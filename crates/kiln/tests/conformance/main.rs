@@ -1,0 +1,16 @@
+//! The conformance suite: every op against a plain f64 reference on random inputs, for every backend
+//! (see `backend_tests!` in `common.rs`).
+
+mod common;
+
+mod attention;
+mod binary;
+mod create;
+mod index;
+mod join;
+mod matmul;
+mod nn;
+mod reduce;
+mod rope;
+mod unary;
+mod views;
