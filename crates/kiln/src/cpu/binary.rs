@@ -5,8 +5,8 @@
 //! same-shape contiguous case (one long zip per parallel chunk), row and column vectors and scalars.
 //! f16/bf16 are widened to f32 in stack blocks and narrowed back.
 
-use super::cast::{gather, HalfFloat, BLOCK, SMALL};
-use super::{strided, unsupported, CpuStorage};
+use super::cast::{alloc_out, gather, HalfFloat, BLOCK, SMALL};
+use super::{math, strided, unsupported, CpuStorage};
 use crate::backend::BackendStorage;
 use crate::op::{BinaryOp, CmpOp};
 use crate::{Layout, Result, WithDType};
@@ -19,9 +19,18 @@ enum Arg<'a, T> {
     Scalar(T),
 }
 
-/// `o[i] = f(a[i], b[i])` over the three shapes of operands, each a loop the compiler vectorises.
+/// `o[i] = f(a[i], b[i])` over the three shapes of operands, each a loop the compiler vectorises
+/// (for the widest ISA the CPU has, see [`math::vectorized`]).
 #[inline(always)]
 fn zip_apply<T: Copy, U: Copy>(a: Arg<T>, b: Arg<T>, o: &mut [U], f: impl Fn(T, T) -> U) {
+    math::vectorized(
+        #[inline(always)]
+        || zip_apply_loops(a, b, o, f),
+    )
+}
+
+#[inline(always)]
+fn zip_apply_loops<T: Copy, U: Copy>(a: Arg<T>, b: Arg<T>, o: &mut [U], f: impl Fn(T, T) -> U) {
     match (a, b) {
         (Arg::Slice(a), Arg::Slice(b)) => {
             for ((o, &x), &y) in o.iter_mut().zip(a).zip(b) {
@@ -52,7 +61,7 @@ where
     K: Fn(Arg<T>, Arg<T>, &mut [U]) + Sync,
 {
     debug_assert_eq!(al.dims(), bl.dims());
-    let mut out = strided::zeroed(al.elem_count());
+    let mut out = alloc_out(al.elem_count());
     if out.is_empty() {
         return out;
     }
@@ -294,7 +303,15 @@ int_arith!(u8, false);
 fn num_binary<T: Arith>(a: &[T], al: &Layout, b: &[T], bl: &Layout, op: BinaryOp) -> Result<Vec<T>> {
     macro_rules! run {
         ($f:expr) => {
-            zip_blocks(a, al, b, bl, |x, y, o: &mut [T]| zip_apply(x, y, o, $f))
+            zip_blocks(a, al, b, bl, |x, y, o: &mut [T]| {
+                zip_apply(
+                    x,
+                    y,
+                    o,
+                    #[inline(always)]
+                    |p, q| $f(p, q),
+                )
+            })
         };
     }
     Ok(match op {
@@ -310,7 +327,15 @@ fn num_binary<T: Arith>(a: &[T], al: &Layout, b: &[T], bl: &Layout, op: BinaryOp
 
 /// Division exists for floats only (integer division is true division in f32, cast by the API).
 fn float_div<T: WithDType + std::ops::Div<Output = T>>(a: &[T], al: &Layout, b: &[T], bl: &Layout) -> Vec<T> {
-    zip_blocks(a, al, b, bl, |x, y, o: &mut [T]| zip_apply(x, y, o, |p, q| p / q))
+    zip_blocks(a, al, b, bl, |x, y, o: &mut [T]| {
+        zip_apply(
+            x,
+            y,
+            o,
+            #[inline(always)]
+            |p, q| p / q,
+        )
+    })
 }
 
 fn f32_binary(a: &[f32], al: &Layout, b: &[f32], bl: &Layout, op: BinaryOp) -> Result<Vec<f32>> {
@@ -329,13 +354,55 @@ fn f64_binary(a: &[f64], al: &Layout, b: &[f64], bl: &Layout, op: BinaryOp) -> R
 
 fn half_op<H: HalfFloat>(a: &[H], al: &Layout, b: &[H], bl: &Layout, op: BinaryOp) -> Result<Vec<H>> {
     Ok(match op {
-        BinaryOp::Add => half_binary(a, al, b, bl, |x, y| x + y),
-        BinaryOp::Sub => half_binary(a, al, b, bl, |x, y| x - y),
-        BinaryOp::Mul => half_binary(a, al, b, bl, |x, y| x * y),
-        BinaryOp::Div => half_binary(a, al, b, bl, |x, y| x / y),
+        BinaryOp::Add => half_binary(
+            a,
+            al,
+            b,
+            bl,
+            #[inline(always)]
+            |x, y| x + y,
+        ),
+        BinaryOp::Sub => half_binary(
+            a,
+            al,
+            b,
+            bl,
+            #[inline(always)]
+            |x, y| x - y,
+        ),
+        BinaryOp::Mul => half_binary(
+            a,
+            al,
+            b,
+            bl,
+            #[inline(always)]
+            |x, y| x * y,
+        ),
+        BinaryOp::Div => half_binary(
+            a,
+            al,
+            b,
+            bl,
+            #[inline(always)]
+            |x, y| x / y,
+        ),
         BinaryOp::Pow => half_binary(a, al, b, bl, f32::powf),
-        BinaryOp::Maximum => half_binary(a, al, b, bl, maximum::<f32>),
-        BinaryOp::Minimum => half_binary(a, al, b, bl, minimum::<f32>),
+        BinaryOp::Maximum => half_binary(
+            a,
+            al,
+            b,
+            bl,
+            #[inline(always)]
+            |x, y| maximum(x, y),
+        ),
+        BinaryOp::Minimum => half_binary(
+            a,
+            al,
+            b,
+            bl,
+            #[inline(always)]
+            |x, y| minimum(x, y),
+        ),
         BinaryOp::And | BinaryOp::Or => return Err(unsupported(op.name(), H::DTYPE)),
     })
 }
@@ -343,7 +410,15 @@ fn half_op<H: HalfFloat>(a: &[H], al: &Layout, b: &[H], bl: &Layout, op: BinaryO
 fn bool_binary(a: &[bool], al: &Layout, b: &[bool], bl: &Layout, op: BinaryOp) -> Result<Vec<bool>> {
     macro_rules! run {
         ($f:expr) => {
-            zip_blocks(a, al, b, bl, |x, y, o: &mut [bool]| zip_apply(x, y, o, $f))
+            zip_blocks(a, al, b, bl, |x, y, o: &mut [bool]| {
+                zip_apply(
+                    x,
+                    y,
+                    o,
+                    #[inline(always)]
+                    |p, q| $f(p, q),
+                )
+            })
         };
     }
     Ok(match op {
@@ -374,12 +449,48 @@ pub(crate) fn binary(a: &CpuStorage, al: &Layout, b: &CpuStorage, bl: &Layout, o
 #[inline(always)]
 fn cmp_with<T: PartialOrd + Copy>(x: Arg<T>, y: Arg<T>, o: &mut [bool], op: CmpOp) {
     match op {
-        CmpOp::Eq => zip_apply(x, y, o, |p, q| p == q),
-        CmpOp::Ne => zip_apply(x, y, o, |p, q| p != q),
-        CmpOp::Lt => zip_apply(x, y, o, |p, q| p < q),
-        CmpOp::Le => zip_apply(x, y, o, |p, q| p <= q),
-        CmpOp::Gt => zip_apply(x, y, o, |p, q| p > q),
-        CmpOp::Ge => zip_apply(x, y, o, |p, q| p >= q),
+        CmpOp::Eq => zip_apply(
+            x,
+            y,
+            o,
+            #[inline(always)]
+            |p, q| p == q,
+        ),
+        CmpOp::Ne => zip_apply(
+            x,
+            y,
+            o,
+            #[inline(always)]
+            |p, q| p != q,
+        ),
+        CmpOp::Lt => zip_apply(
+            x,
+            y,
+            o,
+            #[inline(always)]
+            |p, q| p < q,
+        ),
+        CmpOp::Le => zip_apply(
+            x,
+            y,
+            o,
+            #[inline(always)]
+            |p, q| p <= q,
+        ),
+        CmpOp::Gt => zip_apply(
+            x,
+            y,
+            o,
+            #[inline(always)]
+            |p, q| p > q,
+        ),
+        CmpOp::Ge => zip_apply(
+            x,
+            y,
+            o,
+            #[inline(always)]
+            |p, q| p >= q,
+        ),
     }
 }
 
@@ -418,7 +529,7 @@ fn select<T: Copy + Send + Sync + bytemuck::Zeroable>(
     f: &[T],
     fl: &Layout,
 ) -> Vec<T> {
-    let mut out = strided::zeroed(ml.elem_count());
+    let mut out = alloc_out(ml.elem_count());
     if out.is_empty() {
         return out;
     }
@@ -444,6 +555,14 @@ fn select<T: Copy + Send + Sync + bytemuck::Zeroable>(
 
 #[inline(always)]
 fn select_zip<T: Copy>(o: &mut [T], m: &[bool], t: &[T], f: &[T]) {
+    math::vectorized(
+        #[inline(always)]
+        || select_loop(o, m, t, f),
+    )
+}
+
+#[inline(always)]
+fn select_loop<T: Copy>(o: &mut [T], m: &[bool], t: &[T], f: &[T]) {
     for (((o, &c), &p), &q) in o.iter_mut().zip(m).zip(t).zip(f) {
         *o = if c { p } else { q };
     }

@@ -9,12 +9,22 @@ use crate::backend::BackendStorage;
 use crate::op::UnaryOp;
 use crate::{Layout, Result};
 
-/// `dst[i] = f(src[i])`, written so it vectorises once `f` is inlined.
+/// `dst[i] = f(src[i])`, written so it vectorises once `f` is inlined (pass `#[inline(always)]`
+/// closures: a large element kernel passed by name can stay behind an out-of-line `Fn::call`).
 #[inline(always)]
 fn zip_map<T: Copy, U>(src: &[T], dst: &mut [U], f: impl Fn(T) -> U) {
     for (d, &s) in dst.iter_mut().zip(src) {
         *d = f(s);
     }
+}
+
+/// [`zip_map`] vectorised for the widest ISA the CPU has.
+#[inline(always)]
+fn vzip_map<T: Copy, U>(src: &[T], dst: &mut [U], f: impl Fn(T) -> U) {
+    math::vectorized(
+        #[inline(always)]
+        || zip_map(src, dst, f),
+    )
 }
 
 /// `min(max(x, lo), hi)` with NaN passing through.
@@ -28,40 +38,146 @@ fn clamp<T: PartialOrd + Copy>(x: T, lo: T, hi: T) -> T {
     }
 }
 
-/// The f32 kernel of `op` over a slice (also the compute path of f16 and bf16).
+/// The f32 kernel of `op` over a slice (also the compute path of f16 and bf16), vectorised for the
+/// widest ISA the CPU has.
 fn apply_f32(op: UnaryOp, s: &[f32], d: &mut [f32]) {
     match op {
-        UnaryOp::Neg => zip_map(s, d, |x| -x),
-        UnaryOp::Abs => zip_map(s, d, f32::abs),
-        UnaryOp::Sign => zip_map(s, d, |x| {
-            if x > 0.0 {
-                1.0
-            } else if x < 0.0 {
-                -1.0
-            } else {
-                x
-            }
-        }),
-        UnaryOp::Sqrt => zip_map(s, d, f32::sqrt),
-        UnaryOp::Rsqrt => zip_map(s, d, |x| 1.0 / x.sqrt()),
-        UnaryOp::Exp => zip_map(s, d, math::exp_f32),
-        UnaryOp::Log => zip_map(s, d, f32::ln),
-        UnaryOp::Sin => zip_map(s, d, f32::sin),
-        UnaryOp::Cos => zip_map(s, d, f32::cos),
-        UnaryOp::Tanh => zip_map(s, d, math::tanh_f32),
-        UnaryOp::Square => zip_map(s, d, |x| x * x),
-        UnaryOp::Recip => zip_map(s, d, |x| 1.0 / x),
-        UnaryOp::Floor => zip_map(s, d, math::floor_f32),
-        UnaryOp::Ceil => zip_map(s, d, math::ceil_f32),
-        UnaryOp::Round => zip_map(s, d, math::round_even_f32),
-        UnaryOp::Relu => zip_map(s, d, |x| if x < 0.0 { 0.0 } else { x }),
-        UnaryOp::Sigmoid => zip_map(s, d, math::sigmoid_f32),
-        UnaryOp::Silu => zip_map(s, d, math::silu_f32),
-        UnaryOp::GeluTanh => zip_map(s, d, math::gelu_tanh_f32),
-        UnaryOp::GeluErf => zip_map(s, d, math::gelu_erf_f32),
+        UnaryOp::Neg => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| -x,
+        ),
+        UnaryOp::Abs => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| f32::abs(x),
+        ),
+        UnaryOp::Sign => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| {
+                if x > 0.0 {
+                    1.0
+                } else if x < 0.0 {
+                    -1.0
+                } else {
+                    x
+                }
+            },
+        ),
+        UnaryOp::Sqrt => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| f32::sqrt(x),
+        ),
+        UnaryOp::Rsqrt => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| 1.0 / x.sqrt(),
+        ),
+        UnaryOp::Exp => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| math::exp_f32(x),
+        ),
+        UnaryOp::Log => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| f32::ln(x),
+        ),
+        UnaryOp::Sin => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| f32::sin(x),
+        ),
+        UnaryOp::Cos => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| f32::cos(x),
+        ),
+        UnaryOp::Tanh => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| math::tanh_f32(x),
+        ),
+        UnaryOp::Square => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| x * x,
+        ),
+        UnaryOp::Recip => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| 1.0 / x,
+        ),
+        UnaryOp::Floor => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| math::floor_f32(x),
+        ),
+        UnaryOp::Ceil => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| math::ceil_f32(x),
+        ),
+        UnaryOp::Round => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| math::round_even_f32(x),
+        ),
+        UnaryOp::Relu => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| if x < 0.0 { 0.0 } else { x },
+        ),
+        UnaryOp::Sigmoid => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| math::sigmoid_f32(x),
+        ),
+        UnaryOp::Silu => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| math::silu_f32(x),
+        ),
+        UnaryOp::GeluTanh => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| math::gelu_tanh_f32(x),
+        ),
+        UnaryOp::GeluErf => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| math::gelu_erf_f32(x),
+        ),
         UnaryOp::Clamp { min, max } => {
             let (lo, hi) = (min as f32, max as f32);
-            zip_map(s, d, |x| clamp(x, lo, hi))
+            vzip_map(
+                s,
+                d,
+                #[inline(always)]
+                |x| clamp(x, lo, hi),
+            )
         }
         UnaryOp::Not => unreachable!("refused before dispatch"),
     }
@@ -70,35 +186,140 @@ fn apply_f32(op: UnaryOp, s: &[f32], d: &mut [f32]) {
 /// The f64 kernel of `op` over a slice.
 fn apply_f64(op: UnaryOp, s: &[f64], d: &mut [f64]) {
     match op {
-        UnaryOp::Neg => zip_map(s, d, |x| -x),
-        UnaryOp::Abs => zip_map(s, d, f64::abs),
-        UnaryOp::Sign => zip_map(s, d, |x| {
-            if x > 0.0 {
-                1.0
-            } else if x < 0.0 {
-                -1.0
-            } else {
-                x
-            }
-        }),
-        UnaryOp::Sqrt => zip_map(s, d, f64::sqrt),
-        UnaryOp::Rsqrt => zip_map(s, d, |x| 1.0 / x.sqrt()),
-        UnaryOp::Exp => zip_map(s, d, f64::exp),
-        UnaryOp::Log => zip_map(s, d, f64::ln),
-        UnaryOp::Sin => zip_map(s, d, f64::sin),
-        UnaryOp::Cos => zip_map(s, d, f64::cos),
-        UnaryOp::Tanh => zip_map(s, d, f64::tanh),
-        UnaryOp::Square => zip_map(s, d, |x| x * x),
-        UnaryOp::Recip => zip_map(s, d, |x| 1.0 / x),
-        UnaryOp::Floor => zip_map(s, d, f64::floor),
-        UnaryOp::Ceil => zip_map(s, d, f64::ceil),
-        UnaryOp::Round => zip_map(s, d, f64::round_ties_even),
-        UnaryOp::Relu => zip_map(s, d, |x| if x < 0.0 { 0.0 } else { x }),
-        UnaryOp::Sigmoid => zip_map(s, d, |x| 1.0 / (1.0 + (-x).exp())),
-        UnaryOp::Silu => zip_map(s, d, math::silu_f64),
-        UnaryOp::GeluTanh => zip_map(s, d, math::gelu_tanh_f64),
-        UnaryOp::GeluErf => zip_map(s, d, math::gelu_erf_f64),
-        UnaryOp::Clamp { min, max } => zip_map(s, d, |x| clamp(x, min, max)),
+        UnaryOp::Neg => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| -x,
+        ),
+        UnaryOp::Abs => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| f64::abs(x),
+        ),
+        UnaryOp::Sign => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| {
+                if x > 0.0 {
+                    1.0
+                } else if x < 0.0 {
+                    -1.0
+                } else {
+                    x
+                }
+            },
+        ),
+        UnaryOp::Sqrt => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| f64::sqrt(x),
+        ),
+        UnaryOp::Rsqrt => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| 1.0 / x.sqrt(),
+        ),
+        UnaryOp::Exp => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| f64::exp(x),
+        ),
+        UnaryOp::Log => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| f64::ln(x),
+        ),
+        UnaryOp::Sin => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| f64::sin(x),
+        ),
+        UnaryOp::Cos => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| f64::cos(x),
+        ),
+        UnaryOp::Tanh => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| f64::tanh(x),
+        ),
+        UnaryOp::Square => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| x * x,
+        ),
+        UnaryOp::Recip => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| 1.0 / x,
+        ),
+        UnaryOp::Floor => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| f64::floor(x),
+        ),
+        UnaryOp::Ceil => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| f64::ceil(x),
+        ),
+        UnaryOp::Round => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| f64::round_ties_even(x),
+        ),
+        UnaryOp::Relu => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| if x < 0.0 { 0.0 } else { x },
+        ),
+        UnaryOp::Sigmoid => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| 1.0 / (1.0 + (-x).exp()),
+        ),
+        UnaryOp::Silu => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| math::silu_f64(x),
+        ),
+        UnaryOp::GeluTanh => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| math::gelu_tanh_f64(x),
+        ),
+        UnaryOp::GeluErf => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| math::gelu_erf_f64(x),
+        ),
+        UnaryOp::Clamp { min, max } => vzip_map(
+            s,
+            d,
+            #[inline(always)]
+            |x| clamp(x, min, max),
+        ),
         UnaryOp::Not => unreachable!("refused before dispatch"),
     }
 }
@@ -168,17 +389,59 @@ int_unary!(u8, unsigned);
 /// The integer kernel of `op`; float-only ops never get here (the API casts to f32 first).
 fn int_unary<T: IntUnary>(v: &[T], l: &Layout, op: UnaryOp) -> Result<Vec<T>> {
     Ok(match op {
-        UnaryOp::Neg => map_blocks(v, l, |s, d| zip_map(s, d, T::wneg)),
-        UnaryOp::Abs => map_blocks(v, l, |s, d| zip_map(s, d, T::wabs)),
-        UnaryOp::Sign => map_blocks(v, l, |s, d| zip_map(s, d, T::sign)),
-        UnaryOp::Square => map_blocks(v, l, |s, d| zip_map(s, d, T::wsquare)),
-        UnaryOp::Relu => map_blocks(v, l, |s, d| zip_map(s, d, |x| x.max(T::ZERO))),
+        UnaryOp::Neg => map_blocks(v, l, |s, d| {
+            vzip_map(
+                s,
+                d,
+                #[inline(always)]
+                |x| T::wneg(x),
+            )
+        }),
+        UnaryOp::Abs => map_blocks(v, l, |s, d| {
+            vzip_map(
+                s,
+                d,
+                #[inline(always)]
+                |x| T::wabs(x),
+            )
+        }),
+        UnaryOp::Sign => map_blocks(v, l, |s, d| {
+            vzip_map(
+                s,
+                d,
+                #[inline(always)]
+                |x| T::sign(x),
+            )
+        }),
+        UnaryOp::Square => map_blocks(v, l, |s, d| {
+            vzip_map(
+                s,
+                d,
+                #[inline(always)]
+                |x| T::wsquare(x),
+            )
+        }),
+        UnaryOp::Relu => map_blocks(v, l, |s, d| {
+            vzip_map(
+                s,
+                d,
+                #[inline(always)]
+                |x| x.max(T::ZERO),
+            )
+        }),
         UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round => map_blocks(v, l, |s, d| d.copy_from_slice(s)),
         UnaryOp::Clamp { min, max } => {
             // Integer bounds: round inward, saturate to the type (the API has checked min <= max).
             let lo = T::from_sat(min.ceil().clamp(T::MIN_F, T::MAX_F));
             let hi = T::from_sat(max.floor().clamp(T::MIN_F, T::MAX_F));
-            map_blocks(v, l, |s, d| zip_map(s, d, |x| x.max(lo).min(hi)))
+            map_blocks(v, l, |s, d| {
+                vzip_map(
+                    s,
+                    d,
+                    #[inline(always)]
+                    |x| x.max(lo).min(hi),
+                )
+            })
         }
         _ => return Err(unsupported(op.name(), T::DTYPE)),
     })
@@ -188,7 +451,7 @@ fn int_unary<T: IntUnary>(v: &[T], l: &Layout, op: UnaryOp) -> Result<Vec<T>> {
 pub(crate) fn unary(s: &CpuStorage, l: &Layout, op: UnaryOp) -> Result<CpuStorage> {
     if op == UnaryOp::Not {
         return match s {
-            CpuStorage::Bool(v) => Ok(CpuStorage::Bool(map_blocks(v, l, |s, d| zip_map(s, d, |x: bool| !x)))),
+            CpuStorage::Bool(v) => Ok(CpuStorage::Bool(map_blocks(v, l, |s, d| vzip_map(s, d, |x: bool| !x)))),
             _ => Err(unsupported(op.name(), s.dtype())),
         };
     }
