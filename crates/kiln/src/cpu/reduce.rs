@@ -167,7 +167,8 @@ impl<A: Num> Op<A> for MaxOp {
     /// NaN-propagating: once `acc` is NaN it stays NaN, and a NaN `v` replaces it.
     #[inline(always)]
     fn combine(acc: A, v: A) -> A {
-        if v > acc || v.nan() {
+        // `|`, not `||`: branch-free, so the lane loops vectorise.
+        if (v > acc) | v.nan() {
             v
         } else {
             acc
@@ -181,7 +182,7 @@ impl<A: Num> Op<A> for MinOp {
     }
     #[inline(always)]
     fn combine(acc: A, v: A) -> A {
-        if v < acc || v.nan() {
+        if (v < acc) | v.nan() {
             v
         } else {
             acc
@@ -189,32 +190,32 @@ impl<A: Num> Op<A> for MinOp {
     }
 }
 
-/// Element types readable as accumulator type `A`.
-pub(crate) trait Conv<A>: Copy + Send + Sync + bytemuck::Zeroable {
-    /// Calls `f(start, piece)` on consecutive pieces of `x` converted to `A`, until `f` returns true.
-    fn pieces(x: &[Self], f: impl FnMut(usize, &[A]) -> bool);
+/// Element types readable as accumulator type `A`, a piece at a time. No closures: the hot loops
+/// must inline completely into their AVX2 clones.
+pub(crate) trait Conv<A: Num>: Copy + Send + Sync + bytemuck::Zeroable {
+    /// Longest piece [`Conv::view`] takes (unlimited when no conversion is needed).
+    const STEP: usize;
+    /// `x` (at most [`Conv::STEP`] long) as `A`s: `x` itself, or converted into `buf`.
+    fn view<'a>(x: &'a [Self], buf: &'a mut [A; PIECE]) -> &'a [A];
 }
 
 impl<T: Num + bytemuck::Zeroable> Conv<T> for T {
+    const STEP: usize = usize::MAX;
     #[inline(always)]
-    fn pieces(x: &[T], mut f: impl FnMut(usize, &[T]) -> bool) {
-        f(0, x);
+    fn view<'a>(x: &'a [T], _buf: &'a mut [T; PIECE]) -> &'a [T] {
+        x
     }
 }
 
 macro_rules! conv_half {
     ($($t:ty),*) => {$(
         impl Conv<f32> for $t {
+            const STEP: usize = PIECE;
             #[inline(always)]
-            fn pieces(x: &[$t], mut f: impl FnMut(usize, &[f32]) -> bool) {
-                let mut buf = [0f32; PIECE];
-                for (i, c) in x.chunks(PIECE).enumerate() {
-                    let b = &mut buf[..c.len()];
-                    c.convert_to_f32_slice(b);
-                    if f(i * PIECE, b) {
-                        return;
-                    }
-                }
+            fn view<'a>(x: &'a [$t], buf: &'a mut [f32; PIECE]) -> &'a [f32] {
+                let b = &mut buf[..x.len()];
+                x.convert_to_f32_slice(b);
+                b
             }
         }
     )*};
@@ -224,23 +225,26 @@ conv_half!(f16, bf16);
 macro_rules! conv_int {
     ($($t:ty),*) => {$(
         impl Conv<i64> for $t {
+            const STEP: usize = PIECE;
             #[inline(always)]
-            fn pieces(x: &[$t], mut f: impl FnMut(usize, &[i64]) -> bool) {
-                let mut buf = [0i64; PIECE];
-                for (i, c) in x.chunks(PIECE).enumerate() {
-                    let b = &mut buf[..c.len()];
-                    for (o, &v) in b.iter_mut().zip(c) {
-                        *o = v as i64;
-                    }
-                    if f(i * PIECE, b) {
-                        return;
-                    }
+            fn view<'a>(x: &'a [$t], buf: &'a mut [i64; PIECE]) -> &'a [i64] {
+                let b = &mut buf[..x.len()];
+                for (o, &v) in b.iter_mut().zip(x) {
+                    *o = v as i64;
                 }
+                b
             }
         }
     )*};
 }
 conv_int!(i32, u32, u8, bool);
+
+/// Pieces of `x` for [`Conv::view`], with their start indices.
+#[inline(always)]
+fn pieces<T: Conv<A>, A: Num>(x: &[T]) -> impl Iterator<Item = (usize, &[T])> {
+    let step = T::STEP.min(x.len()).max(1);
+    x.chunks(step).enumerate().map(move |(i, c)| (i * step, c))
+}
 
 /// Output element types made from an accumulator of type `A`.
 pub(crate) trait FromAcc<A>: WithDType {
@@ -265,15 +269,75 @@ impl FromAcc<f32> for bf16 {
     }
 }
 
+/// Defines `$name`, which runs `$base` compiled for AVX2 when the CPU has it (the build targets
+/// baseline x86-64, so without this the inner loops would use 4-wide SSE2 only).
+macro_rules! avx2_dispatch {
+    ($name:ident, $avx:ident, $base:ident, <$($g:ident: $b:path),*>, ($($arg:ident: $ty:ty),*) -> $ret:ty) => {
+        #[inline]
+        fn $name<$($g: $b),*>($($arg: $ty),*) -> $ret {
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU supports AVX2 (checked just above).
+                return unsafe { $avx::<$($g),*>($($arg),*) };
+            }
+            $base::<$($g),*>($($arg),*)
+        }
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2")]
+        fn $avx<$($g: $b),*>($($arg: $ty),*) -> $ret {
+            $base::<$($g),*>($($arg),*)
+        }
+    };
+}
+
+avx2_dispatch!(block, block_avx2, block_base, <T: Conv<A>, A: Num, O: Op<A>>, (x: &[T]) -> A);
+avx2_dispatch!(accumulate, accumulate_avx2, accumulate_base, <T: Conv<A>, A: Num, O: Op<A>>, (acc: &mut [A], x: &[T]) -> ());
+avx2_dispatch!(find_first, find_first_avx2, find_first_base, <T: Conv<A>, A: Num>, (x: &[T], m: A) -> usize);
+
 /// Reduces at most [`BLOCK`] elements.
-#[inline]
-fn block<T: Conv<A>, A: Num, O: Op<A>>(x: &[T]) -> A {
+#[inline(always)]
+fn block_base<T: Conv<A>, A: Num, O: Op<A>>(x: &[T]) -> A {
+    let mut buf = [A::ZERO; PIECE];
     let mut acc = O::ident();
-    T::pieces(x, |_, p| {
-        acc = O::combine(acc, O::lanes(p));
-        false
-    });
+    for (_, c) in pieces::<T, A>(x) {
+        acc = O::combine(acc, O::lanes(T::view(c, &mut buf)));
+    }
     acc
+}
+
+/// `acc[j] = combine(acc[j], x[j])`.
+#[inline(always)]
+fn accumulate_base<T: Conv<A>, A: Num, O: Op<A>>(acc: &mut [A], x: &[T]) {
+    let mut buf = [A::ZERO; PIECE];
+    for (s, c) in pieces::<T, A>(x) {
+        for (a, &v) in acc[s..s + c.len()].iter_mut().zip(T::view(c, &mut buf)) {
+            *a = O::combine(*a, v);
+        }
+    }
+}
+
+/// Index of the first element equal to `m` (of the first NaN if `m` is NaN); `x.len()` if none.
+#[inline(always)]
+fn find_first_base<T: Conv<A>, A: Num>(x: &[T], m: A) -> usize {
+    const GROUP: usize = 64;
+    let mut buf = [A::ZERO; PIECE];
+    let is_nan = m.nan();
+    for (s, c) in pieces::<T, A>(x) {
+        let p = T::view(c, &mut buf);
+        // Test whole groups with a branch-free fold (vectorised), then locate inside the hit group.
+        for (gi, g) in p.chunks(GROUP).enumerate() {
+            let any = if is_nan {
+                g.iter().fold(false, |h, v| h | v.nan())
+            } else {
+                g.iter().fold(false, |h, &v| h | (v == m))
+            };
+            if any {
+                let i = if is_nan { g.iter().position(|v| v.nan()) } else { g.iter().position(|&v| v == m) };
+                return s + gi * GROUP + i.unwrap();
+            }
+        }
+    }
+    x.len()
 }
 
 /// Reduces a contiguous run: blocks of [`BLOCK`] combined pairwise, halves in parallel when large.
@@ -289,17 +353,6 @@ pub(crate) fn reduce_slice<T: Conv<A>, A: Num, O: Op<A>>(x: &[T]) -> A {
         (reduce_slice::<T, A, O>(a), reduce_slice::<T, A, O>(b))
     };
     O::combine(ra, rb)
-}
-
-/// `acc[j] = combine(acc[j], x[j])`.
-#[inline]
-fn accumulate<T: Conv<A>, A: Num, O: Op<A>>(acc: &mut [A], x: &[T]) {
-    T::pieces(x, |s, p| {
-        for (a, &v) in acc[s..s + p.len()].iter_mut().zip(p) {
-            *a = O::combine(*a, v);
-        }
-        false
-    });
 }
 
 /// Storage offset of the `i`-th element (row-major) of the view `offset + dims·strides`.
@@ -452,19 +505,7 @@ fn column_rows<T: Conv<A>, A: Num, O: Op<A>>(
 
 /// Index of the first extreme (per `O`, max or min) of a run; NaN counts as the extreme.
 fn arg_slice<T: Conv<A>, A: Num, O: Op<A>>(x: &[T]) -> i64 {
-    let m = reduce_slice::<T, A, O>(x);
-    let mut idx = 0;
-    T::pieces(x, |s, p| {
-        let found = if m.nan() { p.iter().position(|v| v.nan()) } else { p.iter().position(|&v| v == m) };
-        match found {
-            Some(i) => {
-                idx = s + i;
-                true
-            }
-            None => false,
-        }
-    });
-    idx as i64
+    find_first::<T, A>(x, reduce_slice::<T, A, O>(x)) as i64
 }
 
 /// Argmax/argmin along `axis` of the view `l`.
@@ -564,6 +605,21 @@ fn cumsum_with<T: Conv<A>, A: Num, Out: FromAcc<A>>(data: &[T], l: &Layout, axis
     let len = dims[axis];
     let inner: usize = dims[axis + 1..].iter().product();
     let slab = len * inner;
+    if inner == 1 {
+        // Along the last axis: one running sum per row.
+        let rows = (strided::CHUNK / len).max(1);
+        out.par_chunks_mut(len).zip(x.par_chunks(len)).with_min_len(rows).for_each(|(o, x)| {
+            let mut acc = A::ZERO;
+            let mut buf = [A::ZERO; PIECE];
+            for (s, c) in pieces::<T, A>(x) {
+                for (o, &v) in o[s..s + c.len()].iter_mut().zip(T::view(c, &mut buf)) {
+                    acc = acc.add(v);
+                    *o = Out::from_acc(acc);
+                }
+            }
+        });
+        return out;
+    }
     out.par_chunks_mut(slab).zip(x.par_chunks(slab)).for_each(|(o, x)| {
         for c0 in (0..inner).step_by(COLS) {
             let w = COLS.min(inner - c0);
