@@ -116,10 +116,10 @@ fn stack_matches_reference(dev: &Device) {
                 let n: usize = shape.iter().product();
                 let mut parts = Vec::new();
                 let mut refs = Vec::new();
-                for k in 0..3 {
+                for kind in ALL_LAYOUTS {
                     seed += 1;
                     let vals = payload(n, dtype, seed);
-                    parts.push(tensor_in(&vals, shape, dtype, ALL_LAYOUTS[k], dev));
+                    parts.push(tensor_in(&vals, shape, dtype, kind, dev));
                     refs.push(RefArray::new(shape.to_vec(), vals));
                 }
                 let mut oshape = shape.to_vec();
@@ -220,7 +220,8 @@ fn split_chunk_errors(dev: &Device) {
 }
 
 fn pad_matches_reference(dev: &Device) {
-    let cases: [(&[usize], &[(usize, usize)]); 7] = [
+    type PadCase<'a> = (&'a [usize], &'a [(usize, usize)]);
+    let cases: [PadCase; 7] = [
         (&[3, 4], &[(1, 2), (0, 3)]),
         (&[2, 3, 2], &[(1, 1)]),
         (&[5], &[(0, 0)]),
@@ -240,11 +241,8 @@ fn pad_matches_reference(dev: &Device) {
                     let x = tensor_in(&vals, shape, dtype, kind, dev);
                     let xr = RefArray::new(shape.to_vec(), vals);
                     let fill = round_to(&[value], dtype)[0];
-                    let oshape: Vec<usize> = shape
-                        .iter()
-                        .enumerate()
-                        .map(|(i, &d)| d + pads.get(i).map_or(0, |&(b, a)| b + a))
-                        .collect();
+                    let oshape: Vec<usize> =
+                        shape.iter().enumerate().map(|(i, &d)| d + pads.get(i).map_or(0, |&(b, a)| b + a)).collect();
                     let mut expected = RefArray::new(oshape.clone(), vec![fill; oshape.iter().product()]);
                     for i in 0..expected.data.len() {
                         let idx = expected.unravel(i);

@@ -40,7 +40,8 @@ fn for_inputs(dev: &Device, mut f: impl FnMut(&Tensor, &RefArray, &str)) {
 fn reshape_matches_row_major(dev: &Device) {
     for_inputs(dev, |t, r, ctx| {
         let n = r.data.len();
-        let targets: Vec<Vec<usize>> = vec![vec![n], vec![1, n], vec![n, 1, 1], r.shape.iter().rev().copied().collect()];
+        let targets: Vec<Vec<usize>> =
+            vec![vec![n], vec![1, n], vec![n, 1, 1], r.shape.iter().rev().copied().collect()];
         for target in targets {
             let got = t.reshape(target.clone()).unwrap();
             assert_exact(&got, &RefArray::new(target.clone(), r.data.clone()), &format!("reshape {ctx} -> {target:?}"));
@@ -163,10 +164,12 @@ fn narrow_slice_select(dev: &Device) {
             }
             assert_err(t.narrow(axis as isize, d, 1), &["narrow", "out of bounds", &format!("size {d}")]);
             // slice with step, start/stop clamped like Python.
-            for (start, stop, step) in [(0, d, 1), (1, d, 2), (0, d + 5, 3), (d + 2, d + 9, 1), (2, 1, 1), (1, 100, 1)] {
+            for (start, stop, step) in [(0, d, 1), (1, d, 2), (0, d + 5, 3), (d + 2, d + 9, 1), (2, 1, 1), (1, 100, 1)]
+            {
                 let got = t.slice(axis as isize, start, stop, step).unwrap();
                 assert!(got.shares_storage_with(t));
-                let picked: Vec<usize> = (0..d).filter(|&j| j >= start && j < stop && (j - start) % step == 0).collect();
+                let picked: Vec<usize> =
+                    (0..d).filter(|&j| j >= start && j < stop && (j - start) % step == 0).collect();
                 let mut shape = r.shape.clone();
                 shape[axis] = picked.len();
                 let expected = ref_view(r, &shape, |i| {
@@ -375,7 +378,9 @@ const PROP_DTYPES: [DType; 6] = [DType::F64, DType::F32, DType::F16, DType::I32,
 
 /// A random strided view: (base shape, permutation, per-axis (start, stop, step) slices, dtype index,
 /// layout-kind index).
-fn view_strategy() -> impl Strategy<Value = (Vec<usize>, Vec<usize>, Vec<(usize, usize, usize)>, usize, usize)> {
+type ViewCase = (Vec<usize>, Vec<usize>, Vec<(usize, usize, usize)>, usize, usize);
+
+fn view_strategy() -> impl Strategy<Value = ViewCase> {
     prop::collection::vec(0usize..6, 0..=4).prop_flat_map(|shape| {
         let r = shape.len();
         let perm = Just((0..r).collect::<Vec<usize>>()).prop_shuffle();
@@ -508,7 +513,9 @@ fn prop_broadcast_shapes(dev: &Device) {
                 None => {
                     prop_assert!(ab.is_err() && ba.is_err());
                     let msg = ab.unwrap_err().to_string();
-                    prop_assert!(msg.contains("prop") && msg.contains(&sa.to_string()) && msg.contains(&sb.to_string()));
+                    prop_assert!(
+                        msg.contains("prop") && msg.contains(&sa.to_string()) && msg.contains(&sb.to_string())
+                    );
                 }
             }
             Ok(())
