@@ -29,7 +29,8 @@ fn ref_rope(x: &RefArray, cos: &[f64], sin: &[f64], layout: RopeLayout) -> RefAr
     let (t, d) = (x.shape[2], x.shape[3]);
     let h = d / 2;
     let mut out = x.data.clone();
-    for (r, row) in x.data.chunks(d.max(1)).enumerate().take(if d == 0 { 0 } else { x.data.len() / d }) {
+    // With d == 0 there is no data, hence no row.
+    for (r, row) in x.data.chunks(d.max(1)).enumerate() {
         let p = r % t;
         for i in 0..h {
             let (ia, ib) = match layout {
