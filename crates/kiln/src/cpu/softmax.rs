@@ -285,20 +285,50 @@ pub(crate) fn to_acc<T: Compute>(x: &[T]) -> Vec<T::A> {
     v
 }
 
-/// Softmax (or log-softmax) of one row, in two passes over it: a blockwise online max and sum of
-/// exponentials, then the write. NaN anywhere gives a NaN row; `-inf` entries give 0 (log: `-inf`);
-/// a row of all `-inf` gives NaN, like PyTorch.
+/// Softmax (or log-softmax) of one row in two passes over memory and one `exp` per element.
+/// Pass 1 walks blocks with an online max and sum; for softmax it also stores each block's
+/// `exp(x - running max)` in `out` and remembers that max. Pass 2 rescales each block by
+/// `exp(block max - final max) / sum` (log-softmax instead writes `x - max - ln(sum)`).
+/// NaN or `+inf` anywhere gives a NaN row; `-inf` entries give 0 (log: `-inf`); a row of all `-inf`
+/// gives NaN, like PyTorch.
 pub(crate) fn softmax_row<A: Acc>(x: &[A], out: &mut [A], log: bool) {
     const BLOCK: usize = 256;
     let mut m = A::NEG_INF;
     let mut s = A::ZERO;
-    for blk in x.chunks(BLOCK) {
+    let mut block_max = Vec::with_capacity(if log { 0 } else { x.len().div_ceil(BLOCK) });
+    for (blk, ob) in x.chunks(BLOCK).zip(out.chunks_mut(BLOCK)) {
         let nm = max_nan(m, max_of(blk));
+        if !log {
+            block_max.push(nm);
+        }
         if nm == A::NEG_INF {
-            // Nothing but -inf so far: contributes exp(-inf) = 0 (and would give -inf - -inf = NaN).
+            // Nothing but -inf so far: weighs exp(-inf) = 0 (and -inf - -inf would be NaN).
+            if !log {
+                ob.fill(A::ZERO);
+            }
             continue;
         }
-        let bs = sum_map(blk, |v| (v - nm).exp());
+        let bs = if log {
+            sum_map(blk, |v| (v - nm).exp())
+        } else {
+            let mut lanes = [A::ZERO; LANES];
+            let (xc, oc) = (blk.chunks_exact(LANES), ob.chunks_exact_mut(LANES));
+            let (xr, rest) = (xc.remainder(), blk.len() - blk.len() % LANES);
+            for (x8, o8) in xc.zip(oc) {
+                for j in 0..LANES {
+                    let e = (x8[j] - nm).exp();
+                    o8[j] = e;
+                    lanes[j] += e;
+                }
+            }
+            let mut t = A::ZERO;
+            for (&v, o) in xr.iter().zip(&mut ob[rest..]) {
+                let e = (v - nm).exp();
+                *o = e;
+                t += e;
+            }
+            lanes.iter().fold(A::ZERO, |a, &b| a + b) + t
+        };
         s = s * (m - nm).exp() + bs;
         m = nm;
     }
@@ -315,8 +345,10 @@ pub(crate) fn softmax_row<A: Acc>(x: &[A], out: &mut [A], log: bool) {
         }
     } else {
         let inv = A::ONE / s;
-        for (o, &v) in out.iter_mut().zip(x) {
-            *o = (v - m).exp() * inv;
+        for (ob, &bm) in out.chunks_mut(BLOCK).zip(&block_max) {
+            // exp(-inf - m) = 0 for leading all -inf blocks (already zero).
+            let f = (bm - m).exp() * inv;
+            ob.iter_mut().for_each(|o| *o *= f);
         }
     }
 }
