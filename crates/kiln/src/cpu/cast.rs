@@ -1,7 +1,304 @@
-use super::{unsupported, CpuStorage};
+//! Dtype conversion on the CPU for all 9x9 pairs, plus the block engine the elementwise kernels share:
+//! a view is walked as contiguous slices (borrowed when the view is contiguous along its inner dim,
+//! gathered into a small stack buffer otherwise), so every kernel is a plain loop over slices.
+//!
+//! Conversion rules (those of Rust's `as`, which match NumPy/PyTorch): float to int truncates toward
+//! zero and saturates, NaN gives 0; int to int wraps; anything to bool is `x != 0` (NaN is true); bool
+//! to anything is 0/1. f16/bf16 go through f32 with `half`'s bulk slice conversions (F16C where the
+//! CPU has it); sources that f32 cannot hold exactly (f64, i32, u32, i64) go to f16/bf16 through f64
+//! so they are rounded once.
+
+use super::{strided, CpuStorage};
 use crate::backend::BackendStorage;
 use crate::{DType, Layout, Result};
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
 
-pub(crate) fn cast(s: &CpuStorage, _l: &Layout, _dtype: DType) -> Result<CpuStorage> {
-    Err(unsupported("cast", s.dtype()))
+/// Elements per stack buffer of the block engine (4 KiB of f64).
+pub(crate) const BLOCK: usize = 512;
+/// Buffer size used for short segments, so that many tiny rows do not each initialise a full block.
+pub(crate) const SMALL: usize = 32;
+
+/// f16 and bf16: bulk conversions between slices of the half type and f32/f64.
+pub(crate) trait HalfFloat: crate::FloatDType {
+    /// `dst[i] = src[i] as f32` (exact).
+    fn slice_to_f32(src: &[Self], dst: &mut [f32]);
+    /// `dst[i] = src[i]` rounded to nearest even.
+    fn slice_from_f32(src: &[f32], dst: &mut [Self]);
+    /// `dst[i] = src[i]` rounded to nearest even (one rounding from f64).
+    fn slice_from_f64(src: &[f64], dst: &mut [Self]);
+}
+
+macro_rules! half_float {
+    ($t:ty) => {
+        impl HalfFloat for $t {
+            #[inline]
+            fn slice_to_f32(src: &[Self], dst: &mut [f32]) {
+                src.convert_to_f32_slice(dst)
+            }
+            #[inline]
+            fn slice_from_f32(src: &[f32], dst: &mut [Self]) {
+                dst.convert_from_f32_slice(src)
+            }
+            #[inline]
+            fn slice_from_f64(src: &[f64], dst: &mut [Self]) {
+                dst.convert_from_f64_slice(src)
+            }
+        }
+    };
+}
+half_float!(f16);
+half_float!(bf16);
+
+/// Runs `f(src, dst)` over the view `l` of `data`, in parallel, and returns the contiguous output.
+/// `src` and `dst` always have the same length; `src` is a contiguous slice of the input (borrowed
+/// when the view's inner stride is 1, else gathered into a stack buffer of at most [`BLOCK`]).
+pub(crate) fn map_blocks<T, U, F>(data: &[T], l: &Layout, f: F) -> Vec<U>
+where
+    T: Copy + Send + Sync,
+    U: Send + bytemuck::Zeroable,
+    F: Fn(&[T], &mut [U]) + Sync,
+{
+    let mut out = strided::zeroed(l.elem_count());
+    if out.is_empty() {
+        return out;
+    }
+    strided::for_each_segment(l.dims(), [l.strides()], [l.offset()], &mut out, |o, [a], [sa]| {
+        if sa == 1 {
+            f(&data[a..a + o.len()], o);
+        } else if o.len() <= SMALL {
+            gathered::<T, U, SMALL>(data, a, sa, o, &f);
+        } else {
+            gathered::<T, U, BLOCK>(data, a, sa, o, &f);
+        }
+    });
+    out
+}
+
+/// The strided case of [`map_blocks`]: gather blocks of `N` into a stack buffer, then run `f`.
+#[inline(always)]
+fn gathered<T: Copy, U, const N: usize>(data: &[T], a: usize, sa: usize, o: &mut [U], f: impl Fn(&[T], &mut [U])) {
+    let mut buf = [data[a]; N];
+    for (k, ob) in o.chunks_mut(N).enumerate() {
+        let b = &mut buf[..ob.len()];
+        gather(data, a + k * N * sa, sa, b);
+        f(b, ob);
+    }
+}
+
+/// `dst[j] = data[start + j * stride]` (stride 0 fills).
+#[inline]
+pub(crate) fn gather<T: Copy>(data: &[T], start: usize, stride: usize, dst: &mut [T]) {
+    if stride == 0 {
+        dst.fill(data[start]);
+        return;
+    }
+    let n = dst.len();
+    if n == 0 {
+        return;
+    }
+    // One bounds check for the whole run, then unchecked-free indexing the optimiser can hoist.
+    let src = &data[start..=start + (n - 1) * stride];
+    for (j, d) in dst.iter_mut().enumerate() {
+        *d = src[j * stride];
+    }
+}
+
+/// Conversions of the plain (non-half) element types with Rust's `as` semantics.
+trait Plain: Copy + Send + Sync {
+    /// Whether every value converts to f32 exactly (so f16/bf16 targets can go through f32).
+    const EXACT_IN_F32: bool;
+    fn c_f32(self) -> f32;
+    fn c_f64(self) -> f64;
+    fn c_i32(self) -> i32;
+    fn c_u32(self) -> u32;
+    fn c_i64(self) -> i64;
+    fn c_u8(self) -> u8;
+    fn c_bool(self) -> bool;
+}
+
+macro_rules! plain_num {
+    ($t:ty, $exact:expr) => {
+        impl Plain for $t {
+            const EXACT_IN_F32: bool = $exact;
+            #[inline(always)]
+            fn c_f32(self) -> f32 {
+                self as f32
+            }
+            #[inline(always)]
+            fn c_f64(self) -> f64 {
+                self as f64
+            }
+            #[inline(always)]
+            fn c_i32(self) -> i32 {
+                self as i32
+            }
+            #[inline(always)]
+            fn c_u32(self) -> u32 {
+                self as u32
+            }
+            #[inline(always)]
+            fn c_i64(self) -> i64 {
+                self as i64
+            }
+            #[inline(always)]
+            fn c_u8(self) -> u8 {
+                self as u8
+            }
+            #[inline(always)]
+            #[allow(clippy::float_cmp)]
+            fn c_bool(self) -> bool {
+                self != (0 as $t)
+            }
+        }
+    };
+}
+plain_num!(f32, true);
+plain_num!(f64, false);
+plain_num!(i32, false);
+plain_num!(u32, false);
+plain_num!(i64, false);
+plain_num!(u8, true);
+
+impl Plain for bool {
+    const EXACT_IN_F32: bool = true;
+    #[inline(always)]
+    fn c_f32(self) -> f32 {
+        self as u8 as f32
+    }
+    #[inline(always)]
+    fn c_f64(self) -> f64 {
+        self as u8 as f64
+    }
+    #[inline(always)]
+    fn c_i32(self) -> i32 {
+        self as i32
+    }
+    #[inline(always)]
+    fn c_u32(self) -> u32 {
+        self as u32
+    }
+    #[inline(always)]
+    fn c_i64(self) -> i64 {
+        self as i64
+    }
+    #[inline(always)]
+    fn c_u8(self) -> u8 {
+        self as u8
+    }
+    #[inline(always)]
+    fn c_bool(self) -> bool {
+        self
+    }
+}
+
+/// Elementwise map of a contiguous slice into another of the same length.
+#[inline(always)]
+fn zip_map<T: Copy, U>(src: &[T], dst: &mut [U], f: impl Fn(T) -> U) {
+    for (d, &s) in dst.iter_mut().zip(src) {
+        *d = f(s);
+    }
+}
+
+/// Converts the view `l` of `s` into a new contiguous storage of `dtype`.
+pub(crate) fn cast(s: &CpuStorage, l: &Layout, dtype: DType) -> Result<CpuStorage> {
+    if s.dtype() == dtype {
+        return s.copy_contiguous(l);
+    }
+    Ok(match s {
+        CpuStorage::F16(v) => from_half(v, l, dtype),
+        CpuStorage::BF16(v) => from_half(v, l, dtype),
+        CpuStorage::F32(v) => from_plain(v, l, dtype),
+        CpuStorage::F64(v) => from_plain(v, l, dtype),
+        CpuStorage::I32(v) => from_plain(v, l, dtype),
+        CpuStorage::U32(v) => from_plain(v, l, dtype),
+        CpuStorage::I64(v) => from_plain(v, l, dtype),
+        CpuStorage::U8(v) => from_plain(v, l, dtype),
+        CpuStorage::Bool(v) => from_plain(v, l, dtype),
+    })
+}
+
+fn from_plain<S: Plain>(v: &[S], l: &Layout, dtype: DType) -> CpuStorage {
+    match dtype {
+        DType::F32 => CpuStorage::F32(map_blocks(v, l, |s, d| zip_map(s, d, S::c_f32))),
+        DType::F64 => CpuStorage::F64(map_blocks(v, l, |s, d| zip_map(s, d, S::c_f64))),
+        DType::I32 => CpuStorage::I32(map_blocks(v, l, |s, d| zip_map(s, d, S::c_i32))),
+        DType::U32 => CpuStorage::U32(map_blocks(v, l, |s, d| zip_map(s, d, S::c_u32))),
+        DType::I64 => CpuStorage::I64(map_blocks(v, l, |s, d| zip_map(s, d, S::c_i64))),
+        DType::U8 => CpuStorage::U8(map_blocks(v, l, |s, d| zip_map(s, d, S::c_u8))),
+        DType::Bool => CpuStorage::Bool(map_blocks(v, l, |s, d| zip_map(s, d, S::c_bool))),
+        DType::F16 => CpuStorage::F16(plain_to_half(v, l)),
+        DType::BF16 => CpuStorage::BF16(plain_to_half(v, l)),
+    }
+}
+
+/// Runs `f(src_block, dst_block, scratch)` over `src`/`dst` in blocks, with a zeroed stack scratch
+/// of `W` sized to the input (a short input gets a short scratch).
+#[inline(always)]
+pub(crate) fn with_scratch<S, D, W: Copy + Default>(src: &[S], dst: &mut [D], f: impl Fn(&[S], &mut [D], &mut [W])) {
+    #[inline(always)]
+    fn run<S, D, W: Copy + Default, const N: usize>(src: &[S], dst: &mut [D], f: impl Fn(&[S], &mut [D], &mut [W])) {
+        let mut buf = [W::default(); N];
+        for (s, d) in src.chunks(N).zip(dst.chunks_mut(N)) {
+            f(s, d, &mut buf[..s.len()]);
+        }
+    }
+    if src.len() <= SMALL {
+        run::<S, D, W, SMALL>(src, dst, f)
+    } else {
+        run::<S, D, W, BLOCK>(src, dst, f)
+    }
+}
+
+fn plain_to_half<S: Plain, H: HalfFloat>(v: &[S], l: &Layout) -> Vec<H> {
+    map_blocks(v, l, |src: &[S], dst: &mut [H]| {
+        if S::EXACT_IN_F32 {
+            with_scratch(src, dst, |s, d, b: &mut [f32]| {
+                zip_map(s, b, S::c_f32);
+                H::slice_from_f32(b, d);
+            })
+        } else {
+            with_scratch(src, dst, |s, d, b: &mut [f64]| {
+                zip_map(s, b, S::c_f64);
+                H::slice_from_f64(b, d);
+            })
+        }
+    })
+}
+
+fn from_half<H: HalfFloat>(v: &[H], l: &Layout, dtype: DType) -> CpuStorage {
+    match dtype {
+        DType::F32 => CpuStorage::F32(map_blocks(v, l, |s, d| H::slice_to_f32(s, d))),
+        DType::F64 => CpuStorage::F64(half_via_f32(v, l, f32::c_f64)),
+        DType::I32 => CpuStorage::I32(half_via_f32(v, l, f32::c_i32)),
+        DType::U32 => CpuStorage::U32(half_via_f32(v, l, f32::c_u32)),
+        DType::I64 => CpuStorage::I64(half_via_f32(v, l, f32::c_i64)),
+        DType::U8 => CpuStorage::U8(half_via_f32(v, l, f32::c_u8)),
+        DType::Bool => CpuStorage::Bool(half_via_f32(v, l, f32::c_bool)),
+        DType::F16 => CpuStorage::F16(half_to_half(v, l)),
+        DType::BF16 => CpuStorage::BF16(half_to_half(v, l)),
+    }
+}
+
+/// Half to f32 in stack blocks, then `f` per element.
+fn half_via_f32<H: HalfFloat, U>(v: &[H], l: &Layout, f: impl Fn(f32) -> U + Sync + Copy) -> Vec<U>
+where
+    U: Send + bytemuck::Zeroable,
+{
+    map_blocks(v, l, |src: &[H], dst: &mut [U]| {
+        with_scratch(src, dst, |s, d, b: &mut [f32]| {
+            H::slice_to_f32(s, b);
+            zip_map(b, d, f);
+        })
+    })
+}
+
+/// One half type to the other through f32 (exact widening, one rounding).
+fn half_to_half<H: HalfFloat, G: HalfFloat>(v: &[H], l: &Layout) -> Vec<G> {
+    map_blocks(v, l, |src: &[H], dst: &mut [G]| {
+        with_scratch(src, dst, |s, d, b: &mut [f32]| {
+            H::slice_to_f32(s, b);
+            G::slice_from_f32(b, d);
+        })
+    })
 }

@@ -1,119 +1,283 @@
 //! Elementwise ops of two operands with NumPy broadcasting and dtype promotion, tensor-scalar forms,
 //! comparisons, `where_` and logical ops.
+//!
+//! Dtypes: both operands are promoted with [`DType::promote`], then [`BinaryOp::compute_dtype`] picks
+//! the dtype the op runs in and returns (`div` of integers runs in f32, arithmetic on bool in u8,
+//! logical ops take bool only). Comparisons promote both sides and return bool. Scalars take the
+//! tensor's dtype, so they never widen it; see [`Tensor::binary_scalar`] for the exceptions.
 
 use crate::op::{BinaryOp, CmpOp};
-use crate::{Error, Result, Tensor};
+use crate::storage::Storage;
+use crate::{DType, Error, Layout, Result, Shape, Tensor};
+use std::ops::Deref;
+
+/// The storages of several tensors, read-locked once each even when they share storage (taking a
+/// second read lock on one `RwLock` from the same thread can deadlock behind a waiting writer).
+struct Locked<'a> {
+    guards: Vec<std::sync::RwLockReadGuard<'a, Storage>>,
+    which: Vec<usize>,
+}
+
+impl<'a> Locked<'a> {
+    fn new(tensors: &[&'a Tensor]) -> Self {
+        let mut guards = Vec::with_capacity(tensors.len());
+        let mut owners: Vec<&Tensor> = Vec::with_capacity(tensors.len());
+        let mut which = Vec::with_capacity(tensors.len());
+        for &t in tensors {
+            match owners.iter().position(|o| o.shares_storage_with(t)) {
+                Some(i) => which.push(i),
+                None => {
+                    which.push(guards.len());
+                    guards.push(t.storage());
+                    owners.push(t);
+                }
+            }
+        }
+        Locked { guards, which }
+    }
+
+    fn get(&self, i: usize) -> &Storage {
+        self.guards[self.which[i]].deref()
+    }
+}
+
+/// The dtype a scalar operand gets next to a tensor of `dtype`, per [`Tensor::binary_scalar`].
+fn scalar_dtype(op: &'static str, dtype: DType, v: f64, for_cmp: bool) -> Result<DType> {
+    if dtype.is_float() {
+        return Ok(dtype);
+    }
+    let integral = v.is_finite() && v.fract() == 0.0;
+    if !integral {
+        // A fractional (or non-finite) scalar: floats. Comparisons use f64 so integers stay exact.
+        return Ok(if for_cmp { DType::F64 } else { DType::F32 });
+    }
+    if dtype == DType::Bool {
+        return Ok(match v {
+            0.0 | 1.0 => DType::Bool,
+            _ if for_cmp => DType::F64,
+            _ => DType::I64,
+        });
+    }
+    let two_63 = -(i64::MIN as f64);
+    let fits = match dtype {
+        DType::U8 => (0.0..=u8::MAX as f64).contains(&v),
+        DType::I32 => (i32::MIN as f64..=i32::MAX as f64).contains(&v),
+        DType::U32 => (0.0..=u32::MAX as f64).contains(&v),
+        _ => (-two_63..two_63).contains(&v),
+    };
+    if fits {
+        Ok(dtype)
+    } else if for_cmp {
+        Ok(DType::F64)
+    } else {
+        Err(Error::arg(op, format!("scalar {v} is out of range for a tensor of dtype {dtype}")))
+    }
+}
 
 impl Tensor {
-    pub fn binary(&self, _rhs: &Tensor, _op: BinaryOp) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "binary", backend: "api" })
+    /// `op` of two tensors with broadcasting and promotion; see the module docs for dtypes.
+    pub fn binary(&self, rhs: &Tensor, op: BinaryOp) -> Result<Tensor> {
+        let name = op.name();
+        let promoted = self.dtype().promote(rhs.dtype());
+        let dtype = op.compute_dtype(promoted).ok_or_else(|| {
+            Error::dtype(
+                name,
+                promoted,
+                format!(
+                    "{name} takes bool tensors, got {} {} and {} {}",
+                    self.dtype(),
+                    self.shape(),
+                    rhs.dtype(),
+                    rhs.shape()
+                ),
+            )
+        })?;
+        self.same_device(name, rhs)?;
+        // Check the shapes before paying for any cast.
+        Shape::broadcast(name, self.shape(), rhs.shape())?;
+        let (a, b) = (self.to_dtype(dtype)?, rhs.to_dtype(dtype)?);
+        let (shape, layouts) = Tensor::broadcast_layouts(name, &[&a, &b])?;
+        let locked = Locked::new(&[&a, &b]);
+        let s = locked.get(0).binary(&layouts[0], locked.get(1), &layouts[1], op)?;
+        Ok(Tensor::from_storage(s, shape, self.device()))
     }
 
-    pub fn add(&self, _rhs: &Tensor) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "add", backend: "api" })
+    /// `self + rhs` (integers wrap).
+    pub fn add(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.binary(rhs, BinaryOp::Add)
     }
 
-    pub fn sub(&self, _rhs: &Tensor) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "sub", backend: "api" })
+    /// `self - rhs` (integers wrap).
+    pub fn sub(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.binary(rhs, BinaryOp::Sub)
     }
 
-    pub fn mul(&self, _rhs: &Tensor) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "mul", backend: "api" })
+    /// `self * rhs` (integers wrap).
+    pub fn mul(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.binary(rhs, BinaryOp::Mul)
     }
 
-    pub fn div(&self, _rhs: &Tensor) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "div", backend: "api" })
+    /// True division `self / rhs`; integer and bool operands give f32.
+    pub fn div(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.binary(rhs, BinaryOp::Div)
     }
 
-    pub fn pow(&self, _rhs: &Tensor) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "pow", backend: "api" })
+    /// `self ^ rhs`. Floats follow C `pow`; integers give wrapping integer powers, and a negative
+    /// exponent gives 0 except for bases 1 (1) and -1 (+-1).
+    pub fn pow(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.binary(rhs, BinaryOp::Pow)
     }
 
-    pub fn maximum(&self, _rhs: &Tensor) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "maximum", backend: "api" })
+    /// Elementwise maximum; NaN in either operand gives NaN (NumPy `maximum`).
+    pub fn maximum(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.binary(rhs, BinaryOp::Maximum)
     }
 
-    pub fn minimum(&self, _rhs: &Tensor) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "minimum", backend: "api" })
+    /// Elementwise minimum; NaN in either operand gives NaN (NumPy `minimum`).
+    pub fn minimum(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.binary(rhs, BinaryOp::Minimum)
     }
 
-    pub fn logical_and(&self, _rhs: &Tensor) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "logical_and", backend: "api" })
+    /// Logical and of two bool tensors.
+    pub fn logical_and(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.binary(rhs, BinaryOp::And)
     }
 
-    pub fn logical_or(&self, _rhs: &Tensor) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "logical_or", backend: "api" })
+    /// Logical or of two bool tensors.
+    pub fn logical_or(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.binary(rhs, BinaryOp::Or)
     }
 
     /// The op with a scalar right operand; the scalar takes the tensor's dtype (an integer tensor with
     /// a non-integer scalar computes in f32).
-    pub fn binary_scalar(&self, _rhs: f64, _op: BinaryOp) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "binary_scalar", backend: "api" })
+    ///
+    /// In full: a float tensor keeps its dtype (the scalar is rounded to it). An integer tensor keeps
+    /// its dtype for an integral scalar, and an integral scalar outside the dtype's range is an error
+    /// (as in NumPy 2); a fractional or non-finite scalar makes the op compute in f32. A bool tensor
+    /// keeps bool for 0 and 1, computes in i64 for other integral scalars and in f32 otherwise. The
+    /// scalar is a rank-0 tensor broadcast with zero strides: nothing is copied.
+    pub fn binary_scalar(&self, rhs: f64, op: BinaryOp) -> Result<Tensor> {
+        let dtype = scalar_dtype(op.name(), self.dtype(), rhs, false)?;
+        let s = Tensor::scalar(rhs, dtype, self.device())?;
+        self.binary(&s, op)
     }
 
-    pub fn add_scalar(&self, _rhs: f64) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "add_scalar", backend: "api" })
+    /// `self + rhs` with a scalar (see [`Tensor::binary_scalar`] for its dtype).
+    pub fn add_scalar(&self, rhs: f64) -> Result<Tensor> {
+        self.binary_scalar(rhs, BinaryOp::Add)
     }
 
-    pub fn sub_scalar(&self, _rhs: f64) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "sub_scalar", backend: "api" })
+    /// `self - rhs` with a scalar.
+    pub fn sub_scalar(&self, rhs: f64) -> Result<Tensor> {
+        self.binary_scalar(rhs, BinaryOp::Sub)
     }
 
-    pub fn mul_scalar(&self, _rhs: f64) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "mul_scalar", backend: "api" })
+    /// `self * rhs` with a scalar.
+    pub fn mul_scalar(&self, rhs: f64) -> Result<Tensor> {
+        self.binary_scalar(rhs, BinaryOp::Mul)
     }
 
-    pub fn div_scalar(&self, _rhs: f64) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "div_scalar", backend: "api" })
+    /// `self / rhs` with a scalar (true division).
+    pub fn div_scalar(&self, rhs: f64) -> Result<Tensor> {
+        self.binary_scalar(rhs, BinaryOp::Div)
     }
 
-    pub fn pow_scalar(&self, _rhs: f64) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "pow_scalar", backend: "api" })
+    /// `self ^ rhs` with a scalar exponent.
+    pub fn pow_scalar(&self, rhs: f64) -> Result<Tensor> {
+        self.binary_scalar(rhs, BinaryOp::Pow)
     }
 
-    pub fn maximum_scalar(&self, _rhs: f64) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "maximum_scalar", backend: "api" })
+    /// NaN-propagating maximum with a scalar.
+    pub fn maximum_scalar(&self, rhs: f64) -> Result<Tensor> {
+        self.binary_scalar(rhs, BinaryOp::Maximum)
     }
 
-    pub fn minimum_scalar(&self, _rhs: f64) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "minimum_scalar", backend: "api" })
+    /// NaN-propagating minimum with a scalar.
+    pub fn minimum_scalar(&self, rhs: f64) -> Result<Tensor> {
+        self.binary_scalar(rhs, BinaryOp::Minimum)
     }
 
-    pub fn cmp(&self, _rhs: &Tensor, _op: CmpOp) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "cmp", backend: "api" })
+    /// Comparison with broadcasting; both sides are promoted to a common dtype, the result is bool.
+    /// NaN compares unequal to everything (so `ne` is true and the rest false).
+    pub fn cmp(&self, rhs: &Tensor, op: CmpOp) -> Result<Tensor> {
+        let name = op.name();
+        self.same_device(name, rhs)?;
+        Shape::broadcast(name, self.shape(), rhs.shape())?;
+        let dtype = self.dtype().promote(rhs.dtype());
+        let (a, b) = (self.to_dtype(dtype)?, rhs.to_dtype(dtype)?);
+        let (shape, layouts) = Tensor::broadcast_layouts(name, &[&a, &b])?;
+        let locked = Locked::new(&[&a, &b]);
+        let s = locked.get(0).cmp(&layouts[0], locked.get(1), &layouts[1], op)?;
+        Ok(Tensor::from_storage(s, shape, self.device()))
     }
 
-    pub fn eq(&self, _rhs: &Tensor) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "eq", backend: "api" })
+    /// `self == rhs`.
+    pub fn eq(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.cmp(rhs, CmpOp::Eq)
     }
 
-    pub fn ne(&self, _rhs: &Tensor) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "ne", backend: "api" })
+    /// `self != rhs`.
+    pub fn ne(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.cmp(rhs, CmpOp::Ne)
     }
 
-    pub fn lt(&self, _rhs: &Tensor) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "lt", backend: "api" })
+    /// `self < rhs`.
+    pub fn lt(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.cmp(rhs, CmpOp::Lt)
     }
 
-    pub fn le(&self, _rhs: &Tensor) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "le", backend: "api" })
+    /// `self <= rhs`.
+    pub fn le(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.cmp(rhs, CmpOp::Le)
     }
 
-    pub fn gt(&self, _rhs: &Tensor) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "gt", backend: "api" })
+    /// `self > rhs`.
+    pub fn gt(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.cmp(rhs, CmpOp::Gt)
     }
 
-    pub fn ge(&self, _rhs: &Tensor) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "ge", backend: "api" })
+    /// `self >= rhs`.
+    pub fn ge(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.cmp(rhs, CmpOp::Ge)
     }
 
-    pub fn cmp_scalar(&self, _rhs: f64, _op: CmpOp) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "cmp_scalar", backend: "api" })
+    /// Comparison with a scalar. The scalar takes the tensor's dtype when it holds it exactly;
+    /// otherwise (a fractional or out-of-range scalar next to an integer or bool tensor) both sides
+    /// are compared in f64, so the answer is exact.
+    pub fn cmp_scalar(&self, rhs: f64, op: CmpOp) -> Result<Tensor> {
+        let dtype = scalar_dtype(op.name(), self.dtype(), rhs, true)?;
+        let s = Tensor::scalar(rhs, dtype, self.device())?;
+        self.cmp(&s, op)
     }
 
     /// Elementwise `if mask { on_true } else { on_false }` with broadcasting of all three; `mask` is
     /// bool, the branches are promoted to a common dtype.
-    pub fn where_(_mask: &Tensor, _on_true: &Tensor, _on_false: &Tensor) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "where_", backend: "api" })
+    pub fn where_(mask: &Tensor, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
+        const OP: &str = "where";
+        if mask.dtype() != DType::Bool {
+            return Err(Error::dtype(
+                OP,
+                mask.dtype(),
+                format!("the mask must be bool (mask shape {}); compare first, e.g. with ne", mask.shape()),
+            ));
+        }
+        mask.same_device(OP, on_true)?;
+        mask.same_device(OP, on_false)?;
+        let s = Shape::broadcast(OP, mask.shape(), on_true.shape())?;
+        Shape::broadcast(OP, &s, on_false.shape()).map_err(|_| Error::ShapeMismatch {
+            op: OP,
+            msg: format!(
+                "mask {}, on_true {} and on_false {} cannot be broadcast together",
+                mask.shape(),
+                on_true.shape(),
+                on_false.shape()
+            ),
+        })?;
+        let dtype = on_true.dtype().promote(on_false.dtype());
+        let (t, f) = (on_true.to_dtype(dtype)?, on_false.to_dtype(dtype)?);
+        let (shape, layouts): (Shape, Vec<Layout>) = Tensor::broadcast_layouts(OP, &[mask, &t, &f])?;
+        let locked = Locked::new(&[mask, &t, &f]);
+        let s = locked.get(0).where_cond(&layouts[0], locked.get(1), &layouts[1], locked.get(2), &layouts[2])?;
+        Ok(Tensor::from_storage(s, shape, mask.device()))
     }
 }
