@@ -1,7 +1,331 @@
-use super::{unsupported, CpuStorage};
-use crate::backend::BackendStorage;
-use crate::{Layout, Result};
+//! Softmax and log-softmax over the last axis, plus the row machinery the other transformer kernels
+//! (norms, rope, attention) share: an accumulation float type (`Acc`: f32, or f64 for f64 data), the
+//! bridge from a storage dtype to it (`Compute`: f16/bf16 rows are bulk-converted to f32), lane-split
+//! reductions that the compiler vectorises, and a parallel row driver (`map_rows`).
 
-pub(crate) fn softmax_last(s: &CpuStorage, _l: &Layout, _log: bool) -> Result<CpuStorage> {
-    Err(unsupported("softmax", s.dtype()))
+use super::math::exp_f32;
+use super::{strided, unsupported, CpuStorage};
+use crate::backend::BackendStorage;
+use crate::{Layout, Result, WithDType};
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
+use rayon::prelude::*;
+use std::ops::{Add, AddAssign, Div, Mul, MulAssign, Sub};
+
+/// Number of independent accumulators of the lane-split reductions: wide enough for AVX2 f32 and to
+/// hide the latency of dependent adds.
+pub(crate) const LANES: usize = 8;
+
+/// Elements of one parallel task of the row kernels.
+const TASK_ELEMS: usize = 1 << 13;
+
+/// The float type a kernel computes in.
+pub(crate) trait Acc:
+    Copy
+    + Send
+    + Sync
+    + PartialOrd
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Div<Output = Self>
+    + AddAssign
+    + MulAssign
+    + bytemuck::Zeroable
+    + 'static
+{
+    const ZERO: Self;
+    const ONE: Self;
+    const NEG_INF: Self;
+    const NAN: Self;
+    fn exp(self) -> Self;
+    fn ln(self) -> Self;
+    fn sqrt(self) -> Self;
+    fn is_nan(self) -> bool;
+    fn from_f64(v: f64) -> Self;
+}
+
+impl Acc for f32 {
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+    const NEG_INF: Self = f32::NEG_INFINITY;
+    const NAN: Self = f32::NAN;
+    #[inline(always)]
+    fn exp(self) -> Self {
+        exp_f32(self)
+    }
+    #[inline(always)]
+    fn ln(self) -> Self {
+        f32::ln(self)
+    }
+    #[inline(always)]
+    fn sqrt(self) -> Self {
+        f32::sqrt(self)
+    }
+    #[inline(always)]
+    fn is_nan(self) -> bool {
+        f32::is_nan(self)
+    }
+    #[inline(always)]
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+}
+
+impl Acc for f64 {
+    const ZERO: Self = 0.0;
+    const ONE: Self = 1.0;
+    const NEG_INF: Self = f64::NEG_INFINITY;
+    const NAN: Self = f64::NAN;
+    #[inline(always)]
+    fn exp(self) -> Self {
+        f64::exp(self)
+    }
+    #[inline(always)]
+    fn ln(self) -> Self {
+        f64::ln(self)
+    }
+    #[inline(always)]
+    fn sqrt(self) -> Self {
+        f64::sqrt(self)
+    }
+    #[inline(always)]
+    fn is_nan(self) -> bool {
+        f64::is_nan(self)
+    }
+    #[inline(always)]
+    fn from_f64(v: f64) -> Self {
+        v
+    }
+}
+
+/// A storage float type and the `Acc` type its kernels compute in. f32 and f64 rows are used in
+/// place (`as_acc`); f16 and bf16 rows are converted in bulk (`load`/`store`).
+pub(crate) trait Compute: WithDType {
+    type A: Acc;
+    fn as_acc(s: &[Self]) -> Option<&[Self::A]>;
+    fn as_acc_mut(s: &mut [Self]) -> Option<&mut [Self::A]>;
+    fn load(src: &[Self], dst: &mut [Self::A]);
+    fn store(src: &[Self::A], dst: &mut [Self]);
+}
+
+macro_rules! direct_compute {
+    ($t:ty) => {
+        impl Compute for $t {
+            type A = $t;
+            fn as_acc(s: &[Self]) -> Option<&[Self]> {
+                Some(s)
+            }
+            fn as_acc_mut(s: &mut [Self]) -> Option<&mut [Self]> {
+                Some(s)
+            }
+            fn load(src: &[Self], dst: &mut [Self]) {
+                dst.copy_from_slice(src)
+            }
+            fn store(src: &[Self], dst: &mut [Self]) {
+                dst.copy_from_slice(src)
+            }
+        }
+    };
+}
+direct_compute!(f32);
+direct_compute!(f64);
+
+macro_rules! half_compute {
+    ($t:ty) => {
+        impl Compute for $t {
+            type A = f32;
+            fn as_acc(_: &[Self]) -> Option<&[f32]> {
+                None
+            }
+            fn as_acc_mut(_: &mut [Self]) -> Option<&mut [f32]> {
+                None
+            }
+            fn load(src: &[Self], dst: &mut [f32]) {
+                src.convert_to_f32_slice(dst)
+            }
+            fn store(src: &[f32], dst: &mut [Self]) {
+                dst.convert_from_f32_slice(src)
+            }
+        }
+    };
+}
+half_compute!(f16);
+half_compute!(bf16);
+
+/// NaN-propagating maximum (NaN wins whichever side it is on).
+#[inline(always)]
+pub(crate) fn max_nan<A: Acc>(a: A, b: A) -> A {
+    if b > a || b.is_nan() {
+        b
+    } else {
+        a
+    }
+}
+
+/// NaN-propagating maximum of a slice; `-inf` for an empty one.
+#[inline]
+pub(crate) fn max_of<A: Acc>(x: &[A]) -> A {
+    let mut lanes = [A::NEG_INF; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for j in 0..LANES {
+            lanes[j] = max_nan(lanes[j], c[j]);
+        }
+    }
+    let mut m = lanes.iter().fold(A::NEG_INF, |a, &b| max_nan(a, b));
+    for &v in rest {
+        m = max_nan(m, v);
+    }
+    m
+}
+
+/// `sum(f(x))` with lane-split accumulators.
+#[inline(always)]
+pub(crate) fn sum_map<A: Acc>(x: &[A], f: impl Fn(A) -> A) -> A {
+    let mut lanes = [A::ZERO; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for j in 0..LANES {
+            lanes[j] += f(c[j]);
+        }
+    }
+    let mut s = A::ZERO;
+    for &v in rest {
+        s += f(v);
+    }
+    lanes.iter().fold(A::ZERO, |a, &b| a + b) + s
+}
+
+/// Dot product with lane-split accumulators.
+#[inline(always)]
+pub(crate) fn dot<A: Acc>(a: &[A], b: &[A]) -> A {
+    debug_assert_eq!(a.len(), b.len());
+    let mut lanes = [A::ZERO; LANES];
+    let ca = a.chunks_exact(LANES);
+    let cb = b.chunks_exact(LANES);
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for j in 0..LANES {
+            lanes[j] += x[j] * y[j];
+        }
+    }
+    let mut s = A::ZERO;
+    for (&x, &y) in ra.iter().zip(rb) {
+        s += x * y;
+    }
+    lanes.iter().fold(A::ZERO, |a, &b| a + b) + s
+}
+
+/// Runs `f(first_row, rows_in, rows_out)` over groups of rows in parallel: `x` holds rows of `d_in`
+/// elements, `out` rows of `d_out`; `f` gets the rows in the accumulation type (converted through
+/// per-task scratch buffers for f16/bf16, in place for f32/f64) and calls `row` once per row.
+pub(crate) fn map_rows<T: Compute>(
+    x: &[T],
+    d_in: usize,
+    out: &mut [T],
+    d_out: usize,
+    row: impl Fn(usize, &[T::A], &mut [T::A]) + Sync,
+) {
+    if out.is_empty() {
+        return;
+    }
+    let rows = out.len() / d_out;
+    debug_assert_eq!(x.len(), rows * d_in);
+    let per_task = (TASK_ELEMS / d_in.max(d_out).max(1)).max(1);
+    let task = |(t, o): (usize, &mut [T])| {
+        let first = t * per_task;
+        let n = o.len() / d_out;
+        let xs = &x[first * d_in..(first + n) * d_in];
+        let mut xin = Vec::new();
+        let mut xout = Vec::new();
+        for r in 0..n {
+            let xr = &xs[r * d_in..(r + 1) * d_in];
+            let or = &mut o[r * d_out..(r + 1) * d_out];
+            let xa: &[T::A] = match T::as_acc(xr) {
+                Some(a) => a,
+                None => {
+                    xin.resize(d_in, T::A::ZERO);
+                    T::load(xr, &mut xin);
+                    &xin
+                }
+            };
+            match T::as_acc_mut(or) {
+                Some(oa) => row(first + r, xa, oa),
+                None => {
+                    xout.resize(d_out, T::A::ZERO);
+                    row(first + r, xa, &mut xout);
+                    T::store(&xout, or);
+                }
+            }
+        }
+    };
+    if rows <= per_task {
+        task((0, out));
+    } else {
+        out.par_chunks_mut(per_task * d_out).enumerate().for_each(task);
+    }
+}
+
+/// Converts a whole slice to the accumulation type (in parallel for large slices).
+pub(crate) fn to_acc<T: Compute>(x: &[T]) -> Vec<T::A> {
+    let mut v = strided::zeroed(x.len());
+    v.par_chunks_mut(strided::CHUNK).zip(x.par_chunks(strided::CHUNK)).for_each(|(o, i)| T::load(i, o));
+    v
+}
+
+/// Softmax (or log-softmax) of one row, in two passes over it: a blockwise online max and sum of
+/// exponentials, then the write. NaN anywhere gives a NaN row; `-inf` entries give 0 (log: `-inf`);
+/// a row of all `-inf` gives NaN, like PyTorch.
+pub(crate) fn softmax_row<A: Acc>(x: &[A], out: &mut [A], log: bool) {
+    const BLOCK: usize = 256;
+    let mut m = A::NEG_INF;
+    let mut s = A::ZERO;
+    for blk in x.chunks(BLOCK) {
+        let nm = max_nan(m, max_of(blk));
+        if nm == A::NEG_INF {
+            // Nothing but -inf so far: contributes exp(-inf) = 0 (and would give -inf - -inf = NaN).
+            continue;
+        }
+        let bs = sum_map(blk, |v| (v - nm).exp());
+        s = s * (m - nm).exp() + bs;
+        m = nm;
+    }
+    if (m - m).is_nan() {
+        // The max is NaN, +inf or -inf (a NaN entry, a +inf entry, or nothing but -inf): the whole row
+        // is NaN as in PyTorch (explicit, so that it does not depend on how `exp` treats NaN).
+        out.fill(A::NAN);
+        return;
+    }
+    if log {
+        let lse = m + s.ln();
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = v - lse;
+        }
+    } else {
+        let inv = A::ONE / s;
+        for (o, &v) in out.iter_mut().zip(x) {
+            *o = (v - m).exp() * inv;
+        }
+    }
+}
+
+fn softmax_typed<T: Compute>(data: &[T], l: &Layout, log: bool) -> Vec<T> {
+    let x = strided::contiguous(data, l);
+    let d = l.dims().last().copied().unwrap_or(1);
+    let mut out = strided::zeroed(x.len());
+    map_rows::<T>(&x, d, &mut out, d, |_, xr, or| softmax_row(xr, or, log));
+    out
+}
+
+pub(crate) fn softmax_last(s: &CpuStorage, l: &Layout, log: bool) -> Result<CpuStorage> {
+    Ok(match s {
+        CpuStorage::F32(v) => CpuStorage::F32(softmax_typed(v, l, log)),
+        CpuStorage::F64(v) => CpuStorage::F64(softmax_typed(v, l, log)),
+        CpuStorage::F16(v) => CpuStorage::F16(softmax_typed(v, l, log)),
+        CpuStorage::BF16(v) => CpuStorage::BF16(softmax_typed(v, l, log)),
+        _ => return Err(unsupported(if log { "log_softmax" } else { "softmax" }, s.dtype())),
+    })
 }
