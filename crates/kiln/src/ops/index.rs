@@ -1,20 +1,107 @@
 //! Index-driven selection: `index_select`, `embedding`, `gather`.
+//!
+//! Index tensors hold `i64`, `i32`, `u32` or `u8`. Every index is checked on the host before the
+//! backend runs: negative indices are refused (like PyTorch's `index_select`/`gather`; there is no
+//! wrap-around) and so are indices at or past the size of the axis, with an error naming the index,
+//! the axis and its size.
 
-use crate::{Error, Result, Tensor};
+use crate::{DType, Error, Result, Shape, Tensor};
+
+/// Index dtypes the index ops accept.
+const INDEX_DTYPES: [DType; 4] = [DType::I64, DType::I32, DType::U32, DType::U8];
+
+/// Checks that `ids` is an integer tensor on `src`'s device whose values all lie in `0..size`
+/// (`size` being the size of `axis` of `src`).
+fn check_ids(op: &'static str, src: &Tensor, ids: &Tensor, axis: usize) -> Result<()> {
+    src.same_device(op, ids)?;
+    if !INDEX_DTYPES.contains(&ids.dtype()) {
+        return Err(Error::dtype(op, ids.dtype(), "index tensors must be i64, i32, u32 or u8"));
+    }
+    let size = src.dims()[axis];
+    let bad = if ids.dtype() == DType::I64 {
+        // Exact for every i64 (to_f64 would round beyond 2^53).
+        ids.to_vec::<i64>()?.into_iter().find(|&i| i < 0 || i as u64 >= size as u64).map(|i| i.to_string())
+    } else {
+        ids.to_f64_vec()?.into_iter().find(|&i| i < 0.0 || i >= size as f64).map(|i| i.to_string())
+    };
+    match bad {
+        None => Ok(()),
+        Some(i) => Err(Error::OutOfRange {
+            op,
+            msg: format!(
+                "index {i} is out of range for axis {axis} of size {size} (shape {}); indices must lie in 0..{size}",
+                src.shape()
+            ),
+        }),
+    }
+}
 
 impl Tensor {
     /// Entries of `axis` picked by the 1-D integer tensor `ids` (in that order, repeats allowed).
-    pub fn index_select(&self, _ids: &Tensor, _axis: isize) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "index_select", backend: "api" })
+    /// The result has this tensor's shape with `axis` resized to `ids.len()`.
+    pub fn index_select(&self, ids: &Tensor, axis: isize) -> Result<Tensor> {
+        self.index_select_op("index_select", ids, axis)
+    }
+
+    fn index_select_op(&self, op: &'static str, ids: &Tensor, axis: isize) -> Result<Tensor> {
+        let axis = self.shape().axis(op, axis)?;
+        if ids.rank() != 1 {
+            return Err(Error::shape(op, format!("indices must be 1-D, got shape {}", ids.shape())));
+        }
+        check_ids(op, self, ids, axis)?;
+        let mut dims = self.dims().to_vec();
+        dims[axis] = ids.elem_count();
+        let shape = Shape::new(dims);
+        if shape.elem_count() == 0 {
+            return Tensor::zeros(shape, self.dtype(), self.device());
+        }
+        let s = self.storage().index_select(self.layout(), &ids.storage(), ids.layout(), axis)?;
+        Ok(Tensor::from_storage(s, shape, self.device()))
     }
 
     /// Rows of this `(vocab, d)` table for integer `ids` of any shape; output `ids.shape + (d,)`.
-    pub fn embedding(&self, _ids: &Tensor) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "embedding", backend: "api" })
+    /// (Tables of any rank ≥ 1 work: the output is `ids.shape + table.shape[1..]`.)
+    pub fn embedding(&self, ids: &Tensor) -> Result<Tensor> {
+        if self.rank() == 0 {
+            return Err(Error::shape("embedding", "the table must have rank at least 1, got a scalar (shape ())"));
+        }
+        let flat = ids.reshape(ids.elem_count())?;
+        let rows = self.index_select_op("embedding", &flat, 0)?;
+        let dims: Vec<usize> = ids.dims().iter().chain(&self.dims()[1..]).copied().collect();
+        rows.reshape(dims)
     }
 
-    /// PyTorch `gather`: `out[..][j][..] = self[..][ids[..][j][..]][..]` along `axis`.
-    pub fn gather(&self, _axis: isize, _ids: &Tensor) -> Result<Tensor> {
-        Err(Error::NotImplemented { op: "gather", backend: "api" })
+    /// PyTorch `gather`: `out[..][j][..] = self[..][ids[..][j][..]][..]` along `axis`. `ids` has the
+    /// rank of `self` and no dim larger than `self`'s except along `axis`; the result has `ids`'s shape.
+    pub fn gather(&self, axis: isize, ids: &Tensor) -> Result<Tensor> {
+        let op = "gather";
+        let axis = self.shape().axis(op, axis)?;
+        if ids.rank() != self.rank() {
+            return Err(Error::shape(
+                op,
+                format!("indices of shape {} must have the rank of the input shape {}", ids.shape(), self.shape()),
+            ));
+        }
+        if let Some(d) = (0..self.rank()).find(|&d| d != axis && ids.dims()[d] > self.dims()[d]) {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "indices of shape {} are larger than the input shape {} along axis {d} (only axis {axis} may differ)",
+                    ids.shape(),
+                    self.shape()
+                ),
+            ));
+        }
+        if ids.elem_count() == 0 {
+            // Nothing to read: checked like PyTorch only for dtype and device.
+            self.same_device(op, ids)?;
+            if !INDEX_DTYPES.contains(&ids.dtype()) {
+                return Err(Error::dtype(op, ids.dtype(), "index tensors must be i64, i32, u32 or u8"));
+            }
+            return Tensor::zeros(ids.shape(), self.dtype(), self.device());
+        }
+        check_ids(op, self, ids, axis)?;
+        let s = self.storage().gather(self.layout(), &ids.storage(), ids.layout(), axis)?;
+        Ok(Tensor::from_storage(s, ids.shape(), self.device()))
     }
 }
