@@ -1,2 +1,229 @@
-#[allow(unused_imports)]
+//! Matrix products against a plain f64 triple loop. Float tolerances are the dtype's times `sqrt(k)`
+//! (k = contracted length; inputs are normals, so results grow like sqrt(k)); integers are exact.
+use crate::backend_tests;
 use crate::common::*;
+use kiln::{DType, Device, Tensor};
+
+/// Reference `matmul` of two arrays with NumPy rules (1-D promotion, batch broadcasting).
+fn ref_matmul(a: &RefArray, b: &RefArray) -> RefArray {
+    let a2 = if a.shape.len() == 1 { RefArray::new(vec![1, a.shape[0]], a.data.clone()) } else { a.clone() };
+    let b2 = if b.shape.len() == 1 { RefArray::new(vec![b.shape[0], 1], b.data.clone()) } else { b.clone() };
+    let (ra, rb) = (a2.shape.len(), b2.shape.len());
+    let (m, k, n) = (a2.shape[ra - 2], a2.shape[ra - 1], b2.shape[rb - 1]);
+    assert_eq!(k, b2.shape[rb - 2]);
+    let batch = broadcast_shape(&a2.shape[..ra - 2], &b2.shape[..rb - 2]);
+    let mut out_shape = batch.clone();
+    out_shape.extend([m, n]);
+    let mut out = RefArray::new(out_shape.clone(), vec![0.0; out_shape.iter().product()]);
+    for i in 0..out.data.len() {
+        let idx = out.unravel(i);
+        let (bi, r, c) = (&idx[..batch.len()], idx[batch.len()], idx[batch.len() + 1]);
+        let mut acc = 0.0;
+        for p in 0..k {
+            let mut ia = bi.to_vec();
+            ia.extend([r, p]);
+            let mut ib = bi.to_vec();
+            ib.extend([p, c]);
+            acc += a2.get_broadcast(&ia) * b2.get_broadcast(&ib);
+        }
+        out.data[i] = acc;
+    }
+    let mut final_shape = batch;
+    if a.shape.len() > 1 {
+        final_shape.push(m);
+    }
+    if b.shape.len() > 1 {
+        final_shape.push(n);
+    }
+    RefArray::new(final_shape, out.data)
+}
+
+fn numeric_dtypes() -> Vec<DType> {
+    let mut v = FLOATS.to_vec();
+    v.extend(INTS);
+    v
+}
+
+/// 0/1 for u8 (sums of products would wrap in u8 otherwise), the usual ones for the rest.
+fn mm_values(n: usize, dtype: DType, seed: u64) -> Vec<f64> {
+    let v = random_values(n, dtype, seed);
+    if dtype == DType::U8 {
+        v.iter().map(|x| (x / 5.0).floor()).collect()
+    } else {
+        v
+    }
+}
+
+fn check(a: &Tensor, b: &Tensor, ra: &RefArray, rb: &RefArray, ctx: &str) {
+    let got = a.matmul(b).unwrap();
+    let expected = ref_matmul(ra, rb);
+    let k = *ra.shape.last().unwrap();
+    assert_eq!(got.dtype(), a.dtype().promote(b.dtype()), "{ctx}");
+    assert_close(&got, &expected, (k.max(1) as f64).sqrt(), ctx);
+}
+
+fn matmul_2d(dev: &Device) {
+    let mut seed = 0;
+    let sizes = [(1, 1, 1), (7, 1, 7), (1, 33, 1), (7, 33, 5), (33, 65, 17), (65, 7, 129), (129, 129, 33)];
+    for dtype in numeric_dtypes() {
+        for &(m, k, n) in &sizes {
+            for ka in ALL_LAYOUTS {
+                for kb in ALL_LAYOUTS {
+                    seed += 1;
+                    let va = round_to(&mm_values(m * k, dtype, seed), dtype);
+                    let vb = round_to(&mm_values(k * n, dtype, seed + 1000), dtype);
+                    let a = tensor_in(&va, &[m, k], dtype, ka, dev);
+                    let b = tensor_in(&vb, &[k, n], dtype, kb, dev);
+                    let ctx = format!("{dtype} ({m}, {k}) @ ({k}, {n}) {ka:?} {kb:?}");
+                    check(&a, &b, &RefArray::new(vec![m, k], va), &RefArray::new(vec![k, n], vb), &ctx);
+                }
+            }
+        }
+    }
+}
+
+/// Above the threshold where one product is split over threads, with transposed operands.
+fn matmul_large(dev: &Device) {
+    for dtype in [DType::F32, DType::F64, DType::F16, DType::BF16, DType::I32] {
+        let (m, k, n) = (200, 301, 150);
+        let va = round_to(&mm_values(m * k, dtype, 1), dtype);
+        let vb = round_to(&mm_values(k * n, dtype, 2), dtype);
+        for ka in [Layouts::Contiguous, Layouts::Transposed] {
+            let a = tensor_in(&va, &[m, k], dtype, ka, dev);
+            let b = tensor_in(&vb, &[k, n], dtype, Layouts::Transposed, dev);
+            let ctx = format!("{dtype} large {ka:?}");
+            check(&a, &b, &RefArray::new(vec![m, k], va.clone()), &RefArray::new(vec![k, n], vb.clone()), &ctx);
+        }
+    }
+}
+
+fn matmul_batched(dev: &Device) {
+    let cases: &[(&[usize], &[usize])] = &[
+        (&[3, 4, 5], &[3, 5, 2]),
+        (&[2, 1, 3, 4], &[5, 4, 6]),
+        (&[4, 7], &[2, 3, 7, 3]),
+        (&[1, 6, 33], &[4, 33, 1]),
+        (&[5], &[2, 5, 3]),
+        (&[2, 3, 5], &[5]),
+        (&[9], &[9]),
+        (&[3, 9], &[9]),
+        (&[9], &[9, 2]),
+    ];
+    let mut seed = 50;
+    for dtype in numeric_dtypes() {
+        for &(sa, sb) in cases {
+            for kind in ALL_LAYOUTS {
+                seed += 1;
+                let va = round_to(&mm_values(sa.iter().product(), dtype, seed), dtype);
+                let vb = round_to(&mm_values(sb.iter().product(), dtype, seed + 1), dtype);
+                let a = tensor_in(&va, sa, dtype, kind, dev);
+                let b = tensor_in(&vb, sb, dtype, Layouts::Contiguous, dev);
+                let ctx = format!("{dtype} {sa:?} @ {sb:?} {kind:?}");
+                check(&a, &b, &RefArray::new(sa.to_vec(), va), &RefArray::new(sb.to_vec(), vb), &ctx);
+            }
+        }
+    }
+    // Operands broadcast with zero strides (batch and inside the matrix).
+    for dtype in [DType::F32, DType::BF16, DType::I64] {
+        let vw = round_to(&mm_values(12, dtype, 5), dtype);
+        let w = tensor(&vw, &[4, 3], dtype, dev).broadcast_to((6, 4, 3)).unwrap();
+        let vx = round_to(&mm_values(6 * 2 * 4, dtype, 6), dtype);
+        let x = tensor(&vx, &[6, 2, 4], dtype, dev);
+        let rw = RefArray::new(vec![4, 3], vw.clone());
+        check(&x, &w, &RefArray::new(vec![6, 2, 4], vx), &rw, &format!("{dtype} broadcast rhs"));
+        let col = round_to(&mm_values(5, dtype, 8), dtype);
+        let c = tensor(&col, &[5, 1], dtype, dev).broadcast_to((5, 4)).unwrap();
+        let rc = RefArray::new(vec![5, 4], (0..20).map(|i| col[i / 4]).collect());
+        check(&c, &tensor(&vw, &[4, 3], dtype, dev), &rc, &rw, &format!("{dtype} broadcast inside matrix"));
+    }
+}
+
+fn matmul_empty_and_special(dev: &Device) {
+    for dtype in [DType::F32, DType::BF16, DType::I32] {
+        let z = |s: &[usize]| Tensor::zeros(s.to_vec(), dtype, dev).unwrap();
+        let r = z(&[0, 3]).matmul(&z(&[3, 4])).unwrap();
+        assert_eq!(r.dims(), &[0, 4]);
+        let a = rand_tensor(&[2, 0], dtype, 1, dev);
+        let r = a.matmul(&z(&[0, 3])).unwrap();
+        assert_exact(&r, &RefArray::new(vec![2, 3], vec![0.0; 6]), "k = 0 gives zeros");
+        assert_eq!(z(&[0, 2, 3]).matmul(&z(&[3, 4])).unwrap().dims(), &[0, 2, 4]);
+        assert_eq!(z(&[0]).matmul(&z(&[0])).unwrap().dims(), &[] as &[usize]);
+        assert_eq!(z(&[2, 3]).matmul(&z(&[3, 0])).unwrap().dims(), &[2, 0]);
+    }
+    // NaN and inf propagate like in any sum of products.
+    for dtype in FLOATS {
+        let mut va = round_to(&random_values(12, dtype, 3), dtype);
+        va[5] = f64::NAN;
+        va[0] = f64::INFINITY;
+        let vb = round_to(&random_values(12, dtype, 4), dtype);
+        let a = tensor(&va, &[3, 4], dtype, dev);
+        let b = tensor(&vb, &[4, 3], dtype, dev);
+        check(&a, &b, &RefArray::new(vec![3, 4], va), &RefArray::new(vec![4, 3], vb), &format!("{dtype} nan"));
+    }
+    // `dot`.
+    for dtype in numeric_dtypes() {
+        let va = round_to(&mm_values(65, dtype, 9), dtype);
+        let vb = round_to(&mm_values(65, dtype, 10), dtype);
+        let d = tensor(&va, &[65], dtype, dev).dot(&tensor(&vb, &[65], dtype, dev)).unwrap();
+        let expected: f64 = va.iter().zip(&vb).map(|(x, y)| x * y).sum();
+        assert_close(&d, &RefArray::new(vec![], vec![expected]), 65f64.sqrt(), &format!("{dtype} dot"));
+    }
+}
+
+fn matmul_mixed_dtypes(dev: &Device) {
+    for (da, db) in
+        [(DType::F32, DType::F64), (DType::I32, DType::F32), (DType::F16, DType::BF16), (DType::U8, DType::I64)]
+    {
+        let va = round_to(&mm_values(12, da, 1), da);
+        let vb = round_to(&mm_values(8, db, 2), db);
+        let a = tensor(&va, &[3, 4], da, dev);
+        let b = tensor(&vb, &[4, 2], db, dev);
+        check(&a, &b, &RefArray::new(vec![3, 4], va), &RefArray::new(vec![4, 2], vb), &format!("{da} @ {db}"));
+    }
+}
+
+fn linear(dev: &Device) {
+    for dtype in FLOATS {
+        let vx = round_to(&random_values(2 * 3 * 5, dtype, 1), dtype);
+        let vw = round_to(&random_values(4 * 5, dtype, 2), dtype);
+        let vb = round_to(&random_values(4, dtype, 3), dtype);
+        let x = tensor(&vx, &[2, 3, 5], dtype, dev);
+        let w = tensor(&vw, &[4, 5], dtype, dev);
+        let b = tensor(&vb, &[4], dtype, dev);
+        let wt = RefArray::new(vec![5, 4], (0..20).map(|i| vw[(i % 4) * 5 + i / 4]).collect());
+        let xw = ref_matmul(&RefArray::new(vec![2, 3, 5], vx), &wt);
+        assert_close(&x.linear(&w, None).unwrap(), &xw, 5f64.sqrt(), &format!("{dtype} linear"));
+        let mut xwb = xw.clone();
+        for (i, v) in xwb.data.iter_mut().enumerate() {
+            *v += vb[i % 4];
+        }
+        assert_close(&x.linear(&w, Some(&b)).unwrap(), &xwb, 2.0 * 5f64.sqrt(), &format!("{dtype} linear + bias"));
+    }
+}
+
+fn matmul_errors(dev: &Device) {
+    let t = |s: &[usize], d: DType| Tensor::zeros(s.to_vec(), d, dev).unwrap();
+    let f = DType::F32;
+    let e = t(&[2, 3], f).matmul(&t(&[4, 5], f)).unwrap_err().to_string();
+    assert_eq!(e, "[matmul] shapes (2, 3) and (4, 5) are not aligned: 3 != 4");
+    assert_err(t(&[3], f).matmul(&t(&[4], f)), &["matmul", "(3,)", "(4,)", "3 != 4"]);
+    assert_err(t(&[2, 2, 3], f).matmul(&t(&[3, 3, 4], f)), &["matmul", "(2, 2, 3)", "(3, 3, 4)"]);
+    assert_err(t(&[], f).matmul(&t(&[3], f)), &["matmul", "()", "(3,)"]);
+    assert_err(t(&[2, 2], DType::Bool).matmul(&t(&[2, 2], DType::Bool)), &["matmul", "bool"]);
+    assert_err(t(&[2, 2], f).matmul(&t(&[2, 2], DType::Bool)), &["matmul", "bool"]);
+    assert_err(t(&[3], f).dot(&t(&[4], f)), &["dot", "(3,)", "(4,)", "3 != 4"]);
+    assert_err(t(&[2, 3], f).dot(&t(&[3], f)), &["dot", "(2, 3)", "(3,)"]);
+    assert_err(t(&[2, 3], f).linear(&t(&[4, 5], f), None), &["linear", "(2, 3)", "(4, 5)"]);
+    assert_err(t(&[2, 5], f).linear(&t(&[5], f), None), &["linear", "(5,)"]);
+    assert_err(t(&[2, 5], f).linear(&t(&[4, 5], f), Some(&t(&[5], f))), &["linear", "(5,)", "(4, 5)"]);
+}
+
+backend_tests!(
+    matmul_2d,
+    matmul_large,
+    matmul_batched,
+    matmul_empty_and_special,
+    matmul_mixed_dtypes,
+    linear,
+    matmul_errors
+);

@@ -1,2 +1,403 @@
-#[allow(unused_imports)]
+//! Reductions against plain f64 loops. Tolerances: sums and means use the dtype's tolerance times
+//! `sqrt(n)` (n = reduced elements), products times `n`; max/min/argmax/argmin are exact; var/std
+//! use 4 * sqrt(n).
+use crate::backend_tests;
 use crate::common::*;
+use kiln::{DType, Device, Tensor};
+
+const SHAPES: &[&[usize]] = &[&[7], &[3, 5], &[2, 33, 4], &[4, 1, 65], &[1, 129]];
+
+/// Axis sets to try for a rank (as the user passes them, negatives included).
+fn axis_sets(rank: usize) -> Vec<Vec<isize>> {
+    let r = rank as isize;
+    let mut v = vec![vec![], vec![0], vec![-1], (0..r).collect()];
+    if rank >= 2 {
+        v.push(vec![-2]);
+    }
+    if rank >= 3 {
+        v.push(vec![2, 0]);
+        v.push(vec![1]);
+    }
+    v
+}
+
+/// Normalises (sorts) the axes of a test case.
+fn norm_axes(axes: &[isize], rank: usize) -> Vec<usize> {
+    let mut a: Vec<usize> =
+        axes.iter().map(|&x| if x < 0 { (x + rank as isize) as usize } else { x as usize }).collect();
+    a.sort();
+    a
+}
+
+/// The reference reduction: `f` over the groups of elements that share an output position.
+fn ref_reduce(x: &RefArray, axes: &[usize], keepdim: bool, f: &dyn Fn(&[f64]) -> f64) -> RefArray {
+    let kshape: Vec<usize> = x.shape.iter().enumerate().map(|(i, &d)| if axes.contains(&i) { 1 } else { d }).collect();
+    let kref = RefArray::new(kshape.clone(), vec![0.0; kshape.iter().product()]);
+    let mut groups = vec![Vec::new(); kref.data.len()];
+    for (i, &v) in x.data.iter().enumerate() {
+        let mut idx = x.unravel(i);
+        for &a in axes {
+            idx[a] = 0;
+        }
+        groups[kref.ravel(&idx)].push(v);
+    }
+    let data = groups.iter().map(|g| f(g)).collect();
+    let shape = if keepdim {
+        kshape
+    } else {
+        x.shape.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, &d)| d).collect()
+    };
+    RefArray::new(shape, data)
+}
+
+fn r_sum(g: &[f64]) -> f64 {
+    g.iter().sum()
+}
+fn r_prod(g: &[f64]) -> f64 {
+    g.iter().product()
+}
+fn r_max(g: &[f64]) -> f64 {
+    g.iter().fold(f64::NEG_INFINITY, |m, &v| if v.is_nan() || m.is_nan() { f64::NAN } else { m.max(v) })
+}
+fn r_min(g: &[f64]) -> f64 {
+    g.iter().fold(f64::INFINITY, |m, &v| if v.is_nan() || m.is_nan() { f64::NAN } else { m.min(v) })
+}
+fn r_mean(g: &[f64]) -> f64 {
+    r_sum(g) / g.len() as f64
+}
+fn r_var(g: &[f64], correction: usize) -> f64 {
+    let m = r_mean(g);
+    g.iter().map(|v| (v - m) * (v - m)).sum::<f64>() / g.len().saturating_sub(correction) as f64
+}
+/// First index of the max (`max = true`) or min, NaN counting as the extreme.
+fn r_arg(g: &[f64], max: bool) -> f64 {
+    if let Some(i) = g.iter().position(|v| v.is_nan()) {
+        return i as f64;
+    }
+    let mut best = 0;
+    for (i, &v) in g.iter().enumerate() {
+        if (max && v > g[best]) || (!max && v < g[best]) {
+            best = i;
+        }
+    }
+    best as f64
+}
+
+fn all_dtypes() -> Vec<DType> {
+    let mut v = FLOATS.to_vec();
+    v.extend(INTS);
+    v.push(DType::Bool);
+    v
+}
+
+/// Values for prod tests: small magnitudes so products neither overflow nor vanish (ints in
+/// [-3, 3], exact in f64 for up to 33 factors; floats in [0.5, 1.5] with a random sign).
+fn prod_values(n: usize, dtype: DType, seed: u64) -> Vec<f64> {
+    let v = random_values(n, dtype, seed);
+    match dtype {
+        DType::Bool => v,
+        DType::U8 | DType::U32 => v.iter().map(|x| x.rem_euclid(4.0)).collect(),
+        DType::I32 | DType::I64 => v.iter().map(|x| x.rem_euclid(7.0) - 3.0).collect(),
+        _ => v.iter().map(|x| (0.5 + x.abs().fract()) * x.signum()).collect(),
+    }
+}
+
+fn sum_prod_max_min(dev: &Device) {
+    let mut seed = 0;
+    for dtype in all_dtypes() {
+        for &shape in SHAPES {
+            for kind in ALL_LAYOUTS {
+                seed += 1;
+                let n: usize = shape.iter().product();
+                let vals = round_to(&random_values(n, dtype, seed), dtype);
+                let pvals = round_to(&prod_values(n, dtype, seed), dtype);
+                let x = tensor_in(&vals, shape, dtype, kind, dev);
+                let px = tensor_in(&pvals, shape, dtype, kind, dev);
+                let (rx, rp) = (RefArray::new(shape.to_vec(), vals), RefArray::new(shape.to_vec(), pvals));
+                for axes in axis_sets(shape.len()) {
+                    let na = norm_axes(&axes, shape.len());
+                    let n_red: usize = na.iter().map(|&a| shape[a]).product();
+                    for keepdim in [false, true] {
+                        let ctx = format!("{dtype} {shape:?} {kind:?} axes {axes:?} keepdim {keepdim}");
+                        let s = x.sum(&axes, keepdim).unwrap();
+                        let sum_dtype = if dtype.is_float() { dtype } else { DType::I64 };
+                        assert_eq!(s.dtype(), sum_dtype, "sum {ctx}");
+                        assert_close(
+                            &s,
+                            &ref_reduce(&rx, &na, keepdim, &r_sum),
+                            (n_red as f64).sqrt(),
+                            &format!("sum {ctx}"),
+                        );
+                        let mx = x.max(&axes, keepdim).unwrap();
+                        assert_eq!(mx.dtype(), dtype);
+                        assert_exact(&mx, &ref_reduce(&rx, &na, keepdim, &r_max), &format!("max {ctx}"));
+                        let mn = x.min(&axes, keepdim).unwrap();
+                        assert_exact(&mn, &ref_reduce(&rx, &na, keepdim, &r_min), &format!("min {ctx}"));
+                        if dtype.is_float() || n_red <= 33 {
+                            let p = px.prod(&axes, keepdim).unwrap();
+                            assert_eq!(p.dtype(), sum_dtype, "prod {ctx}");
+                            let expected = ref_reduce(&rp, &na, keepdim, &r_prod);
+                            assert_close(&p, &expected, n_red as f64, &format!("prod {ctx}"));
+                        }
+                    }
+                }
+                // The `_all` forms give rank 0.
+                let s = x.sum_all().unwrap();
+                assert_eq!(s.rank(), 0);
+                let all: Vec<usize> = (0..shape.len()).collect();
+                assert_close(&s, &ref_reduce(&rx, &all, false, &r_sum), (n as f64).sqrt(), "sum_all");
+                assert_exact(&x.max_all().unwrap(), &ref_reduce(&rx, &all, false, &r_max), "max_all");
+                assert_exact(&x.min_all().unwrap(), &ref_reduce(&rx, &all, false, &r_min), "min_all");
+                if dtype.is_float() || n <= 33 {
+                    assert_close(&px.prod_all().unwrap(), &ref_reduce(&rp, &all, false, &r_prod), n as f64, "prod_all");
+                }
+            }
+        }
+    }
+}
+
+/// Larger reductions that cross the parallel and blocked paths: rows, columns and gathered views.
+fn large_reductions(dev: &Device) {
+    for (shape, axes) in [
+        (vec![300, 1001], vec![1isize]),
+        (vec![300, 1001], vec![0]),
+        (vec![20, 3, 2050], vec![0, 2]),
+        (vec![5000, 3], vec![0]),
+        (vec![64, 64, 33], vec![0, 1]),
+    ] {
+        for dtype in [DType::F32, DType::F16, DType::I32] {
+            for kind in ALL_LAYOUTS {
+                let n: usize = shape.iter().product();
+                let vals = round_to(&random_values(n, dtype, 7), dtype);
+                let x = tensor_in(&vals, &shape, dtype, kind, dev);
+                let rx = RefArray::new(shape.clone(), vals);
+                let na = norm_axes(&axes, shape.len());
+                let n_red: usize = na.iter().map(|&a| shape[a]).product();
+                let ctx = format!("{dtype} {shape:?} {kind:?} {axes:?}");
+                let s = x.sum(&axes, false).unwrap();
+                assert_close(&s, &ref_reduce(&rx, &na, false, &r_sum), (n_red as f64).sqrt(), &ctx);
+                assert_exact(&x.max(&axes, true).unwrap(), &ref_reduce(&rx, &na, true, &r_max), &ctx);
+                assert_exact(&x.min(&axes, false).unwrap(), &ref_reduce(&rx, &na, false, &r_min), &ctx);
+                if na.len() == 1 {
+                    let am = x.argmax(axes[0], false).unwrap();
+                    assert_exact(&am, &ref_reduce(&rx, &na, false, &|g| r_arg(g, true)), &ctx);
+                }
+            }
+        }
+    }
+}
+
+/// f32 sums of 16M elements stay accurate (naive sequential f32 summation is off by ~1e-2 here).
+fn sum_accuracy_16m(dev: &Device) {
+    let n = 1 << 24;
+    let mut r = rng(11);
+    use rand::RngExt;
+    let vals: Vec<f32> = (0..n).map(|_| r.random::<f32>()).collect();
+    let x = Tensor::from_vec(vals.clone(), n, dev).unwrap();
+    let exact: f64 = vals.iter().map(|&v| v as f64).sum();
+    let expected = RefArray::new(vec![], vec![exact]);
+    assert_close_tol(&x.sum_all().unwrap(), &expected, 0.0, 1e-6, "sum_all of 16M f32");
+    // Columns: axis 0 of a (1M, 16) matrix.
+    let m = x.reshape((n / 16, 16)).unwrap();
+    let cols: Vec<f64> = (0..16).map(|j| (0..n / 16).map(|i| vals[i * 16 + j] as f64).sum()).collect();
+    assert_close_tol(&m.sum(&[0], false).unwrap(), &RefArray::new(vec![16], cols), 0.0, 1e-6, "axis 0 of (1M, 16)");
+    // Rows of 4M: axis 1 of a (4, 4M) matrix.
+    let m = x.reshape((4, n / 4)).unwrap();
+    let rows: Vec<f64> = (0..4).map(|i| vals[i * n / 4..(i + 1) * n / 4].iter().map(|&v| v as f64).sum()).collect();
+    assert_close_tol(&m.sum(&[1], false).unwrap(), &RefArray::new(vec![4], rows), 0.0, 1e-6, "axis 1 of (4, 4M)");
+}
+
+fn nan_and_inf(dev: &Device) {
+    for dtype in FLOATS {
+        for kind in ALL_LAYOUTS {
+            // (3, 40): NaN in row 0, +inf in row 1, +inf and -inf in row 2.
+            let mut vals = round_to(&random_values(120, dtype, 3), dtype);
+            vals[17] = f64::NAN;
+            vals[40 + 5] = f64::INFINITY;
+            vals[80 + 1] = f64::INFINITY;
+            vals[80 + 30] = f64::NEG_INFINITY;
+            let x = tensor_in(&vals, &[3, 40], dtype, kind, dev);
+            let rx = RefArray::new(vec![3, 40], vals);
+            for axes in [vec![1], vec![0], vec![0, 1]] {
+                let na = norm_axes(&axes, 2);
+                let ctx = format!("{dtype} {kind:?} {axes:?}");
+                let factor = 40f64.sqrt();
+                assert_close(&x.sum(&axes, false).unwrap(), &ref_reduce(&rx, &na, false, &r_sum), factor, &ctx);
+                assert_exact(&x.max(&axes, false).unwrap(), &ref_reduce(&rx, &na, false, &r_max), &ctx);
+                assert_exact(&x.min(&axes, false).unwrap(), &ref_reduce(&rx, &na, false, &r_min), &ctx);
+                assert_close(&x.prod(&axes, false).unwrap(), &ref_reduce(&rx, &na, false, &r_prod), 120.0, &ctx);
+                if na.len() == 1 {
+                    for max in [true, false] {
+                        let a = if max { x.argmax(axes[0], false) } else { x.argmin(axes[0], false) }.unwrap();
+                        assert_exact(&a, &ref_reduce(&rx, &na, false, &|g| r_arg(g, max)), &ctx);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn argmax_argmin(dev: &Device) {
+    let mut seed = 100;
+    for dtype in all_dtypes() {
+        for &shape in SHAPES {
+            for kind in ALL_LAYOUTS {
+                seed += 1;
+                let n: usize = shape.iter().product();
+                // Few distinct values so ties (first occurrence wins) are common.
+                let vals =
+                    round_to(&random_values(n, dtype, seed).iter().map(|v| v.round()).collect::<Vec<_>>(), dtype);
+                let x = tensor_in(&vals, shape, dtype, kind, dev);
+                let rx = RefArray::new(shape.to_vec(), vals);
+                for axis in [0isize, -1, (shape.len() as isize) / 2] {
+                    let na = norm_axes(&[axis], shape.len());
+                    for keepdim in [false, true] {
+                        let ctx = format!("{dtype} {shape:?} {kind:?} axis {axis} keepdim {keepdim}");
+                        let a = x.argmax(axis, keepdim).unwrap();
+                        assert_eq!(a.dtype(), DType::I64);
+                        assert_exact(&a, &ref_reduce(&rx, &na, keepdim, &|g| r_arg(g, true)), &format!("argmax {ctx}"));
+                        let a = x.argmin(axis, keepdim).unwrap();
+                        assert_exact(
+                            &a,
+                            &ref_reduce(&rx, &na, keepdim, &|g| r_arg(g, false)),
+                            &format!("argmin {ctx}"),
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn mean_var_std(dev: &Device) {
+    let mut seed = 200;
+    for dtype in all_dtypes() {
+        for &shape in SHAPES {
+            for kind in ALL_LAYOUTS {
+                seed += 1;
+                let n: usize = shape.iter().product();
+                let vals = round_to(&random_values(n, dtype, seed), dtype);
+                let x = tensor_in(&vals, shape, dtype, kind, dev);
+                let rx = RefArray::new(shape.to_vec(), vals);
+                let out_dtype = if dtype.is_float() { dtype } else { DType::F32 };
+                for axes in axis_sets(shape.len()) {
+                    let na = norm_axes(&axes, shape.len());
+                    let n_red: usize = na.iter().map(|&a| shape[a]).product();
+                    let f = (n_red as f64).sqrt();
+                    for keepdim in [false, true] {
+                        let ctx = format!("{dtype} {shape:?} {kind:?} axes {axes:?} keepdim {keepdim}");
+                        let m = x.mean(&axes, keepdim).unwrap();
+                        assert_eq!(m.dtype(), out_dtype, "mean {ctx}");
+                        assert_close(&m, &ref_reduce(&rx, &na, keepdim, &r_mean), f, &format!("mean {ctx}"));
+                        for c in [0, 1] {
+                            let v = x.var(&axes, keepdim, c).unwrap();
+                            assert_eq!(v.dtype(), out_dtype);
+                            let rv = ref_reduce(&rx, &na, keepdim, &|g| r_var(g, c));
+                            assert_close(&v, &rv, 4.0 * f, &format!("var({c}) {ctx}"));
+                            let s = x.std(&axes, keepdim, c).unwrap();
+                            assert_close(&s, &rv.map(f64::sqrt), 4.0 * f, &format!("std({c}) {ctx}"));
+                        }
+                    }
+                }
+                let all: Vec<usize> = (0..shape.len()).collect();
+                assert_close(
+                    &x.mean_all().unwrap(),
+                    &ref_reduce(&rx, &all, false, &r_mean),
+                    (n as f64).sqrt(),
+                    "mean_all",
+                );
+            }
+        }
+    }
+    // Var is computed in two passes: a large offset does not destroy it (one-pass E[x^2]-E[x]^2 would).
+    let vals: Vec<f64> = (0..1000).map(|i| 1e4 + (i % 10) as f64 * 0.1).collect();
+    let x = tensor(&vals, &[1000], DType::F32, dev);
+    let expected = RefArray::new(vec![], vec![r_var(&round_to(&vals, DType::F32), 0)]);
+    assert_close_tol(&x.var(&[0], false, 0).unwrap(), &expected, 1e-5, 1e-3, "var with offset 1e4");
+}
+
+fn cumsum(dev: &Device) {
+    let mut seed = 300;
+    for dtype in all_dtypes() {
+        for &shape in SHAPES.iter().chain([&[3usize, 2100][..]].iter()) {
+            for kind in ALL_LAYOUTS {
+                seed += 1;
+                let n: usize = shape.iter().product();
+                let vals = round_to(&random_values(n, dtype, seed), dtype);
+                let x = tensor_in(&vals, shape, dtype, kind, dev);
+                let rx = RefArray::new(shape.to_vec(), vals);
+                for axis in 0..shape.len() {
+                    let ctx = format!("{dtype} {shape:?} {kind:?} axis {axis}");
+                    let c = x.cumsum(axis as isize - shape.len() as isize).unwrap();
+                    assert_eq!(c.dtype(), if dtype.is_float() { dtype } else { DType::I64 }, "{ctx}");
+                    let mut expected = rx.clone();
+                    for i in 0..n {
+                        let idx = rx.unravel(i);
+                        if idx[axis] > 0 {
+                            let mut prev = idx.clone();
+                            prev[axis] -= 1;
+                            expected.data[i] += expected.get(&prev);
+                        }
+                    }
+                    assert_close(&c, &expected, (shape[axis] as f64).sqrt(), &ctx);
+                }
+            }
+        }
+    }
+    let e = Tensor::zeros((0, 3), DType::F32, dev).unwrap().cumsum(0).unwrap();
+    assert_eq!(e.dims(), &[0, 3]);
+}
+
+fn empty_reductions(dev: &Device) {
+    for dtype in [DType::F32, DType::I32, DType::BF16] {
+        let x = Tensor::zeros((0, 3), dtype, dev).unwrap();
+        let ctx = format!("{dtype}");
+        let zeros = RefArray::new(vec![3], vec![0.0; 3]);
+        assert_exact(&x.sum(&[0], false).unwrap(), &zeros, &ctx);
+        assert_exact(&x.prod(&[0], false).unwrap(), &RefArray::new(vec![3], vec![1.0; 3]), &ctx);
+        assert_exact(&x.mean(&[0], false).unwrap(), &RefArray::new(vec![3], vec![f64::NAN; 3]), &ctx);
+        assert_exact(&x.sum_all().unwrap(), &RefArray::new(vec![], vec![0.0]), &ctx);
+        assert_exact(&x.mean_all().unwrap(), &RefArray::new(vec![], vec![f64::NAN]), &ctx);
+        // Reducing the non-empty axis of an empty tensor is fine, even without identity.
+        assert_eq!(x.max(&[1], false).unwrap().dims(), &[0]);
+        assert_eq!(x.argmax(1, true).unwrap().dims(), &[0, 1]);
+        assert_eq!(x.sum(&[1], true).unwrap().dims(), &[0, 1]);
+        assert_err(x.max(&[0], false), &["max", "(0, 3)"]);
+        assert_err(x.min_all(), &["min_all", "(0, 3)"]);
+        assert_err(x.argmax(0, false), &["argmax", "(0, 3)"]);
+        assert_err(x.argmin(-2, false), &["argmin", "(0, 3)"]);
+    }
+    // Empty axis list: no reduction (sum of ints still gives i64).
+    let x = tensor(&[1.0, 2.0, 3.0, 4.0], &[2, 2], DType::I32, dev);
+    let s = x.sum(&[], false).unwrap();
+    assert_eq!(s.dtype(), DType::I64);
+    assert_exact(&s, &RefArray::new(vec![2, 2], vec![1.0, 2.0, 3.0, 4.0]), "sum over no axes");
+    // Rank 0.
+    let s = Tensor::scalar(2.5, DType::F32, dev).unwrap();
+    assert_exact(&s.sum_all().unwrap(), &RefArray::new(vec![], vec![2.5]), "sum_all of a scalar");
+    assert_exact(&s.max_all().unwrap(), &RefArray::new(vec![], vec![2.5]), "max_all of a scalar");
+}
+
+fn reduce_errors(dev: &Device) {
+    let x = rand_tensor(&[2, 3, 4], DType::F32, 1, dev);
+    assert_err(x.sum(&[3], false), &["sum", "axis 3", "(2, 3, 4)"]);
+    assert_err(x.mean(&[-4], false), &["mean", "axis -4"]);
+    assert_err(x.max(&[0, -3], false), &["max", "axis 0", "more than once"]);
+    assert_err(x.argmax(5, false), &["argmax", "axis 5"]);
+    assert_err(x.var(&[1, 1], false, 1), &["var", "more than once"]);
+    assert_err(x.cumsum(3), &["cumsum", "axis 3"]);
+    let s = Tensor::scalar(1.0, DType::F32, dev).unwrap();
+    assert_err(s.argmin(0, false), &["argmin", "rank 0"]);
+}
+
+backend_tests!(
+    sum_prod_max_min,
+    large_reductions,
+    sum_accuracy_16m,
+    nan_and_inf,
+    argmax_argmin,
+    mean_var_std,
+    cumsum,
+    empty_reductions,
+    reduce_errors
+);
