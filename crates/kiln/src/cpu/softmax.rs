@@ -42,6 +42,7 @@ pub(crate) trait Acc:
     fn ln(self) -> Self;
     fn sqrt(self) -> Self;
     fn is_nan(self) -> bool;
+    fn is_finite(self) -> bool;
     fn from_f64(v: f64) -> Self;
 }
 
@@ -65,6 +66,10 @@ impl Acc for f32 {
     #[inline(always)]
     fn is_nan(self) -> bool {
         f32::is_nan(self)
+    }
+    #[inline(always)]
+    fn is_finite(self) -> bool {
+        f32::is_finite(self)
     }
     #[inline(always)]
     fn from_f64(v: f64) -> Self {
@@ -92,6 +97,10 @@ impl Acc for f64 {
     #[inline(always)]
     fn is_nan(self) -> bool {
         f64::is_nan(self)
+    }
+    #[inline(always)]
+    fn is_finite(self) -> bool {
+        f64::is_finite(self)
     }
     #[inline(always)]
     fn from_f64(v: f64) -> Self {
@@ -293,7 +302,7 @@ pub(crate) fn softmax_row<A: Acc>(x: &[A], out: &mut [A], log: bool) {
         s = s * (m - nm).exp() + bs;
         m = nm;
     }
-    if (m - m).is_nan() {
+    if !m.is_finite() {
         // The max is NaN, +inf or -inf (a NaN entry, a +inf entry, or nothing but -inf): the whole row
         // is NaN as in PyTorch (explicit, so that it does not depend on how `exp` treats NaN).
         out.fill(A::NAN);

@@ -1,2 +1,285 @@
-#[allow(unused_imports)]
+//! Scaled dot-product attention against a plain f64 reference (GQA, causal with the `tk - tq` offset,
+//! explicit scale, `dv != d`, tiles and query blocks of odd sizes), the fused kernel against
+//! `kiln::composed::sdpa`, and the KV cache (step-by-step decode equals full attention; old views
+//! stay valid).
+//!
+//! Tolerance factor 8 over the dtype's: a softmax over up to 100 keys and two dot products of up to
+//! 128 terms accumulated in f32.
+
+use crate::backend_tests;
 use crate::common::*;
+use kiln::{composed, DType, Device, KvCache, Tensor};
+
+/// Reference attention: for each query, the softmax of the scaled scores of its visible keys, then
+/// the weighted sum of values; a query with no visible key gets zeros.
+fn ref_sdpa(q: &RefArray, k: &RefArray, v: &RefArray, causal: bool, scale: Option<f64>) -> RefArray {
+    let (b, hq, tq, d) = (q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
+    let (hkv, tk, dv) = (k.shape[1], k.shape[2], v.shape[3]);
+    let scale = scale.unwrap_or(1.0 / (d as f64).sqrt());
+    let mut out = vec![0.0; b * hq * tq * dv];
+    for bi in 0..b {
+        for h in 0..hq {
+            let kh = h / (hq / hkv);
+            for i in 0..tq {
+                let visible = if causal { (i + 1 + tk).saturating_sub(tq).min(tk) } else { tk };
+                if visible == 0 {
+                    continue;
+                }
+                let scores: Vec<f64> = (0..visible)
+                    .map(|j| (0..d).map(|e| q.get(&[bi, h, i, e]) * k.get(&[bi, kh, j, e])).sum::<f64>() * scale)
+                    .collect();
+                let m =
+                    scores
+                        .iter()
+                        .fold(f64::NEG_INFINITY, |a, &s| if a.is_nan() || s.is_nan() { f64::NAN } else { a.max(s) });
+                let w: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+                let sum: f64 = w.iter().sum();
+                for e in 0..dv {
+                    let o = (0..visible).map(|j| w[j] * v.get(&[bi, kh, j, e])).sum::<f64>() / sum;
+                    out[((bi * hq + h) * tq + i) * dv + e] = o;
+                }
+            }
+        }
+    }
+    RefArray::new(vec![b, hq, tq, dv], out)
+}
+
+/// (b, hq, hkv, tq, tk, d, dv, causal, scale)
+type Case = (usize, usize, usize, usize, usize, usize, usize, bool, Option<f64>);
+
+const CASES: [Case; 10] = [
+    (1, 1, 1, 1, 1, 2, 2, false, None),
+    (2, 4, 2, 5, 5, 6, 6, true, None),
+    (1, 4, 1, 3, 17, 64, 64, true, None),
+    (1, 2, 2, 33, 33, 64, 32, true, Some(0.3)),
+    (1, 8, 2, 17, 100, 128, 128, false, None),
+    (2, 4, 4, 1, 70, 64, 64, true, None),
+    (1, 2, 1, 40, 130, 16, 24, true, Some(0.05)),
+    (1, 2, 1, 5, 3, 8, 8, true, None),
+    (1, 2, 1, 3, 0, 4, 4, false, None),
+    (1, 3, 3, 20, 20, 2, 1, false, Some(2.0)),
+];
+
+struct Inputs {
+    q: RefArray,
+    k: RefArray,
+    v: RefArray,
+}
+
+fn inputs(c: &Case, dtype: DType, seed: u64) -> Inputs {
+    let &(b, hq, hkv, tq, tk, d, dv, _, _) = c;
+    let mk = |shape: Vec<usize>, s: u64| {
+        let n = shape.iter().product();
+        RefArray::new(shape, round_to(&random_values(n, dtype, s), dtype))
+    };
+    Inputs {
+        q: mk(vec![b, hq, tq, d], seed),
+        k: mk(vec![b, hkv, tk, d], seed + 1),
+        v: mk(vec![b, hkv, tk, dv], seed + 2),
+    }
+}
+
+fn to_tensor(r: &RefArray, dtype: DType, kind: Layouts, dev: &Device) -> Tensor {
+    tensor_in(&r.data, &r.shape, dtype, kind, dev)
+}
+
+fn sdpa_matches_reference(dev: &Device) {
+    for dtype in FLOATS {
+        for (ci, c) in CASES.iter().enumerate() {
+            let inp = inputs(c, dtype, 700 + 10 * ci as u64);
+            let expected = ref_sdpa(&inp.q, &inp.k, &inp.v, c.7, c.8);
+            for kind in ALL_LAYOUTS {
+                let (q, k, v) = (
+                    to_tensor(&inp.q, dtype, kind, dev),
+                    to_tensor(&inp.k, dtype, kind, dev),
+                    to_tensor(&inp.v, dtype, kind, dev),
+                );
+                let got = q.sdpa(&k, &v, c.7, c.8).unwrap();
+                assert_close(&got, &expected, 8.0, &format!("sdpa case {c:?} {kind:?}"));
+            }
+            // Mixed layouts: transposed queries, stepped keys, contiguous values.
+            let (q, k, v) = (
+                to_tensor(&inp.q, dtype, Layouts::Transposed, dev),
+                to_tensor(&inp.k, dtype, Layouts::Stepped, dev),
+                to_tensor(&inp.v, dtype, Layouts::Contiguous, dev),
+            );
+            assert_close(&q.sdpa(&k, &v, c.7, c.8).unwrap(), &expected, 8.0, &format!("sdpa mixed layouts {c:?}"));
+        }
+    }
+}
+
+fn sdpa_nan_propagation(dev: &Device) {
+    // A NaN key poisons exactly the queries that can see it (causal: the later ones); a NaN query
+    // poisons only its own row.
+    let c: Case = (1, 2, 1, 6, 9, 4, 4, true, None);
+    for dtype in FLOATS {
+        let mut inp = inputs(&c, dtype, 900);
+        inp.k.data[5 * 4 + 2] = f64::NAN; // key 5, feature 2
+        inp.q.data[(6 + 1) * 4] = f64::NAN; // head 1, query 1
+        let expected = ref_sdpa(&inp.q, &inp.k, &inp.v, true, None);
+        assert!(expected.data.iter().any(|v| v.is_nan()) && expected.data.iter().any(|v| !v.is_nan()));
+        let (q, k, v) = (
+            to_tensor(&inp.q, dtype, Layouts::Contiguous, dev),
+            to_tensor(&inp.k, dtype, Layouts::Contiguous, dev),
+            to_tensor(&inp.v, dtype, Layouts::Contiguous, dev),
+        );
+        assert_close(&q.sdpa(&k, &v, true, None).unwrap(), &expected, 8.0, "sdpa nan causal");
+        let expected = ref_sdpa(&inp.q, &inp.k, &inp.v, false, None);
+        assert_close(&q.sdpa(&k, &v, false, None).unwrap(), &expected, 8.0, "sdpa nan full");
+    }
+}
+
+fn sdpa_errors(dev: &Device) {
+    let z = |s: [usize; 4], dt: DType| Tensor::zeros(s, dt, dev).unwrap();
+    let f = DType::F32;
+    assert_err(
+        z([1, 3, 2, 4], f).sdpa(&z([1, 2, 2, 4], f), &z([1, 2, 2, 4], f), false, None),
+        &["sdpa", "multiple", "3", "2"],
+    );
+    assert_err(
+        z([1, 2, 2, 4], f).sdpa(&z([1, 2, 2, 8], f), &z([1, 2, 2, 4], f), false, None),
+        &["sdpa", "head size", "(1, 2, 2, 8)"],
+    );
+    assert_err(
+        z([1, 2, 2, 4], f).sdpa(&z([1, 2, 3, 4], f), &z([1, 2, 2, 4], f), false, None),
+        &["sdpa", "(1, 2, 3, 4)"],
+    );
+    assert_err(z([2, 2, 2, 4], f).sdpa(&z([1, 2, 2, 4], f), &z([1, 2, 2, 4], f), false, None), &["sdpa", "batch"]);
+    assert_err(
+        z([1, 2, 2, 4], f).sdpa(&z([1, 2, 2, 4], DType::F16), &z([1, 2, 2, 4], f), false, None),
+        &["sdpa", "f32", "f16"],
+    );
+    assert_err(
+        z([1, 2, 2, 4], DType::I32).sdpa(&z([1, 2, 2, 4], DType::I32), &z([1, 2, 2, 4], DType::I32), false, None),
+        &["sdpa", "i32"],
+    );
+    assert_err(
+        z([1, 2, 2, 4], f).sdpa(&z([1, 2, 2, 4], f), &z([1, 2, 2, 4], f), false, Some(f64::NAN)),
+        &["sdpa", "scale"],
+    );
+    let q3 = Tensor::zeros((2, 2, 4), f, dev).unwrap();
+    assert_err(q3.sdpa(&q3, &q3, false, None), &["sdpa", "(2, 2, 4)"]);
+}
+
+fn fused_matches_composed_sdpa(dev: &Device) {
+    for dtype in FLOATS {
+        for (ci, c) in CASES.iter().enumerate() {
+            let inp = inputs(c, dtype, 1100 + 10 * ci as u64);
+            for kind in ALL_LAYOUTS {
+                let (q, k, v) = (
+                    to_tensor(&inp.q, dtype, kind, dev),
+                    to_tensor(&inp.k, dtype, kind, dev),
+                    to_tensor(&inp.v, dtype, kind, dev),
+                );
+                let fused = q.sdpa(&k, &v, c.7, c.8).unwrap();
+                let comp = composed::sdpa(&q, &k, &v, c.7, c.8).unwrap();
+                assert_close(&fused, &RefArray::of(&comp), 8.0, &format!("sdpa fused vs composed {c:?} {kind:?}"));
+            }
+        }
+    }
+}
+
+/// Positions `start..start + len` of a `(b, h, t, e)` reference array.
+fn ref_narrow(r: &RefArray, start: usize, len: usize) -> RefArray {
+    let (b, h, e) = (r.shape[0], r.shape[1], r.shape[3]);
+    let mut out = Vec::new();
+    for bi in 0..b {
+        for hi in 0..h {
+            for t in start..start + len {
+                for x in 0..e {
+                    out.push(r.get(&[bi, hi, t, x]));
+                }
+            }
+        }
+    }
+    RefArray::new(vec![b, h, len, e], out)
+}
+
+fn kv_cache_decode_equals_full_attention(dev: &Device) {
+    let c: Case = (2, 4, 2, 11, 11, 8, 6, true, None);
+    for dtype in FLOATS {
+        let inp = inputs(&c, dtype, 1300);
+        let full = ref_sdpa(&inp.q, &inp.k, &inp.v, true, None);
+        for kind in ALL_LAYOUTS {
+            let mut cache = KvCache::new(11);
+            assert!(cache.is_empty());
+            // Prefill 4 positions, then decode one at a time; the appended pieces are views of
+            // (possibly non-contiguous) tensors.
+            let (qt, kt, vt) = (
+                to_tensor(&inp.q, dtype, kind, dev),
+                to_tensor(&inp.k, dtype, kind, dev),
+                to_tensor(&inp.v, dtype, kind, dev),
+            );
+            let (k0, v0) = cache.append(&kt.narrow(2, 0, 4).unwrap(), &vt.narrow(2, 0, 4).unwrap()).unwrap();
+            assert_eq!((k0.dims(), v0.dims(), cache.len()), (&[2, 2, 4, 8][..], &[2, 2, 4, 6][..], 4));
+            let out = qt.narrow(2, 0, 4).unwrap().sdpa(&k0, &v0, true, None).unwrap();
+            assert_close(&out, &ref_narrow(&full, 0, 4), 8.0, &format!("kv prefill {kind:?}"));
+            let mut held = vec![(k0, v0, 4)];
+            for t in 4..11 {
+                let (ck, cv) = cache.append(&kt.narrow(2, t, 1).unwrap(), &vt.narrow(2, t, 1).unwrap()).unwrap();
+                assert_eq!(cache.len(), t + 1);
+                let out = qt.narrow(2, t, 1).unwrap().sdpa(&ck, &cv, true, None).unwrap();
+                assert_close(&out, &ref_narrow(&full, t, 1), 8.0, &format!("kv decode step {t} {kind:?}"));
+                held.push((ck, cv, t + 1));
+            }
+            // Every view handed out still holds exactly its prefix of keys and values.
+            for (k, v, len) in &held {
+                assert_exact(k, &ref_narrow(&inp.k, 0, *len), "old key view");
+                assert_exact(v, &ref_narrow(&inp.v, 0, *len), "old value view");
+            }
+            let (ck, _) = cache.current().unwrap();
+            assert!(ck.shares_storage_with(&held[0].0), "appends write in place");
+            // Overflow is an error and leaves the cache as it was.
+            assert_err(
+                cache.append(&kt.narrow(2, 0, 1).unwrap(), &vt.narrow(2, 0, 1).unwrap()),
+                &["kv_cache_append", "max_len 11"],
+            );
+            assert_eq!(cache.len(), 11);
+            // Reset releases the storage: old views keep their values, new appends may change shape.
+            cache.reset();
+            assert!(cache.is_empty() && cache.current().is_none());
+            let z = Tensor::zeros((1, 1, 2, 3), dtype, dev).unwrap();
+            let (nk, _) = cache.append(&z, &z).unwrap();
+            assert_eq!(nk.dims(), &[1, 1, 2, 3]);
+            assert_exact(&held[0].0, &ref_narrow(&inp.k, 0, 4), "view after reset");
+        }
+    }
+}
+
+fn kv_cache_errors(dev: &Device) {
+    let z = |s: [usize; 4], dt: DType| Tensor::zeros(s, dt, dev).unwrap();
+    let f = DType::F32;
+    let mut cache = KvCache::new(4);
+    assert_err(cache.append(&z([1, 2, 5, 4], f), &z([1, 2, 5, 4], f)), &["kv_cache_append", "max_len 4"]);
+    assert!(cache.is_empty());
+    assert_err(
+        cache.append(&z([1, 2, 1, 4], f), &z([1, 2, 2, 4], f)),
+        &["kv_cache_append", "(1, 2, 1, 4)", "(1, 2, 2, 4)"],
+    );
+    assert_err(cache.append(&z([1, 2, 1, 4], f), &z([1, 2, 1, 4], DType::F16)), &["kv_cache_append", "f32", "f16"]);
+    let r3 = Tensor::zeros((2, 1, 4), f, dev).unwrap();
+    assert_err(cache.append(&r3, &r3), &["kv_cache_append", "(2, 1, 4)"]);
+    cache.append(&z([1, 2, 1, 4], f), &z([1, 2, 1, 3], f)).unwrap();
+    assert_err(cache.append(&z([1, 2, 1, 8], f), &z([1, 2, 1, 3], f)), &["kv_cache_append", "(1, 2, 1, 8)"]);
+    assert_err(cache.append(&z([1, 3, 1, 4], f), &z([1, 3, 1, 3], f)), &["kv_cache_append", "(1, 3, 1, 4)"]);
+    assert_err(
+        cache.append(&z([1, 2, 1, 4], DType::F64), &z([1, 2, 1, 3], DType::F64)),
+        &["kv_cache_append", "f64", "f32"],
+    );
+    assert_eq!(cache.len(), 1);
+    // An empty append is fine and changes nothing; a view of the cache itself can be appended.
+    let (k, v) = cache.append(&z([1, 2, 0, 4], f), &z([1, 2, 0, 3], f)).unwrap();
+    assert_eq!(k.dims(), &[1, 2, 1, 4]);
+    let (k2, v2) = cache.append(&k, &v).unwrap();
+    assert_eq!(k2.dims(), &[1, 2, 2, 4]);
+    assert_eq!(v2.dims(), &[1, 2, 2, 3]);
+}
+
+backend_tests!(
+    sdpa_matches_reference,
+    sdpa_nan_propagation,
+    sdpa_errors,
+    fused_matches_composed_sdpa,
+    kv_cache_decode_equals_full_attention,
+    kv_cache_errors,
+);

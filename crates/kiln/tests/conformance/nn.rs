@@ -1,2 +1,327 @@
-#[allow(unused_imports)]
+//! softmax / log_softmax, rms_norm, layer_norm and silu_mul against plain f64 references, and the
+//! fused kernels against their composed versions (`kiln::composed`).
+//!
+//! Tolerances: the dtype's `tol` times a stated factor. The references start from the inputs rounded
+//! to the dtype (`round_to`), so the error measured is the kernel's own (f32 accumulation for
+//! f16/bf16, one output rounding).
+
+use crate::backend_tests;
 use crate::common::*;
+use kiln::{composed, DType, Device, Tensor};
+
+/// Softmax (or log-softmax) of `x` along `axis`, the textbook way in f64: NaN if the row's max is not
+/// finite or it holds a NaN.
+fn ref_softmax(x: &RefArray, axis: usize, log: bool) -> RefArray {
+    let n = x.shape[axis];
+    let mut out = vec![0.0; x.data.len()];
+    for i in 0..x.data.len() {
+        let idx = x.unravel(i);
+        if idx[axis] != 0 {
+            continue;
+        }
+        let at = |j: usize| {
+            let mut id = idx.clone();
+            id[axis] = j;
+            x.ravel(&id)
+        };
+        let vals: Vec<f64> = (0..n).map(|j| x.data[at(j)]).collect();
+        let m = vals.iter().fold(f64::NEG_INFINITY, |a, &b| if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) });
+        let s: f64 = vals.iter().map(|v| (v - m).exp()).sum();
+        for (j, &v) in vals.iter().enumerate() {
+            out[at(j)] = if log { v - m - s.ln() } else { (v - m).exp() / s };
+        }
+    }
+    RefArray::new(x.shape.clone(), out)
+}
+
+/// Applies `f(row) -> row` to each last-axis row.
+fn ref_rows(x: &RefArray, f: impl Fn(&[f64]) -> Vec<f64>) -> RefArray {
+    let d = *x.shape.last().unwrap();
+    let mut out = Vec::with_capacity(x.data.len());
+    if d > 0 {
+        for row in x.data.chunks(d) {
+            out.extend(f(row));
+        }
+    }
+    RefArray::new(x.shape.clone(), out)
+}
+
+fn ref_rms(x: &RefArray, w: &[f64], eps: f64) -> RefArray {
+    ref_rows(x, |r| {
+        let ms = r.iter().map(|v| v * v).sum::<f64>() / r.len() as f64;
+        let s = 1.0 / (ms + eps).sqrt();
+        r.iter().zip(w).map(|(v, w)| v * s * w).collect()
+    })
+}
+
+fn ref_layer(x: &RefArray, w: &[f64], b: Option<&[f64]>, eps: f64) -> RefArray {
+    ref_rows(x, |r| {
+        let n = r.len() as f64;
+        let mean = r.iter().sum::<f64>() / n;
+        let var = r.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
+        let s = 1.0 / (var + eps).sqrt();
+        r.iter().enumerate().map(|(i, v)| (v - mean) * s * w[i] + b.map_or(0.0, |b| b[i])).collect()
+    })
+}
+
+fn ref_silu_mul(g: f64, u: f64) -> f64 {
+    g / (1.0 + (-g).exp()) * u
+}
+
+/// Random values, scaled, rounded to `dtype`.
+fn values(n: usize, dtype: DType, seed: u64, scale: f64) -> Vec<f64> {
+    round_to(&random_values(n, dtype, seed).iter().map(|v| v * scale).collect::<Vec<_>>(), dtype)
+}
+
+const SOFTMAX_SHAPES: [&[usize]; 8] = [&[1], &[3], &[33], &[1000], &[4, 33], &[2, 3, 5], &[3, 1], &[2, 300]];
+
+fn softmax_matches_reference(dev: &Device) {
+    for dtype in FLOATS {
+        for (si, shape) in SOFTMAX_SHAPES.iter().enumerate() {
+            let n: usize = shape.iter().product();
+            let vals = values(n, dtype, 10 + si as u64, 3.0);
+            let r = RefArray::new(shape.to_vec(), vals.clone());
+            for kind in ALL_LAYOUTS {
+                let x = tensor_in(&vals, shape, dtype, kind, dev);
+                for axis in 0..shape.len() {
+                    for (log, name) in [(false, "softmax"), (true, "log_softmax")] {
+                        let ctx = format!("{name} {shape:?} axis {axis} {kind:?}");
+                        let neg = axis as isize - shape.len() as isize;
+                        let got = if log { x.log_softmax(neg) } else { x.softmax(axis as isize) }.unwrap();
+                        // Factor 4: exp approximation and the f32 sum.
+                        assert_close(&got, &ref_softmax(&r, axis, log), 4.0, &ctx);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn softmax_nan_and_inf_rows(dev: &Device) {
+    let (inf, nan) = (f64::INFINITY, f64::NAN);
+    // Short rows with special values, and 600-long rows where the special values sit in different
+    // 256-element blocks of the kernel's online pass (leading -inf blocks, a late NaN).
+    let short =
+        [vec![nan, 1.0, 2.0], vec![-inf, 0.0, 1.0], vec![-inf, -inf, -inf], vec![inf, 0.0, 1.0], vec![1.0, -inf, 1.0]];
+    let mut long_neg = values(600, DType::F32, 3, 1.0);
+    long_neg[..300].iter_mut().for_each(|v| *v = -inf);
+    let mut long_nan = values(600, DType::F32, 4, 1.0);
+    long_nan[500] = nan;
+    let long_all_neg = vec![-inf; 600];
+    for dtype in FLOATS {
+        for rows in [short.to_vec(), vec![long_neg.clone(), long_nan.clone(), long_all_neg.clone()]] {
+            let d = rows[0].len();
+            let flat: Vec<f64> = round_to(&rows.concat(), dtype);
+            let shape = [rows.len(), d];
+            let r = RefArray::new(shape.to_vec(), flat.clone());
+            for kind in ALL_LAYOUTS {
+                let x = tensor_in(&flat, &shape, dtype, kind, dev);
+                for log in [false, true] {
+                    let got = if log { x.log_softmax(-1) } else { x.softmax(-1) }.unwrap();
+                    assert_close(
+                        &got,
+                        &ref_softmax(&r, 1, log),
+                        4.0,
+                        &format!("special rows d={d} log={log} {kind:?}"),
+                    );
+                    // Along axis 0 as well: columns mixing the special values.
+                    let got = if log { x.log_softmax(0) } else { x.softmax(0) }.unwrap();
+                    assert_close(
+                        &got,
+                        &ref_softmax(&r, 0, log),
+                        4.0,
+                        &format!("special cols d={d} log={log} {kind:?}"),
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn softmax_empty_scalar_and_errors(dev: &Device) {
+    for shape in [[0usize, 3], [3, 0]] {
+        for axis in [0, 1] {
+            let x = Tensor::zeros(shape, DType::F32, dev).unwrap();
+            assert_eq!(x.softmax(axis).unwrap().dims(), &shape);
+            assert_eq!(x.log_softmax(axis).unwrap().dims(), &shape);
+        }
+    }
+    let s = Tensor::scalar(2.5, DType::F32, dev).unwrap();
+    assert_close(&s.softmax(0).unwrap(), &RefArray::new(vec![], vec![1.0]), 1.0, "scalar softmax");
+    assert_close(&s.log_softmax(-1).unwrap(), &RefArray::new(vec![], vec![0.0]), 1.0, "scalar log_softmax");
+    assert_err(s.softmax(1), &["softmax", "axis 1"]);
+    for dtype in INTS.into_iter().chain([DType::Bool]) {
+        let x = Tensor::zeros((2, 3), dtype, dev).unwrap();
+        assert_err(x.softmax(-1), &["softmax", dtype.as_str(), "(2, 3)"]);
+        assert_err(x.log_softmax(-1), &["log_softmax", dtype.as_str()]);
+    }
+    let x = Tensor::zeros((2, 3), DType::F32, dev).unwrap();
+    assert_err(x.softmax(2), &["softmax", "axis 2", "(2, 3)"]);
+    assert_err(x.log_softmax(-3), &["log_softmax", "axis -3"]);
+}
+
+const NORM_SHAPES: [&[usize]; 6] = [&[1], &[3, 1], &[33], &[5, 64], &[2, 3, 128], &[3, 1000]];
+
+fn rms_norm_matches_reference(dev: &Device) {
+    for dtype in FLOATS {
+        for (si, shape) in NORM_SHAPES.iter().enumerate() {
+            let d = *shape.last().unwrap();
+            let n: usize = shape.iter().product();
+            let vals = values(n, dtype, 20 + si as u64, 2.0);
+            let w = values(d, dtype, 40 + si as u64, 1.0);
+            let r = RefArray::new(shape.to_vec(), vals.clone());
+            for kind in ALL_LAYOUTS {
+                let x = tensor_in(&vals, shape, dtype, kind, dev);
+                let wt = tensor_in(&w, &[d], dtype, kind, dev);
+                for eps in [1e-5, 0.5] {
+                    let got = x.rms_norm(&wt, eps).unwrap();
+                    assert_close(&got, &ref_rms(&r, &w, eps), 4.0, &format!("rms_norm {shape:?} {kind:?} eps {eps}"));
+                }
+            }
+        }
+    }
+}
+
+fn layer_norm_matches_reference(dev: &Device) {
+    for dtype in FLOATS {
+        for (si, shape) in NORM_SHAPES.iter().enumerate() {
+            let d = *shape.last().unwrap();
+            let n: usize = shape.iter().product();
+            // An offset mean exercises the centring.
+            let vals =
+                round_to(&values(n, dtype, 60 + si as u64, 2.0).iter().map(|v| v + 3.0).collect::<Vec<_>>(), dtype);
+            let w = values(d, dtype, 80 + si as u64, 1.0);
+            let b = values(d, dtype, 90 + si as u64, 1.0);
+            let r = RefArray::new(shape.to_vec(), vals.clone());
+            for kind in ALL_LAYOUTS {
+                let x = tensor_in(&vals, shape, dtype, kind, dev);
+                let (wt, bt) = (tensor_in(&w, &[d], dtype, kind, dev), tensor_in(&b, &[d], dtype, kind, dev));
+                let ctx = format!("layer_norm {shape:?} {kind:?}");
+                // Factor 8: the centred values lose a few bits against the mean of 3.
+                assert_close(
+                    &x.layer_norm(&wt, Some(&bt), 1e-5).unwrap(),
+                    &ref_layer(&r, &w, Some(&b), 1e-5),
+                    8.0,
+                    &ctx,
+                );
+                assert_close(&x.layer_norm(&wt, None, 1e-5).unwrap(), &ref_layer(&r, &w, None, 1e-5), 8.0, &ctx);
+            }
+        }
+    }
+}
+
+fn norms_nan_empty_and_errors(dev: &Device) {
+    for dtype in FLOATS {
+        let vals = vec![1.0, f64::NAN, 2.0, 3.0, 0.5, -1.0, f64::INFINITY, 1.0, 2.0];
+        let r = RefArray::new(vec![3, 3], vals.clone());
+        let x = tensor(&vals, &[3, 3], dtype, dev);
+        let w = [1.0, 0.5, 2.0];
+        let wt = tensor(&w, &[3], dtype, dev);
+        assert_close(&x.rms_norm(&wt, 1e-6).unwrap(), &ref_rms(&r, &w, 1e-6), 4.0, "rms_norm nan/inf rows");
+        assert_close(
+            &x.layer_norm(&wt, None, 1e-6).unwrap(),
+            &ref_layer(&r, &w, None, 1e-6),
+            4.0,
+            "layer_norm nan/inf rows",
+        );
+        let e = Tensor::zeros((0, 3), dtype, dev).unwrap();
+        assert_eq!(e.rms_norm(&wt, 1e-6).unwrap().dims(), &[0, 3]);
+        assert_eq!(e.layer_norm(&wt, Some(&wt), 1e-6).unwrap().dims(), &[0, 3]);
+        let e = Tensor::zeros((2, 0), dtype, dev).unwrap();
+        let w0 = Tensor::zeros(0, dtype, dev).unwrap();
+        assert_eq!(e.rms_norm(&w0, 1e-6).unwrap().dims(), &[2, 0]);
+    }
+    let x = Tensor::zeros((2, 4), DType::F32, dev).unwrap();
+    let w3 = Tensor::ones(3, DType::F32, dev).unwrap();
+    let w4 = Tensor::ones(4, DType::F32, dev).unwrap();
+    assert_err(x.rms_norm(&w3, 1e-5), &["rms_norm", "(4,)", "(3,)", "(2, 4)"]);
+    assert_err(x.layer_norm(&w4, Some(&w3), 1e-5), &["layer_norm", "bias", "(3,)"]);
+    assert_err(x.rms_norm(&Tensor::ones((1, 4), DType::F32, dev).unwrap(), 1e-5), &["rms_norm", "(1, 4)"]);
+    assert_err(x.rms_norm(&w4.to_dtype(DType::F64).unwrap(), 1e-5), &["rms_norm", "f32", "f64"]);
+    assert_err(x.layer_norm(&w4, Some(&w4.to_dtype(DType::F16).unwrap()), 1e-5), &["layer_norm", "f16"]);
+    assert_err(x.rms_norm(&w4, -1.0), &["rms_norm", "eps"]);
+    let xi = Tensor::zeros((2, 4), DType::I32, dev).unwrap();
+    assert_err(xi.rms_norm(&w4, 1e-5), &["rms_norm", "i32"]);
+    assert_err(xi.layer_norm(&w4, None, 1e-5), &["layer_norm", "i32"]);
+    let s = Tensor::scalar(1.0, DType::F32, dev).unwrap();
+    assert_err(s.rms_norm(&w4, 1e-5), &["rms_norm", "rank"]);
+}
+
+fn silu_mul_matches_reference(dev: &Device) {
+    let cases: [(&[usize], &[usize]); 6] = [
+        (&[1], &[1]),
+        (&[33], &[33]),
+        (&[7, 1000], &[7, 1000]),
+        (&[3, 1, 5], &[4, 5]),
+        (&[4, 5], &[5]),
+        (&[0, 3], &[3]),
+    ];
+    for dtype in FLOATS {
+        for (ci, (gs, us)) in cases.iter().enumerate() {
+            let (gn, un) = (gs.iter().product(), us.iter().product());
+            let g = values(gn, dtype, 100 + ci as u64, 4.0);
+            let mut u = values(un, dtype, 200 + ci as u64, 1.0);
+            if un > 2 {
+                u[1] = f64::NAN;
+            }
+            let (gr, ur) = (RefArray::new(gs.to_vec(), g.clone()), RefArray::new(us.to_vec(), u.clone()));
+            let shape = broadcast_shape(gs, us);
+            let probe = RefArray::new(shape.clone(), vec![0.0; shape.iter().product()]);
+            let expected = RefArray::new(
+                shape.clone(),
+                (0..probe.data.len())
+                    .map(|i| {
+                        let idx = probe.unravel(i);
+                        ref_silu_mul(gr.get_broadcast(&idx), ur.get_broadcast(&idx))
+                    })
+                    .collect(),
+            );
+            for kind in ALL_LAYOUTS {
+                let (gt, ut) = (tensor_in(&g, gs, dtype, kind, dev), tensor_in(&u, us, dtype, kind, dev));
+                assert_close(&gt.silu_mul(&ut).unwrap(), &expected, 4.0, &format!("silu_mul {gs:?} {us:?} {kind:?}"));
+            }
+        }
+    }
+    let a = Tensor::zeros((2, 3), DType::F32, dev).unwrap();
+    assert_err(a.silu_mul(&Tensor::zeros((2, 4), DType::F32, dev).unwrap()), &["silu_mul", "(2, 3)", "(2, 4)"]);
+    assert_err(a.silu_mul(&a.to_dtype(DType::BF16).unwrap()), &["silu_mul", "f32", "bf16"]);
+    let i = Tensor::zeros((2, 3), DType::I64, dev).unwrap();
+    assert_err(i.silu_mul(&i), &["silu_mul", "i64"]);
+}
+
+/// The fused kernels and their compositions from primitive ops agree.
+fn fused_matches_composed_nn(dev: &Device) {
+    for dtype in FLOATS {
+        for kind in ALL_LAYOUTS {
+            let shape = [3, 5, 33];
+            let x = tensor_in(&values(3 * 5 * 33, dtype, 7, 3.0), &shape, dtype, kind, dev);
+            let ctx = |op: &str| format!("{op} fused vs composed {kind:?}");
+            for axis in [-1, 0, 1] {
+                let c = composed::softmax(&x, axis).unwrap();
+                assert_close(&x.softmax(axis).unwrap(), &RefArray::of(&c), 4.0, &ctx("softmax"));
+                let c = composed::log_softmax(&x, axis).unwrap();
+                assert_close(&x.log_softmax(axis).unwrap(), &RefArray::of(&c), 4.0, &ctx("log_softmax"));
+            }
+            let w = tensor_in(&values(33, dtype, 8, 1.0), &[33], dtype, kind, dev);
+            let b = tensor_in(&values(33, dtype, 9, 1.0), &[33], dtype, kind, dev);
+            let c = composed::rms_norm(&x, &w, 1e-5).unwrap();
+            assert_close(&x.rms_norm(&w, 1e-5).unwrap(), &RefArray::of(&c), 4.0, &ctx("rms_norm"));
+            let c = composed::layer_norm(&x, &w, Some(&b), 1e-5).unwrap();
+            assert_close(&x.layer_norm(&w, Some(&b), 1e-5).unwrap(), &RefArray::of(&c), 8.0, &ctx("layer_norm"));
+            let u = tensor_in(&values(3 * 5 * 33, dtype, 11, 1.0), &shape, dtype, kind, dev);
+            let c = composed::silu_mul(&x, &u).unwrap();
+            assert_close(&x.silu_mul(&u).unwrap(), &RefArray::of(&c), 4.0, &ctx("silu_mul"));
+        }
+    }
+}
+
+backend_tests!(
+    softmax_matches_reference,
+    softmax_nan_and_inf_rows,
+    softmax_empty_scalar_and_errors,
+    rms_norm_matches_reference,
+    layer_norm_matches_reference,
+    norms_nan_empty_and_errors,
+    silu_mul_matches_reference,
+    fused_matches_composed_nn,
+);
