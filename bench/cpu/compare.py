@@ -115,7 +115,7 @@ COLS = [
 def print_text(rows):
     widths = [max(len(h), *(len(r[k]) for r in rows)) for k, h in COLS]
     print("  ".join(h.ljust(w) for (_, h), w in zip(COLS, widths)).rstrip())
-    print("  ".join("-" * w for w in widths))
+    print("  ".join("-" * w for w, (_, h) in zip(widths, COLS) if h))
     for r in rows:
         print("  ".join(r[k].ljust(w) for (k, _), w in zip(COLS, widths)).rstrip())
     notes = {r["note"] for r in rows if r["note"]}
