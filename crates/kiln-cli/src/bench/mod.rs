@@ -1,0 +1,232 @@
+//! `kiln bench`: times a fixed set of ops on one device and reports time, throughput and the fraction
+//! of the machine's limit reached.
+//!
+//! Method: inputs are random (`Tensor::randn` with a fixed seed) and made before timing. Each op runs
+//! once or more to warm up, then repeatedly; a run is timed from the call to the op until
+//! `Device::synchronize` returns, and the result is dropped after the clock stops. The median run is
+//! reported. Bytes are the minimal traffic (every input read once, the output written once); FLOPs are
+//! the useful arithmetic (`2*M*N*K` for a matmul). An op that returns an error (or panics) gives a row
+//! saying why instead of aborting the set.
+
+mod bandwidth;
+mod cases;
+mod report;
+
+use kiln::{DType, Device, Shape, Tensor};
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::{Duration, Instant};
+
+pub use bandwidth::CopyBandwidth;
+pub use report::{print_json, print_table};
+
+/// What limits an op: memory traffic or arithmetic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound {
+    /// Reported in GB/s, compared with the measured copy bandwidth.
+    Memory,
+    /// Reported in GFLOPS; no peak is known, so no ratio unless the case also counts bytes.
+    Compute,
+}
+
+/// A timed op: called once per run.
+pub type Op = Box<dyn Fn() -> kiln::Result<Tensor>>;
+
+/// Makes a case's op from the shared inputs.
+pub type Builder = Box<dyn Fn(&mut Inputs) -> kiln::Result<Op>>;
+
+/// One benchmark: its description and how to build the op from cached inputs.
+pub struct Case {
+    /// Stable name used by `--filter` and in JSON (`add`, `matmul_f32_1024`, ...).
+    pub name: String,
+    /// Human-readable shape(s) of the inputs.
+    pub shape: String,
+    /// Element type of the (main) input.
+    pub dtype: DType,
+    /// What bounds the op.
+    pub bound: Bound,
+    /// Minimal bytes moved (inputs read once + output written once), when meaningful.
+    pub bytes: Option<f64>,
+    /// Useful floating-point operations, when meaningful.
+    pub flops: Option<f64>,
+    /// Builds the op (creating inputs through the cache) before timing starts.
+    pub build: Builder,
+}
+
+/// Random inputs, made once per (shape, dtype, seed) and shared between cases.
+pub struct Inputs {
+    device: Device,
+    cache: HashMap<(Vec<usize>, DType, u64), Tensor>,
+}
+
+impl Inputs {
+    /// An empty cache for `device`.
+    pub fn new(device: &Device) -> Inputs {
+        Inputs { device: device.clone(), cache: HashMap::new() }
+    }
+
+    /// Standard-normal values of `shape` and `dtype`, the same for one seed on every device.
+    pub fn randn(&mut self, shape: impl Into<Shape>, dtype: DType, seed: u64) -> kiln::Result<Tensor> {
+        let shape = shape.into();
+        let key = (shape.dims().to_vec(), dtype, seed);
+        if let Some(t) = self.cache.get(&key) {
+            return Ok(t.clone());
+        }
+        let t = Tensor::randn(0.0, 1.0, shape, dtype, seed, &self.device)?;
+        self.cache.insert(key, t.clone());
+        Ok(t)
+    }
+}
+
+/// How many runs to time.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    /// Untimed runs first.
+    pub warmup: usize,
+    /// At least this many timed runs...
+    pub min_runs: usize,
+    /// ...and at most this many...
+    pub max_runs: usize,
+    /// ...stopping after `min_runs` once this much time has been spent.
+    pub budget: Duration,
+}
+
+impl Timing {
+    /// Defaults: thorough, or `quick` (CI smoke: small shapes, few runs).
+    pub fn new(quick: bool, runs: Option<usize>) -> Timing {
+        let mut t = if quick {
+            Timing { warmup: 1, min_runs: 3, max_runs: 3, budget: Duration::from_millis(200) }
+        } else {
+            Timing { warmup: 2, min_runs: 5, max_runs: 50, budget: Duration::from_millis(1500) }
+        };
+        if let Some(n) = runs {
+            t.min_runs = n.max(1);
+            t.max_runs = n.max(1);
+        }
+        t
+    }
+}
+
+/// Timings of the runs of one op.
+#[derive(Debug, Clone, Copy)]
+pub struct Stats {
+    /// Median run in seconds.
+    pub median_s: f64,
+    /// Fastest run in seconds.
+    pub min_s: f64,
+    /// Timed runs.
+    pub runs: usize,
+}
+
+/// A case and how it went.
+pub struct Row {
+    /// The benchmark.
+    pub case: Case,
+    /// Timings, or why the op could not run.
+    pub outcome: Result<Stats, String>,
+}
+
+impl Row {
+    /// Throughput in GB/s from the median, if the case counts bytes and ran.
+    pub fn gbps(&self) -> Option<f64> {
+        Some(self.case.bytes? / self.outcome.as_ref().ok()?.median_s / 1e9)
+    }
+
+    /// Throughput in GFLOPS from the median, if the case counts FLOPs and ran.
+    pub fn gflops(&self) -> Option<f64> {
+        Some(self.case.flops? / self.outcome.as_ref().ok()?.median_s / 1e9)
+    }
+
+    /// Achieved bandwidth over the measured copy bandwidth.
+    pub fn limit_ratio(&self, copy: Option<&CopyBandwidth>) -> Option<f64> {
+        Some(self.gbps()? * 1e9 / copy?.bytes_per_s)
+    }
+}
+
+/// The message of a caught panic.
+fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+/// Runs `f`, turning a kiln error or a panic into a message.
+fn guarded<T>(f: impl FnOnce() -> kiln::Result<T>) -> Result<T, String> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(p) => Err(format!("panicked: {}", panic_message(p))),
+    }
+}
+
+/// Times `op` on `device` per `timing`.
+fn measure(op: &Op, device: &Device, timing: Timing) -> Result<Stats, String> {
+    let once = || -> Result<Duration, String> {
+        let t0 = Instant::now();
+        let out = guarded(op)?;
+        guarded(|| device.synchronize())?;
+        let dt = t0.elapsed();
+        drop(out);
+        Ok(dt)
+    };
+    for _ in 0..timing.warmup {
+        once()?;
+    }
+    let start = Instant::now();
+    let mut times = Vec::new();
+    while times.len() < timing.max_runs && (times.len() < timing.min_runs || start.elapsed() < timing.budget) {
+        times.push(once()?.as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    let mid = times.len() / 2;
+    let median_s = if times.len() % 2 == 1 { times[mid] } else { 0.5 * (times[mid - 1] + times[mid]) };
+    Ok(Stats { median_s, min_s: times[0], runs: times.len() })
+}
+
+/// Options of one `kiln bench` invocation.
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    /// Small shapes and few runs.
+    pub quick: bool,
+    /// Only cases whose name contains this.
+    pub filter: Option<String>,
+    /// Fixed number of timed runs per case.
+    pub runs: Option<usize>,
+}
+
+/// Everything one `kiln bench` run measured.
+pub struct BenchReport {
+    /// The device benchmarked.
+    pub device: Device,
+    /// Whether the quick shapes were used.
+    pub quick: bool,
+    /// The copy bandwidth, when a memory-bound case was selected.
+    pub copy: Option<CopyBandwidth>,
+    /// One row per selected case.
+    pub rows: Vec<Row>,
+}
+
+/// Runs the selected cases on `device`, calling `progress` before each (for stderr progress).
+pub fn run(device: &Device, cfg: &BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
+    let timing = Timing::new(cfg.quick, cfg.runs);
+    let selected: Vec<Case> = cases::all(cfg.quick)
+        .into_iter()
+        .filter(|c| cfg.filter.as_deref().is_none_or(|f| c.name.contains(f)))
+        .collect();
+    let copy = selected.iter().any(|c| c.bytes.is_some()).then(|| {
+        progress("copy bandwidth");
+        let bytes = if cfg.quick { 64 << 20 } else { 256 << 20 };
+        bandwidth::measure(bytes, if cfg.quick { 3 } else { 8 })
+    });
+    let mut inputs = Inputs::new(device);
+    let rows = selected
+        .into_iter()
+        .map(|case| {
+            progress(&case.name);
+            let outcome = guarded(|| (case.build)(&mut inputs)).and_then(|op| measure(&op, device, timing));
+            Row { case, outcome }
+        })
+        .collect();
+    BenchReport { device: device.clone(), quick: cfg.quick, copy, rows }
+}

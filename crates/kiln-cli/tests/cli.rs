@@ -1,0 +1,90 @@
+//! Smoke tests of the `kiln` binary: it runs, its JSON parses, bad input fails with a message.
+
+use serde_json::Value;
+use std::process::{Command, Output};
+
+fn kiln(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kiln")).args(args).env_remove("KILN_DEVICE").output().expect("run kiln")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn info_prints_version_backends_and_cpu() {
+    let o = kiln(&["info"]);
+    assert!(o.status.success(), "stderr: {}", String::from_utf8_lossy(&o.stderr));
+    let out = stdout(&o);
+    assert!(out.contains(env!("CARGO_PKG_VERSION")), "{out}");
+    assert!(out.contains("cpu") && out.contains("gpu"), "{out}");
+    assert!(out.contains("rayon threads"), "{out}");
+}
+
+#[test]
+fn info_json_parses() {
+    let o = kiln(&["info", "--json"]);
+    assert!(o.status.success());
+    let v: Value = serde_json::from_str(&stdout(&o)).expect("info --json is JSON");
+    assert_eq!(v["kiln_version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(v["backends"]["cpu"], "built");
+    let cpu = &v["devices"][0]["cpu"];
+    assert!(cpu["logical_cores"].as_u64().unwrap() >= 1);
+    assert!(cpu["rayon_threads"].as_u64().unwrap() >= 1);
+    assert!(cpu["simd"].is_array());
+}
+
+#[test]
+fn bench_quick_add_json() {
+    let o = kiln(&["bench", "--quick", "--filter", "add", "--json", "--device", "cpu"]);
+    assert!(o.status.success(), "stderr: {}", String::from_utf8_lossy(&o.stderr));
+    let v: Value = serde_json::from_str(&stdout(&o)).expect("bench --json is JSON");
+    assert_eq!(v["device"], "cpu");
+    let rows = v["rows"].as_array().unwrap();
+    assert!(!rows.is_empty());
+    for row in rows {
+        assert!(row["name"].as_str().unwrap().contains("add"));
+        // Either it ran (a positive median) or it says why not.
+        match row["status"].as_str().unwrap() {
+            "ok" => assert!(row["median_s"].as_f64().unwrap() > 0.0 && row["gbps"].as_f64().unwrap() > 0.0),
+            "error" => assert!(!row["error"].as_str().unwrap().is_empty()),
+            s => panic!("unknown status {s}"),
+        }
+    }
+    assert!(v["copy_bandwidth"]["gbps"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn bench_table_lists_rows() {
+    let o = kiln(&["bench", "--quick", "--filter", "sum_all", "--runs", "1"]);
+    assert!(o.status.success());
+    let out = stdout(&o);
+    assert!(out.contains("sum_all") && out.contains("median"), "{out}");
+}
+
+#[test]
+fn bad_flag_fails_with_message() {
+    let o = kiln(&["bench", "--no-such-flag"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--no-such-flag"));
+}
+
+#[test]
+fn bad_device_and_empty_filter_fail() {
+    let o = kiln(&["bench", "--device", "tpu"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("tpu"));
+    let o = kiln(&["bench", "--quick", "--filter", "no_such_bench"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no_such_bench"));
+}
+
+#[test]
+fn gpu_request_without_gpu_backend_fails_cleanly() {
+    let o = kiln(&["bench", "--quick", "--device", "gpu"]);
+    // Until the GPU backend lands this must fail with a message, not a panic.
+    if !o.status.success() {
+        assert!(String::from_utf8_lossy(&o.stderr).contains("gpu"));
+        assert!(!String::from_utf8_lossy(&o.stderr).contains("panicked"));
+    }
+}
