@@ -96,5 +96,5 @@ pub trait BackendDevice {
     fn full(&self, shape: &Shape, dtype: DType, value: f64) -> Result<Self::Storage>;
 
     /// Uploads host data.
-    fn from_cpu(&self, data: &CpuStorage) -> Result<Self::Storage>;
+    fn upload(&self, data: &CpuStorage) -> Result<Self::Storage>;
 }

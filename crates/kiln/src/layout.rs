@@ -56,6 +56,9 @@ impl Layout {
 
     /// `Some(start..end)` of storage indices when the layout is contiguous.
     pub fn contiguous_range(&self) -> Option<std::ops::Range<usize>> {
+        if self.elem_count() == 0 {
+            return Some(0..0);
+        }
         self.is_contiguous().then(|| self.offset..self.offset + self.elem_count())
     }
 
@@ -92,7 +95,9 @@ impl Layout {
         dims[axis] = len;
         let mut strides = self.strides.clone();
         strides[axis] *= step;
-        let offset = if len == 0 { self.offset } else { self.offset + start * self.strides[axis] };
+        // An empty result keeps the offset, so it never points past the storage.
+        let empty = len == 0 || dims.contains(&0);
+        let offset = if empty { self.offset } else { self.offset + start * self.strides[axis] };
         Ok(Layout { shape: Shape::new(dims), strides, offset })
     }
 

@@ -51,7 +51,6 @@ macro_rules! with_vec {
         }
     };
 }
-pub(crate) use with_vec;
 
 /// Like `with_vec!`, but the body returns a `Vec` of the same element type, which is wrapped back
 /// into the same variant.
@@ -221,7 +220,7 @@ impl BackendDevice for CpuDevice {
         Ok(CpuStorage::full(shape.elem_count(), dtype, value))
     }
 
-    fn from_cpu(&self, data: &CpuStorage) -> Result<CpuStorage> {
+    fn upload(&self, data: &CpuStorage) -> Result<CpuStorage> {
         Ok(data.clone())
     }
 }

@@ -116,109 +116,64 @@ where
     out
 }
 
-/// `f` applied to pairs of elements of two views of one shape.
-pub(crate) fn binary_map<T, U, F>(a: &[T], al: &Layout, b: &[T], bl: &Layout, f: F) -> Vec<U>
-where
-    T: Copy + Sync,
-    U: Send + bytemuck::Zeroable,
-    F: Fn(T, T) -> U + Sync,
-{
-    debug_assert_eq!(al.dims(), bl.dims());
-    let mut out = zeroed(al.elem_count());
-    for_each_segment(
-        al.dims(),
-        [al.strides(), bl.strides()],
-        [al.offset(), bl.offset()],
-        &mut out,
-        |o, [x, y], [sx, sy]| {
-            let n = o.len();
-            match (sx, sy) {
-                (1, 1) => {
-                    for ((o, &p), &q) in o.iter_mut().zip(&a[x..x + n]).zip(&b[y..y + n]) {
-                        *o = f(p, q);
-                    }
-                }
-                (1, 0) => {
-                    let q = b[y];
-                    for (o, &p) in o.iter_mut().zip(&a[x..x + n]) {
-                        *o = f(p, q);
-                    }
-                }
-                (0, 1) => {
-                    let p = a[x];
-                    for (o, &q) in o.iter_mut().zip(&b[y..y + n]) {
-                        *o = f(p, q);
-                    }
-                }
-                _ => {
-                    for (j, o) in o.iter_mut().enumerate() {
-                        *o = f(a[x + j * sx], b[y + j * sy]);
-                    }
-                }
-            }
-        },
-    );
-    out
-}
-
-/// `f` applied to triples of elements of three views of one shape.
-pub(crate) fn ternary_map<A, B, C, U, F>(
-    a: &[A],
-    al: &Layout,
-    b: &[B],
-    bl: &Layout,
-    c: &[C],
-    cl: &Layout,
-    f: F,
-) -> Vec<U>
-where
-    A: Copy + Sync,
-    B: Copy + Sync,
-    C: Copy + Sync,
-    U: Send + bytemuck::Zeroable,
-    F: Fn(A, B, C) -> U + Sync,
-{
-    let mut out = zeroed(al.elem_count());
-    for_each_segment(
-        al.dims(),
-        [al.strides(), bl.strides(), cl.strides()],
-        [al.offset(), bl.offset(), cl.offset()],
-        &mut out,
-        |o, [x, y, z], [sx, sy, sz]| {
-            for (j, o) in o.iter_mut().enumerate() {
-                *o = f(a[x + j * sx], b[y + j * sy], c[z + j * sz]);
-            }
-        },
-    );
-    out
-}
-
-/// Writes the view `l` of `src` into the view `dl` of `dst` (one shape).
+/// Writes the view `l` of `src` into the view `dl` of `dst` (one shape). Dims are collapsed and rows of
+/// the innermost dim are copied in parallel (`copy_from_slice` where both rows are contiguous).
 pub(crate) fn copy_into<T: Copy + Send + Sync>(src: &[T], l: &Layout, dst: &mut [T], dl: &Layout) {
     if let (Some(s), Some(d)) = (l.contiguous_range(), dl.contiguous_range()) {
         dst[d].copy_from_slice(&src[s]);
         return;
     }
-    // Strided destination: walk both views in logical order. Sequential, since rows of `dst` may
-    // interleave in memory; the gather side is the expensive one and stays cache-friendly.
-    for (so, d) in l.offsets().zip(dl.offsets()) {
-        dst[d] = src[so];
+    let (dims, strides) = collapse(l.dims(), &[l.strides(), dl.strides()]);
+    let inner = *dims.last().unwrap();
+    let (ss, ds) = (strides[0][dims.len() - 1], strides[1][dims.len() - 1]);
+    let rows: usize = dims[..dims.len() - 1].iter().product();
+    // A destination that repeats elements (stride 0 over a dim > 1) must be written in order.
+    let aliasing = dims.iter().zip(&strides[1]).any(|(&d, &s)| d > 1 && s == 0);
+    let row_start = |r: usize| {
+        let (mut so, mut dof, mut rem) = (l.offset(), dl.offset(), r);
+        for k in (0..dims.len() - 1).rev() {
+            let i = rem % dims[k];
+            rem /= dims[k];
+            so += i * strides[0][k];
+            dof += i * strides[1][k];
+        }
+        (so, dof)
+    };
+    let len = dst.len();
+    let ptr = SendPtr(dst.as_mut_ptr());
+    let copy_row = |r: usize| {
+        let (so, dof) = row_start(r);
+        let p = ptr;
+        if ss == 1 && ds == 1 {
+            assert!(dof + inner <= len);
+            // SAFETY: in bounds (checked); distinct rows of a non-aliasing view are disjoint.
+            let d = unsafe { std::slice::from_raw_parts_mut(p.0.add(dof), inner) };
+            d.copy_from_slice(&src[so..so + inner]);
+        } else {
+            for j in 0..inner {
+                let di = dof + j * ds;
+                assert!(di < len);
+                // SAFETY: in bounds (checked); no other row writes element `di`.
+                unsafe { *p.0.add(di) = src[so + j * ss] };
+            }
+        }
+    };
+    if aliasing || rows * inner < CHUNK {
+        (0..rows).for_each(copy_row);
+    } else {
+        (0..rows).into_par_iter().with_min_len((CHUNK / inner.max(1)).max(1)).for_each(copy_row);
     }
 }
+
+/// A raw pointer that may cross threads; users guarantee disjoint writes.
+#[derive(Clone, Copy)]
+struct SendPtr<T>(*mut T);
+unsafe impl<T: Send> Send for SendPtr<T> {}
+unsafe impl<T: Send> Sync for SendPtr<T> {}
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn binary_broadcast_rows_and_columns() {
-        let a: Vec<f32> = (0..6).map(|x| x as f32).collect();
-        let al = Layout::contiguous([2, 3]);
-        let b = [10.0f32, 20.0];
-        let bl = Layout::contiguous([2, 1]).broadcast_as("t", &al.shape().clone()).unwrap();
-        let out = binary_map(&a, &al, &b, &bl, |x, y| x + y);
-        assert_eq!(out, vec![10., 11., 12., 23., 24., 25.]);
-    }
 
     #[test]
     fn parallel_chunks_cover_odd_sizes() {

@@ -28,6 +28,15 @@ impl Tensor {
         Tensor::from_vec(data.to_vec(), shape, device)
     }
 
+    /// Refuses shapes whose bytes cannot be allocated at all (overflowing `isize`).
+    pub(crate) fn check_size(op: &'static str, shape: &Shape, dtype: DType) -> Result<()> {
+        let n = shape.dims().iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+        match n.and_then(|n| n.checked_mul(dtype.size_in_bytes())) {
+            Some(bytes) if bytes <= isize::MAX as usize => Ok(()),
+            _ => Err(Error::arg(op, format!("a {dtype} tensor of shape {shape} is too large to allocate"))),
+        }
+    }
+
     pub(crate) fn from_cpu_storage(data: CpuStorage, shape: impl Into<Shape>, device: &Device) -> Result<Tensor> {
         let storage = device.storage_from_cpu(data)?;
         Ok(Tensor::from_storage(storage, shape, device))
@@ -41,6 +50,7 @@ impl Tensor {
     /// A tensor with every element `value` (converted to `dtype` like [`Tensor::to_dtype`]).
     pub fn full(value: f64, shape: impl Into<Shape>, dtype: DType, device: &Device) -> Result<Tensor> {
         let shape = shape.into();
+        Tensor::check_size("full", &shape, dtype)?;
         let storage = device.full_storage(&shape, dtype, value)?;
         Ok(Tensor::from_storage(storage, shape, device))
     }
@@ -78,13 +88,18 @@ impl Tensor {
                 format!("need finite start, end and a nonzero step, got {start}, {end}, {step}"),
             ));
         }
-        let n = ((end - start) / step).ceil().max(0.0) as usize;
+        let n = ((end - start) / step).ceil().max(0.0);
+        if n > (isize::MAX as usize / dtype.size_in_bytes().max(8)) as f64 {
+            return Err(Error::arg("arange", format!("{n} elements ({start} to {end} by {step}) are too many to allocate")));
+        }
+        let n = n as usize;
         let values: Vec<f64> = (0..n).map(|i| start + i as f64 * step).collect();
         Tensor::from_f64_values(&values, n, dtype, device)
     }
 
     /// `n` evenly spaced values from `start` to `end` inclusive (NumPy `linspace`).
     pub fn linspace(start: f64, end: f64, n: usize, dtype: DType, device: &Device) -> Result<Tensor> {
+        Tensor::check_size("linspace", &Shape::new(vec![n, 8 / dtype.size_in_bytes()]), dtype)?;
         let step = if n > 1 { (end - start) / (n - 1) as f64 } else { 0.0 };
         let values: Vec<f64> =
             (0..n).map(|i| if i + 1 == n && n > 1 { end } else { start + i as f64 * step }).collect();
@@ -93,6 +108,7 @@ impl Tensor {
 
     /// The `n x n` identity matrix.
     pub fn eye(n: usize, dtype: DType, device: &Device) -> Result<Tensor> {
+        Tensor::check_size("eye", &Shape::new(vec![n, n, 8 / dtype.size_in_bytes()]), dtype)?;
         let mut values = vec![0.0; n * n];
         for i in 0..n {
             values[i * n + i] = 1.0;
@@ -103,6 +119,7 @@ impl Tensor {
     /// Uniform random values in `[lo, hi)` from a seeded generator.
     pub fn rand(lo: f64, hi: f64, shape: impl Into<Shape>, dtype: DType, seed: u64, device: &Device) -> Result<Tensor> {
         let shape = shape.into();
+        Tensor::check_size("rand", &Shape::new([shape.dims(), &[8 / dtype.size_in_bytes()]].concat()), dtype)?;
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let values: Vec<f64> = (0..shape.elem_count()).map(|_| lo + (hi - lo) * rng.random::<f64>()).collect();
         Tensor::from_f64_values(&values, shape, dtype, device)

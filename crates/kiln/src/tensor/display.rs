@@ -31,7 +31,11 @@ fn format_values(values: &[f64], is_float: bool, is_bool: bool) -> Vec<String> {
                     "-inf".into()
                 }
             } else if sci {
-                format!("{v:.4e}")
+                // Rust prints `1.0000e8`; NumPy and PyTorch print `1.0000e+08`.
+                let s = format!("{v:.4e}");
+                let (mantissa, exp) = s.split_once('e').expect("{:e} has an exponent");
+                let exp: i32 = exp.parse().expect("{:e} exponent is an integer");
+                format!("{mantissa}e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs())
             } else if all_int {
                 format!("{v}.")
             } else {
