@@ -75,32 +75,11 @@ impl Elementwise<'_> {
         );
         let key = format!("{key}->{}", self.out);
         let out = self.out;
-        let (store, threads) = store_word(out, n);
+        let threads = n.div_ceil(wgsl::per_word(out));
         let inputs = &self.inputs;
-        let kernel = ctx.pipelines.get(&ctx, &key, inputs.len(), || {
-            let decls: String = (0..inputs.len())
-                .map(|i| format!("@group(0) @binding({}) var<storage, read> in{i}: array<u32>;\n", i + 1))
-                .collect();
-            let loaders: String = inputs
-                .iter()
-                .enumerate()
-                .map(|(i, (s, _))| loader(&format!("ld{i}"), &format!("in{i}"), s.dtype))
-                .collect();
-            let indexers: String = variants.chars().enumerate().map(|(i, v)| indexer(i, v)).collect();
-            super::kernels::render(
-                TEMPLATE,
-                &[
-                    ("INPUTS", &decls),
-                    ("PRELUDE", PRELUDE),
-                    ("LOADERS", &loaders),
-                    ("INDEXERS", &indexers),
-                    ("FUNCS", self.funcs),
-                    ("OUT_CT", ct(out)),
-                    ("BODY", &self.body),
-                    ("STORE", &store),
-                ],
-            )
-        })?;
+        let dtypes: Vec<DType> = inputs.iter().map(|(s, _)| s.dtype).collect();
+        let kernel =
+            ctx.pipelines.get(&ctx, &key, inputs.len(), || source(&variants, &dtypes, out, &self.body, self.funcs))?;
         let mut params = vec![0u32; 37];
         params[0] = n as u32;
         params[1] = dims.len() as u32;
@@ -121,6 +100,51 @@ impl Elementwise<'_> {
         ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(&ctx, &kernel, &bufs, &params, groups)?;
         Ok(dst)
     }
+}
+
+/// The WGSL of an elementwise kernel: input `i` has dtype `inputs[i]` and indexing variant
+/// `variants[i]` (`c` contiguous, `s` scalar/raw offset, `g` general strided).
+pub(crate) fn source(variants: &str, inputs: &[DType], out: DType, body: &str, funcs: &str) -> String {
+    let decls: String = (0..inputs.len())
+        .map(|i| format!("@group(0) @binding({}) var<storage, read> in{i}: array<u32>;\n", i + 1))
+        .collect();
+    let loaders: String =
+        inputs.iter().enumerate().map(|(i, &dt)| loader(&format!("ld{i}"), &format!("in{i}"), dt)).collect();
+    let indexers: String = variants.chars().enumerate().map(|(i, v)| indexer(i, v)).collect();
+    let (store, _) = store_word(out, 0);
+    super::kernels::render(
+        TEMPLATE,
+        &[
+            ("INPUTS", &decls),
+            ("PRELUDE", PRELUDE),
+            ("LOADERS", &loaders),
+            ("INDEXERS", &indexers),
+            ("FUNCS", funcs),
+            ("OUT_CT", ct(out)),
+            ("BODY", body),
+            ("STORE", &store),
+        ],
+    )
+}
+
+pub(crate) fn unary_body(op: UnaryOp, dt: DType) -> String {
+    format!("let x = ld0(at0(e)); return {};", unary_expr(op, ct(dt)))
+}
+
+pub(crate) fn binary_body(op: BinaryOp, dt: DType) -> String {
+    format!("let a = ld0(at0(e)); let b = ld1(at1(e)); return {};", binary_expr(op, ct(dt)))
+}
+
+pub(crate) fn cmp_body(op: CmpOp) -> String {
+    format!("let a = ld0(at0(e)); let b = ld1(at1(e)); return select(0u, 1u, {});", cmp_expr(op))
+}
+
+pub(crate) const WHERE_BODY: &str = "return select(ld2(at2(e)), ld1(at1(e)), ld0(at0(e)) != 0u);";
+pub(crate) const COPY_BODY: &str = "return ld0(at0(e));";
+pub(crate) const SILU_MUL_BODY: &str = "let a = ld0(at0(e)); let b = ld1(at1(e)); return a / (1.0 + exp(-a)) * b;";
+
+pub(crate) fn cast_body(from: DType, to: DType) -> String {
+    format!("let x = ld0(at0(e)); return {};", cast_expr(from, to))
 }
 
 /// Scalar functions used by op expressions.

@@ -2,7 +2,7 @@
 
 use super::elementwise::{Elementwise, FUNCS};
 use super::kernels::render;
-use super::wgsl::{self, ct};
+use super::wgsl;
 use super::GpuStorage;
 use crate::layout::collapse;
 use crate::{DType, Error, Layout, Result};
@@ -13,7 +13,7 @@ const COPY_INTO: &str = include_str!("copy_into.wgsl");
 /// Fills the whole buffer of `s` with the repeating word pattern `words` (1 or 2 words).
 pub(crate) fn fill_words(s: &GpuStorage, words: &[u32]) -> Result<()> {
     let ctx = &s.ctx;
-    let kernel = ctx.pipelines.get(ctx, "fill", 0, || FILL.to_string())?;
+    let kernel = ctx.pipelines.get(ctx, "fill", 0, fill_source)?;
     let n = (s.buffer.size() / 4) as usize;
     let mut params = vec![n as u32, words.len() as u32];
     params.extend_from_slice(words);
@@ -31,21 +31,9 @@ pub(crate) fn copy_into(src: &GpuStorage, l: &Layout, dst: &mut GpuStorage, dl: 
         return Err(Error::Gpu { op: "copy_into", msg: format!("rank {} views are not supported", dims.len()) });
     }
     let dt = src.dtype;
-    let body = match dt.size_in_bytes() {
-        4 => "atomicStore(&dst[d], src[s]);".to_string(),
-        8 => "atomicStore(&dst[2u * d], src[2u * s]); atomicStore(&dst[2u * d + 1u], src[2u * s + 1u]);".to_string(),
-        sz => {
-            let (per, mask) = if sz == 2 { (2, "0xffffu") } else { (4, "0xffu") };
-            format!(
-                "let bits = (src[s / {per}u] >> ({b}u * (s % {per}u))) & {mask}; let sh = {b}u * (d % {per}u); \
-                 atomicAnd(&dst[d / {per}u], ~({mask} << sh)); atomicOr(&dst[d / {per}u], bits << sh);",
-                b = 8 * sz
-            )
-        }
-    };
     let ctx = src.ctx.clone();
     let key = format!("copy_into:{}", dt.size_in_bytes());
-    let kernel = ctx.pipelines.get(&ctx, &key, 1, || render(COPY_INTO, &[("BODY", &body)]))?;
+    let kernel = ctx.pipelines.get(&ctx, &key, 1, || copy_into_source(dt.size_in_bytes()))?;
     let mut params = vec![0u32; 36];
     params[0] = n as u32;
     params[1] = dims.len() as u32;
@@ -62,12 +50,50 @@ pub(crate) fn copy_into(src: &GpuStorage, l: &Layout, dst: &mut GpuStorage, dl: 
     exec.dispatch(&ctx, &kernel, &bufs, &params, groups)
 }
 
+/// The strided-scatter kernel for elements of `size` bytes.
+pub(crate) fn copy_into_source(size: usize) -> String {
+    let body = match size {
+        4 => "atomicStore(&dst[d], src[s]);".to_string(),
+        8 => "atomicStore(&dst[2u * d], src[2u * s]); atomicStore(&dst[2u * d + 1u], src[2u * s + 1u]);".to_string(),
+        sz => {
+            let (per, mask) = if sz == 2 { (2, "0xffffu") } else { (4, "0xffu") };
+            format!(
+                "let bits = (src[s / {per}u] >> ({b}u * (s % {per}u))) & {mask}; let sh = {b}u * (d % {per}u); \
+                 atomicAnd(&dst[d / {per}u], ~({mask} << sh)); atomicOr(&dst[d / {per}u], bits << sh);",
+                b = 8 * sz
+            )
+        }
+    };
+    render(COPY_INTO, &[("BODY", &body)])
+}
+
+pub(crate) fn fill_source() -> String {
+    FILL.to_string()
+}
+
 /// Reads index `j` of the ids buffer as u32.
 fn id_expr(ids: DType) -> &'static str {
     match wgsl::ct(ids) {
         "i32" => "u32(ld1(p[35] + j))",
         _ => "ld1(p[35] + j)",
     }
+}
+
+pub(crate) fn index_select_body(ids: DType) -> String {
+    format!(
+        "let inner = p[37]; let nid = p[38]; let dim = p[39]; let i = e % inner; let j = (e / inner) % nid; \
+         let o = e / (inner * nid); let id = {}; return ld0(p[34] + (o * dim + id) * inner + i);",
+        id_expr(ids)
+    )
+}
+
+pub(crate) fn gather_body(ids: DType) -> String {
+    format!(
+        "let j = e; let id = {}; var rem = e; var off = p[34]; \
+         for (var d = p[37]; d > 0u; d--) {{ let k = d - 1u; let idx = rem % p[39u + k]; rem /= p[39u + k]; \
+         off += select(idx, id, k == p[38]) * p[47u + k]; }} return ld0(off);",
+        id_expr(ids)
+    )
 }
 
 pub(crate) fn index_select(
@@ -91,11 +117,7 @@ pub(crate) fn index_select(
     let outer: usize = dims[..axis].iter().product();
     let nid = il.elem_count();
     let n = outer * nid * inner;
-    let body = format!(
-        "let inner = p[37]; let nid = p[38]; let dim = p[39]; let i = e % inner; let j = (e / inner) % nid; \
-         let o = e / (inner * nid); let id = {}; return ld0(p[34] + (o * dim + id) * inner + i);",
-        id_expr(ids.dtype)
-    );
+    let body = index_select_body(ids.dtype);
     let l0 = Layout::new(vec![n].into(), vec![0], base);
     let l1 = Layout::new(vec![n].into(), vec![0], 0);
     Elementwise {
@@ -122,15 +144,9 @@ pub(crate) fn gather(src: &GpuStorage, l: &Layout, ids: &GpuStorage, il: &Layout
     consts.resize(10, 0);
     consts.extend(l.strides().iter().map(|&s| s as u32));
     consts.resize(18, 0);
-    let body = format!(
-        "let j = e; let id = {}; var rem = e; var off = p[34]; \
-         for (var d = p[37]; d > 0u; d--) {{ let k = d - 1u; let idx = rem % p[39u + k]; rem /= p[39u + k]; \
-         off += select(idx, id, k == p[38]) * p[47u + k]; }} return ld0(off);",
-        id_expr(ids.dtype)
-    );
+    let body = gather_body(ids.dtype);
     let l0 = Layout::new(vec![n].into(), vec![0], l.offset());
     let l1 = Layout::new(vec![n].into(), vec![0], 0);
-    let _ = ct(src.dtype);
     Elementwise {
         name: "gather".into(),
         inputs: vec![(src, &l0), (&ids_c, &l1)],

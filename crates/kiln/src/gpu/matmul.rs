@@ -5,9 +5,15 @@ use super::kernels::render;
 use super::wgsl::{self, loader, PRELUDE};
 use super::{compute_dtype, GpuStorage};
 use crate::layout::collapse;
-use crate::{Error, Layout, Result};
+use crate::{DType, Error, Layout, Result};
 
 const MATMUL: &str = include_str!("matmul.wgsl");
+
+/// The tiled matmul kernel for `dt`.
+pub(crate) fn source(dt: DType) -> String {
+    let loaders = loader("ld0", "in0", dt) + &loader("ld1", "in1", dt);
+    render(MATMUL, &[("PRELUDE", PRELUDE), ("LOADERS", &loaders), ("CT", wgsl::ct(dt))])
+}
 
 pub(crate) fn matmul(a: &GpuStorage, al: &Layout, b: &GpuStorage, bl: &Layout) -> Result<GpuStorage> {
     let rank = al.rank();
@@ -36,13 +42,9 @@ pub(crate) fn matmul(a: &GpuStorage, al: &Layout, b: &GpuStorage, bl: &Layout) -
     if batch > max as usize {
         return Err(Error::Gpu { op: "matmul", msg: format!("{batch} batches exceed the grid limit of {max}") });
     }
-    let t = wgsl::ct(a.dtype);
     let dt = a.dtype;
     let key = format!("matmul:{dt}");
-    let kernel = ctx.pipelines.get(&ctx, &key, 2, || {
-        let loaders = loader("ld0", "in0", dt) + &loader("ld1", "in1", dt);
-        render(MATMUL, &[("PRELUDE", PRELUDE), ("LOADERS", &loaders), ("CT", t)])
-    })?;
+    let kernel = ctx.pipelines.get(&ctx, &key, 2, || source(dt))?;
     let s = |l: &Layout, i: usize| l.strides()[i] as u32;
     let mut params = vec![
         m as u32,

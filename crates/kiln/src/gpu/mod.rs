@@ -2,6 +2,7 @@
 //! per `.wgsl` file, specialised by text substitution and cached per device), a caching buffer pool
 //! with statistics, batched submission, timestamp profiling and custom kernels.
 
+mod catalog;
 mod context;
 mod custom;
 mod elementwise;
@@ -14,6 +15,7 @@ mod pool;
 mod profile;
 mod reduce;
 mod transfer;
+pub use catalog::kernel_catalog;
 mod wgsl;
 
 #[cfg(test)]
@@ -29,7 +31,7 @@ use crate::backend::BackendStorage;
 use crate::cpu::CpuStorage;
 use crate::op::{AttentionParams, BinaryOp, CmpOp, ReduceOp, UnaryOp};
 use crate::{DType, Error, Layout, Result};
-use elementwise::{binary_expr, cast_expr, cmp_expr, unary_expr, Elementwise, FUNCS};
+use elementwise::{Elementwise, COPY_BODY, FUNCS, SILU_MUL_BODY, WHERE_BODY};
 use half::{bf16, f16};
 use pool::GpuBuffer;
 use std::sync::Arc;
@@ -183,7 +185,7 @@ impl BackendStorage for GpuStorage {
             format!("unary_{}", op.name()),
             vec![(self, l)],
             self.dtype,
-            format!("let x = ld0(at0(e)); return {};", unary_expr(op, t)),
+            elementwise::unary_body(op, self.dtype),
         );
         if let UnaryOp::Clamp { min, max } = op {
             k.consts = vec![wgsl::param_bits(t, min), wgsl::param_bits(t, max)];
@@ -193,32 +195,29 @@ impl BackendStorage for GpuStorage {
 
     fn binary(&self, l: &Layout, rhs: &Self, rl: &Layout, op: BinaryOp) -> Result<Self> {
         self.same_ctx(op.name(), rhs)?;
-        let t = wgsl::ct(self.dtype);
-        let body = format!("let a = ld0(at0(e)); let b = ld1(at1(e)); return {};", binary_expr(op, t));
+        let body = elementwise::binary_body(op, self.dtype);
         self.ew(format!("binary_{}", op.name()), vec![(self, l), (rhs, rl)], self.dtype, body).run()
     }
 
     fn cmp(&self, l: &Layout, rhs: &Self, rl: &Layout, op: CmpOp) -> Result<Self> {
         self.same_ctx(op.name(), rhs)?;
-        let body = format!("let a = ld0(at0(e)); let b = ld1(at1(e)); return select(0u, 1u, {});", cmp_expr(op));
+        let body = elementwise::cmp_body(op);
         self.ew(format!("cmp_{}", op.name()), vec![(self, l), (rhs, rl)], DType::Bool, body).run()
     }
 
     fn where_cond(&self, l: &Layout, t: &Self, tl: &Layout, f: &Self, fl: &Layout) -> Result<Self> {
         self.same_ctx("where", t)?;
         self.same_ctx("where", f)?;
-        let body = "return select(ld2(at2(e)), ld1(at1(e)), ld0(at0(e)) != 0u);".to_string();
-        self.ew("where".into(), vec![(self, l), (t, tl), (f, fl)], t.dtype, body).run()
+        self.ew("where".into(), vec![(self, l), (t, tl), (f, fl)], t.dtype, WHERE_BODY.into()).run()
     }
 
     fn cast(&self, l: &Layout, dtype: DType) -> Result<Self> {
         wgsl::check_dtype("cast", dtype)?;
-        let body = format!("let x = ld0(at0(e)); return {};", cast_expr(self.dtype, dtype));
-        self.ew("cast".into(), vec![(self, l)], dtype, body).run()
+        self.ew("cast".into(), vec![(self, l)], dtype, elementwise::cast_body(self.dtype, dtype)).run()
     }
 
     fn copy_contiguous(&self, l: &Layout) -> Result<Self> {
-        self.ew("copy".into(), vec![(self, l)], self.dtype, "return ld0(at0(e));".into()).run()
+        self.ew("copy".into(), vec![(self, l)], self.dtype, COPY_BODY.into()).run()
     }
 
     fn copy_into(&self, l: &Layout, dst: &mut Self, dst_l: &Layout) -> Result<()> {
@@ -266,8 +265,7 @@ impl BackendStorage for GpuStorage {
 
     fn silu_mul(&self, l: &Layout, up: &Self, ul: &Layout) -> Result<Self> {
         self.same_ctx("silu_mul", up)?;
-        let body = "let a = ld0(at0(e)); let b = ld1(at1(e)); return a / (1.0 + exp(-a)) * b;".to_string();
-        self.ew("silu_mul".into(), vec![(self, l), (up, ul)], self.dtype, body).run()
+        self.ew("silu_mul".into(), vec![(self, l), (up, ul)], self.dtype, SILU_MUL_BODY.into()).run()
     }
 
     fn index_select(&self, l: &Layout, ids: &Self, il: &Layout, axis: usize) -> Result<Self> {

@@ -11,6 +11,36 @@ const SOFTMAX: &str = include_str!("softmax.wgsl");
 const NORM: &str = include_str!("norm.wgsl");
 const ATTENTION: &str = include_str!("attention.wgsl");
 
+pub(crate) fn softmax_source(dt: DType) -> String {
+    render(SOFTMAX, &[("PRELUDE", PRELUDE), ("LOADERS", &loader("ld0", "in0", dt))])
+}
+
+pub(crate) fn norm_source(dt: DType, w: DType, b: DType) -> String {
+    let loaders = loader("ld0", "in0", dt) + &loader("ld1", "in1", w) + &loader("ld2", "in2", b);
+    render(NORM, &[("PRELUDE", PRELUDE), ("LOADERS", &loaders)])
+}
+
+pub(crate) fn attention_source(dt: DType) -> String {
+    let loaders = loader("ld0", "in0", dt) + &loader("ld1", "in1", dt) + &loader("ld2", "in2", dt);
+    render(ATTENTION, &[("PRELUDE", PRELUDE), ("LOADERS", &loaders)])
+}
+
+pub(crate) fn rope_body(interleaved: bool) -> String {
+    if interleaved {
+        "let d = p[37]; let t = p[38]; let half = d / 2u; let j = e % d; let pos = (e / d) % t; \
+         let row = p[34] + e - j; let i = j / 2u; let x1 = ld0(row + 2u * i); let x2 = ld0(row + 2u * i + 1u); \
+         let c = ld1(p[35] + pos * half + i); let s = ld2(p[36] + pos * half + i); \
+         return select(x1 * s + x2 * c, x1 * c - x2 * s, (j & 1u) == 0u);"
+            .into()
+    } else {
+        "let d = p[37]; let t = p[38]; let half = d / 2u; let j = e % d; let pos = (e / d) % t; \
+         let row = p[34] + e - j; let i = j % half; let x1 = ld0(row + i); let x2 = ld0(row + i + half); \
+         let c = ld1(p[35] + pos * half + i); let s = ld2(p[36] + pos * half + i); \
+         return select(x2 * c + x1 * s, x1 * c - x2 * s, j < half);"
+            .into()
+    }
+}
+
 /// `s` viewed by `l` as contiguous rows: (copy if one was needed, offset, rows, k).
 fn rows(s: &GpuStorage, l: &Layout) -> Result<(Option<GpuStorage>, usize, usize, usize)> {
     let k = *l.dims().last().unwrap_or(&1);
@@ -43,15 +73,7 @@ pub(crate) fn softmax_last(s: &GpuStorage, l: &Layout, log: bool) -> Result<GpuS
     let out = GpuStorage::alloc(&s.ctx, DType::F32, rows * k)?;
     let dt = s.dtype;
     let params = [rows as u32, k as u32, off as u32, log as u32];
-    launch(
-        s,
-        format!("softmax:{dt}"),
-        || render(SOFTMAX, &[("PRELUDE", PRELUDE), ("LOADERS", &loader("ld0", "in0", dt))]),
-        &[out.buffer.raw(), src.buffer.raw()],
-        1,
-        &params,
-        rows,
-    )?;
+    launch(s, format!("softmax:{dt}"), || softmax_source(dt), &[out.buffer.raw(), src.buffer.raw()], 1, &params, rows)?;
     out.finish(dt)
 }
 
@@ -82,11 +104,10 @@ pub(crate) fn norm(
         st(bl),
         b.is_some() as u32,
     ];
-    let loaders = loader("ld0", "in0", dt) + &loader("ld1", "in1", w.dtype) + &loader("ld2", "in2", bs.dtype);
     launch(
         s,
         format!("norm:{dt}:{}:{}", w.dtype, bs.dtype),
-        || render(NORM, &[("PRELUDE", PRELUDE), ("LOADERS", &loaders)]),
+        || norm_source(dt, w.dtype, bs.dtype),
         &[out.buffer.raw(), src.buffer.raw(), w.buffer.raw(), bs.buffer.raw()],
         3,
         &params,
@@ -110,24 +131,14 @@ pub(crate) fn rope(
     let sin_c = sin.copy_contiguous(sl)?;
     let n = l.elem_count();
     let t = l.dims()[l.rank() - 2];
-    let body = if interleaved {
-        "let d = p[37]; let t = p[38]; let half = d / 2u; let j = e % d; let pos = (e / d) % t; \
-         let row = p[34] + e - j; let i = j / 2u; let x1 = ld0(row + 2u * i); let x2 = ld0(row + 2u * i + 1u); \
-         let c = ld1(p[35] + pos * half + i); let s = ld2(p[36] + pos * half + i); \
-         return select(x1 * s + x2 * c, x1 * c - x2 * s, (j & 1u) == 0u);"
-    } else {
-        "let d = p[37]; let t = p[38]; let half = d / 2u; let j = e % d; let pos = (e / d) % t; \
-         let row = p[34] + e - j; let i = j % half; let x1 = ld0(row + i); let x2 = ld0(row + i + half); \
-         let c = ld1(p[35] + pos * half + i); let s = ld2(p[36] + pos * half + i); \
-         return select(x2 * c + x1 * s, x1 * c - x2 * s, j < half);"
-    };
+    let body = rope_body(interleaved);
     let l0 = Layout::new(vec![n].into(), vec![0], off);
     let l1 = Layout::new(vec![n].into(), vec![0], 0);
     Elementwise {
         name: format!("rope:{interleaved}"),
         inputs: vec![(src, &l0), (&cos_c, &l1), (&sin_c, &l1)],
         out: x.dtype,
-        body: body.into(),
+        body,
         funcs: FUNCS,
         consts: vec![d as u32, t as u32],
         raw: Some(n),
@@ -179,12 +190,11 @@ pub(crate) fn attention(
         vo as u32,
     ];
     let dt = q.dtype;
-    let loaders = loader("ld0", "in0", dt) + &loader("ld1", "in1", dt) + &loader("ld2", "in2", dt);
     let (qs, ks, vs) = (qc.as_ref().unwrap_or(q), kc.as_ref().unwrap_or(k), vc.as_ref().unwrap_or(v));
     launch(
         q,
         format!("attention:{dt}"),
-        || render(ATTENTION, &[("PRELUDE", PRELUDE), ("LOADERS", &loaders)]),
+        || attention_source(dt),
         &[out.buffer.raw(), qs.buffer.raw(), ks.buffer.raw(), vs.buffer.raw()],
         3,
         &params,

@@ -25,13 +25,10 @@ fn rows_view(s: &GpuStorage, l: &Layout, axes: &[usize]) -> Result<(Option<GpuSt
     }
 }
 
-pub(crate) fn reduce(s: &GpuStorage, l: &Layout, op: ReduceOp, axes: &[usize]) -> Result<GpuStorage> {
-    let (copy, offset, rows, k) = rows_view(s, l, axes)?;
-    let src = copy.as_ref().unwrap_or(s);
-    let ctx = s.ctx.clone();
-    let acc_dt = compute_dtype(s.dtype);
+/// The row-reduction kernel of `op` over `src_dt`.
+pub(crate) fn reduce_source(op: ReduceOp, src_dt: DType) -> String {
     let is_arg = matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin);
-    let t = wgsl::ct(s.dtype);
+    let t = wgsl::ct(src_dt);
     let f = t == "f32";
     let (ident, better) = match op {
         ReduceOp::Sum => ("0", "return true;"),
@@ -79,9 +76,7 @@ pub(crate) fn reduce(s: &GpuStorage, l: &Layout, op: ReduceOp, axes: &[usize]) -
         _ => None,
     };
     let write = if is_arg { "dst[row] = si[0];" } else { "dst[row] = bitcast<u32>(sv[0]);" };
-    let key = format!("reduce:{}:{}", op.name(), s.dtype);
-    let src_dt = s.dtype;
-    let kernel = ctx.pipelines.get(&ctx, &key, 1, || {
+    {
         let mut text = render(
             REDUCE,
             &[
@@ -103,7 +98,18 @@ pub(crate) fn reduce(s: &GpuStorage, l: &Layout, op: ReduceOp, axes: &[usize]) -
                 );
         }
         text
-    })?;
+    }
+}
+
+pub(crate) fn reduce(s: &GpuStorage, l: &Layout, op: ReduceOp, axes: &[usize]) -> Result<GpuStorage> {
+    let (copy, offset, rows, k) = rows_view(s, l, axes)?;
+    let src = copy.as_ref().unwrap_or(s);
+    let ctx = s.ctx.clone();
+    let acc_dt = compute_dtype(s.dtype);
+    let is_arg = matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin);
+    let src_dt = s.dtype;
+    let key = format!("reduce:{}:{}", op.name(), s.dtype);
+    let kernel = ctx.pipelines.get(&ctx, &key, 1, || reduce_source(op, src_dt))?;
     let out_dt = if is_arg { DType::U32 } else { acc_dt };
     let out = GpuStorage::alloc(&ctx, out_dt, rows)?;
     let params = [rows as u32, k as u32, offset as u32];
@@ -118,6 +124,12 @@ pub(crate) fn reduce(s: &GpuStorage, l: &Layout, op: ReduceOp, axes: &[usize]) -
     out.finish(op.output_dtype(s.dtype))
 }
 
+/// The prefix-sum kernel over `src_dt` (f32 for floats, i32 for the rest).
+pub(crate) fn cumsum_source(src_dt: DType) -> String {
+    let t = if src_dt.is_float() { "f32" } else { "i32" };
+    render(CUMSUM, &[("PRELUDE", PRELUDE), ("LOADERS", &loader("ld0", "in0", src_dt)), ("CT", t)])
+}
+
 pub(crate) fn cumsum(s: &GpuStorage, l: &Layout, axis: usize) -> Result<GpuStorage> {
     let rank = l.rank();
     let mut perm: Vec<usize> = (0..rank).filter(|&a| a != axis).collect();
@@ -127,12 +139,9 @@ pub(crate) fn cumsum(s: &GpuStorage, l: &Layout, axis: usize) -> Result<GpuStora
     let ctx = s.ctx.clone();
     // Integers and bool accumulate into i64 like the CPU (in 32 bits on the GPU).
     let acc_dt = if s.dtype.is_float() { DType::F32 } else { DType::I32 };
-    let t = wgsl::ct(acc_dt);
     let src_dt = s.dtype;
     let key = format!("cumsum:{}", s.dtype);
-    let kernel = ctx.pipelines.get(&ctx, &key, 1, || {
-        render(CUMSUM, &[("PRELUDE", PRELUDE), ("LOADERS", &loader("ld0", "in0", src_dt)), ("CT", t)])
-    })?;
+    let kernel = ctx.pipelines.get(&ctx, &key, 1, || cumsum_source(src_dt))?;
     let out = GpuStorage::alloc(&ctx, acc_dt, rows * k)?;
     let params = [rows as u32, k as u32, offset as u32];
     let groups = wgsl::grid(rows, 64, ctx.limits.max_compute_workgroups_per_dimension);
