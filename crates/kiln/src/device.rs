@@ -2,19 +2,33 @@
 
 use crate::backend::BackendDevice;
 use crate::cpu::{CpuDevice, CpuStorage};
+use crate::gpu::{self, AdapterSummary, GpuContext, GpuStorage, KernelTime, MemoryStats};
 use crate::storage::Storage;
 use crate::{Error, Result};
 use std::fmt;
+use std::sync::Arc;
 use std::sync::OnceLock;
 
 /// A compute device. Cheap to clone; two handles to one device compare equal.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct Device(DeviceKind);
 
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 enum DeviceKind {
     Cpu,
+    Gpu(Arc<GpuContext>),
 }
+
+impl PartialEq for Device {
+    fn eq(&self, other: &Device) -> bool {
+        match (&self.0, &other.0) {
+            (DeviceKind::Cpu, DeviceKind::Cpu) => true,
+            (DeviceKind::Gpu(a), DeviceKind::Gpu(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+impl Eq for Device {}
 
 /// What `KILN_DEVICE` (or a CLI flag) asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,19 +81,25 @@ impl Device {
         Device(DeviceKind::Cpu)
     }
 
-    /// The best GPU adapter. Until the GPU backend lands this is always an error.
+    /// The best GPU adapter: discrete, then integrated, then others; a software adapter (lavapipe,
+    /// WARP) only when nothing else exists.
     pub fn gpu() -> Result<Device> {
-        Self::gpu_nth(0)
+        let i = gpu::best_index().ok_or_else(|| Error::BackendUnavailable {
+            backend: "gpu",
+            msg: "no GPU adapter found (Vulkan, Metal or DX12)".into(),
+        })?;
+        Self::gpu_nth(i)
     }
 
-    /// The GPU adapter with index `i` in `kiln info`'s list.
-    pub fn gpu_nth(_i: usize) -> Result<Device> {
-        Err(Error::BackendUnavailable { backend: "gpu", msg: "kiln was built without a GPU backend".into() })
+    /// The GPU adapter with index `i` in `kiln info`'s list (hardware first, software last).
+    pub fn gpu_nth(i: usize) -> Result<Device> {
+        Ok(Device(DeviceKind::Gpu(GpuContext::open(i)?)))
     }
 
-    /// The best hardware GPU if there is one, else the CPU.
+    /// The best hardware GPU if there is one, else the CPU (a software GPU is slower than the CPU
+    /// backend, so `auto` never picks one).
     pub fn auto() -> Device {
-        Device::cpu()
+        gpu::best_hardware_index().and_then(|i| Device::gpu_nth(i).ok()).unwrap_or_else(Device::cpu)
     }
 
     /// The device `KILN_DEVICE` names (`cpu`, `gpu`, `gpu:N`, `auto`; `auto` when unset), opened once
@@ -99,28 +119,139 @@ impl Device {
 
     /// Short name used in messages: `cpu`, `gpu:0`.
     pub fn name(&self) -> String {
-        match self.0 {
+        match &self.0 {
             DeviceKind::Cpu => "cpu".into(),
+            DeviceKind::Gpu(c) => format!("gpu:{}", c.index),
         }
+    }
+
+    pub(crate) fn gpu_context(&self) -> Option<&Arc<GpuContext>> {
+        match &self.0 {
+            DeviceKind::Gpu(c) => Some(c),
+            DeviceKind::Cpu => None,
+        }
+    }
+
+    /// The adapter behind a GPU device.
+    pub fn gpu_info(&self) -> Option<AdapterSummary> {
+        self.gpu_context().map(|c| c.summary.clone())
+    }
+
+    /// Memory statistics of a GPU device's pool (`None` on the CPU).
+    pub fn memory_stats(&self) -> Option<MemoryStats> {
+        self.gpu_context().map(|c| c.pool.stats())
+    }
+
+    /// Releases every cached (unused) GPU buffer.
+    pub fn clear_cache(&self) {
+        if let Some(c) = self.gpu_context() {
+            c.pool.clear_cache();
+        }
+    }
+
+    /// Caps the bytes the GPU pool keeps cached (default 4 GiB or `KILN_GPU_CACHE_LIMIT`).
+    pub fn set_cache_limit(&self, bytes: u64) {
+        if let Some(c) = self.gpu_context() {
+            c.pool.set_cache_limit(bytes);
+        }
+    }
+
+    /// Caps the bytes the GPU pool may hold (active + cached); past it allocations fail with
+    /// `Error::OutOfMemory` after dropping the cache.
+    pub fn set_memory_limit(&self, bytes: u64) {
+        if let Some(c) = self.gpu_context() {
+            c.pool.set_memory_limit(bytes);
+        }
+    }
+
+    /// Resets the peak of `memory_stats`.
+    pub fn reset_peak_memory(&self) {
+        if let Some(c) = self.gpu_context() {
+            c.pool.reset_peak();
+        }
+    }
+
+    /// Fill every GPU op's output with all-ones bits (NaN for floats) before the op runs, so that
+    /// elements a kernel fails to write show up in tests. Also set by `KILN_GPU_POISON=1`.
+    pub fn set_poison(&self, on: bool) {
+        if let Some(c) = self.gpu_context() {
+            c.poison.store(on, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Turns per-kernel GPU timing on or off (also `KILN_PROFILE=1`).
+    pub fn set_profiling(&self, on: bool) -> Result<()> {
+        if let Some(c) = self.gpu_context() {
+            let mut e = c.exec.lock().unwrap_or_else(|e| e.into_inner());
+            e.flush(c)?;
+            e.profiler.set_enabled(on);
+        }
+        Ok(())
+    }
+
+    /// Per-kernel times gathered while profiling, slowest first.
+    pub fn profile(&self) -> Vec<KernelTime> {
+        self.gpu_context()
+            .map(|c| c.exec.lock().unwrap_or_else(|e| e.into_inner()).profiler.report())
+            .unwrap_or_default()
+    }
+
+    /// Clears the profile table.
+    pub fn reset_profile(&self) {
+        if let Some(c) = self.gpu_context() {
+            c.exec.lock().unwrap_or_else(|e| e.into_inner()).profiler.reset();
+        }
+    }
+
+    /// (dispatches recorded, batches submitted) since the device was opened; `None` on the CPU.
+    pub fn gpu_counters(&self) -> Option<(u64, u64)> {
+        self.gpu_context().map(|c| {
+            let e = c.exec.lock().unwrap_or_else(|e| e.into_inner());
+            (e.total_dispatches, e.submits)
+        })
+    }
+
+    /// Number of compiled GPU kernels in the pipeline cache.
+    pub fn compiled_kernels(&self) -> usize {
+        self.gpu_context().map(|c| c.pipelines.len()).unwrap_or(0)
+    }
+
+    /// Runs a user WGSL compute kernel on this GPU device; see [`crate::gpu`]'s `custom_kernel` docs for
+    /// the binding convention.
+    pub fn custom_kernel(
+        &self,
+        source: &str,
+        entry: &str,
+        inputs: &[&crate::Tensor],
+        outputs: &[(crate::Shape, crate::DType)],
+        workgroups: [u32; 3],
+        params: &[u32],
+    ) -> Result<Vec<crate::Tensor>> {
+        gpu::custom_kernel(self, source, entry, inputs, outputs, workgroups, params)
     }
 
     /// Storage of `shape` filled with `value` on this device.
     pub(crate) fn full_storage(&self, shape: &crate::Shape, dtype: crate::DType, value: f64) -> Result<Storage> {
-        match self.0 {
+        match &self.0 {
             DeviceKind::Cpu => Ok(Storage::Cpu(CpuDevice.full(shape, dtype, value)?)),
+            DeviceKind::Gpu(c) => Ok(Storage::Gpu(GpuStorage::full(c, dtype, shape.elem_count(), value)?)),
         }
     }
 
     /// Host data moved onto this device.
     pub(crate) fn storage_from_cpu(&self, data: CpuStorage) -> Result<Storage> {
-        match self.0 {
+        match &self.0 {
             DeviceKind::Cpu => Ok(Storage::Cpu(data)),
+            DeviceKind::Gpu(c) => Ok(Storage::Gpu(GpuStorage::from_cpu(c, &data)?)),
         }
     }
 
     /// Waits until all work queued on this device has finished. A no-op on the CPU.
     pub fn synchronize(&self) -> Result<()> {
-        Ok(())
+        match &self.0 {
+            DeviceKind::Cpu => Ok(()),
+            DeviceKind::Gpu(c) => gpu::synchronize(c),
+        }
     }
 }
 
@@ -145,6 +276,5 @@ mod tests {
         assert_eq!(DeviceRequest::parse("gpu:2"), Some(DeviceRequest::GpuNth(2)));
         assert_eq!(DeviceRequest::parse("cpu"), Some(DeviceRequest::Cpu));
         assert_eq!(DeviceRequest::parse("tpu"), None);
-        assert!(Device::gpu().unwrap_err().to_string().contains("gpu"));
     }
 }

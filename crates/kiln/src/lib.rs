@@ -18,6 +18,7 @@ pub mod cpu;
 mod device;
 mod dtype;
 mod error;
+pub mod gpu;
 mod kv_cache;
 pub mod layout;
 pub mod op;

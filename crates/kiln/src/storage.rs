@@ -1,99 +1,119 @@
-//! `Storage`: one variant per backend. Every op is one `match` that forwards to the backend, and a
-//! pair of storages on different backends is an error naming the op.
+//! `Storage`: one variant per backend. Every op is one `match` that forwards to the backend, and
+//! storages on different backends give an error naming the op.
 
 use crate::backend::BackendStorage;
 use crate::cpu::CpuStorage;
+use crate::gpu::GpuStorage;
 use crate::op::{AttentionParams, BinaryOp, CmpOp, ReduceOp, UnaryOp};
-use crate::{DType, Layout, Result};
+use crate::{DType, Error, Layout, Result};
 
 #[derive(Debug)]
 pub enum Storage {
     Cpu(CpuStorage),
+    Gpu(GpuStorage),
+}
+
+fn mixed(op: &'static str) -> Error {
+    Error::DeviceMismatch { op, lhs: "cpu".into(), rhs: "gpu".into() }
+}
+
+/// Forwards a method of one storage.
+macro_rules! one {
+    ($self:ident, $s:ident => $e:expr) => {
+        match $self {
+            Storage::Cpu($s) => Ok(Storage::Cpu($e?)),
+            Storage::Gpu($s) => Ok(Storage::Gpu($e?)),
+        }
+    };
+}
+
+/// Forwards a method of two storages of one backend.
+macro_rules! two {
+    ($op:expr, $a:expr, $b:expr, ($x:ident, $y:ident) => $e:expr) => {
+        match ($a, $b) {
+            (Storage::Cpu($x), Storage::Cpu($y)) => Ok(Storage::Cpu($e?)),
+            (Storage::Gpu($x), Storage::Gpu($y)) => Ok(Storage::Gpu($e?)),
+            _ => Err(mixed($op)),
+        }
+    };
+}
+
+/// Forwards a method of three storages of one backend.
+macro_rules! three {
+    ($op:expr, $a:expr, $b:expr, $c:expr, ($x:ident, $y:ident, $z:ident) => $e:expr) => {
+        match ($a, $b, $c) {
+            (Storage::Cpu($x), Storage::Cpu($y), Storage::Cpu($z)) => Ok(Storage::Cpu($e?)),
+            (Storage::Gpu($x), Storage::Gpu($y), Storage::Gpu($z)) => Ok(Storage::Gpu($e?)),
+            _ => Err(mixed($op)),
+        }
+    };
 }
 
 impl Storage {
     pub fn dtype(&self) -> DType {
         match self {
             Storage::Cpu(s) => s.dtype(),
+            Storage::Gpu(s) => s.dtype(),
         }
     }
 
     pub fn to_cpu(&self, l: &Layout) -> Result<CpuStorage> {
         match self {
             Storage::Cpu(s) => s.to_cpu(l),
+            Storage::Gpu(s) => s.to_cpu(l),
         }
     }
 
     pub fn unary(&self, l: &Layout, op: UnaryOp) -> Result<Storage> {
-        match self {
-            Storage::Cpu(s) => Ok(Storage::Cpu(s.unary(l, op)?)),
-        }
+        one!(self, s => s.unary(l, op))
     }
 
     pub fn binary(&self, l: &Layout, rhs: &Storage, rl: &Layout, op: BinaryOp) -> Result<Storage> {
-        match (self, rhs) {
-            (Storage::Cpu(a), Storage::Cpu(b)) => Ok(Storage::Cpu(a.binary(l, b, rl, op)?)),
-        }
+        two!(op.name(), self, rhs, (a, b) => a.binary(l, b, rl, op))
     }
 
     pub fn cmp(&self, l: &Layout, rhs: &Storage, rl: &Layout, op: CmpOp) -> Result<Storage> {
-        match (self, rhs) {
-            (Storage::Cpu(a), Storage::Cpu(b)) => Ok(Storage::Cpu(a.cmp(l, b, rl, op)?)),
-        }
+        two!(op.name(), self, rhs, (a, b) => a.cmp(l, b, rl, op))
     }
 
     pub fn where_cond(&self, l: &Layout, t: &Storage, tl: &Layout, f: &Storage, fl: &Layout) -> Result<Storage> {
-        match (self, t, f) {
-            (Storage::Cpu(c), Storage::Cpu(t), Storage::Cpu(f)) => Ok(Storage::Cpu(c.where_cond(l, t, tl, f, fl)?)),
-        }
+        three!("where", self, t, f, (c, t, f) => c.where_cond(l, t, tl, f, fl))
     }
 
     pub fn cast(&self, l: &Layout, dtype: DType) -> Result<Storage> {
-        match self {
-            Storage::Cpu(s) => Ok(Storage::Cpu(s.cast(l, dtype)?)),
-        }
+        one!(self, s => s.cast(l, dtype))
     }
 
     pub fn copy_contiguous(&self, l: &Layout) -> Result<Storage> {
-        match self {
-            Storage::Cpu(s) => Ok(Storage::Cpu(s.copy_contiguous(l)?)),
-        }
+        one!(self, s => s.copy_contiguous(l))
     }
 
     pub fn copy_into(&self, l: &Layout, dst: &mut Storage, dst_l: &Layout) -> Result<()> {
         match (self, dst) {
             (Storage::Cpu(s), Storage::Cpu(d)) => s.copy_into(l, d, dst_l),
+            (Storage::Gpu(s), Storage::Gpu(d)) => s.copy_into(l, d, dst_l),
+            _ => Err(mixed("copy_into")),
         }
     }
 
     pub fn reduce(&self, l: &Layout, op: ReduceOp, axes: &[usize]) -> Result<Storage> {
-        match self {
-            Storage::Cpu(s) => Ok(Storage::Cpu(s.reduce(l, op, axes)?)),
-        }
+        one!(self, s => s.reduce(l, op, axes))
     }
 
     pub fn cumsum(&self, l: &Layout, axis: usize) -> Result<Storage> {
-        match self {
-            Storage::Cpu(s) => Ok(Storage::Cpu(s.cumsum(l, axis)?)),
-        }
+        one!(self, s => s.cumsum(l, axis))
     }
 
     pub fn matmul(&self, l: &Layout, rhs: &Storage, rl: &Layout) -> Result<Storage> {
-        match (self, rhs) {
-            (Storage::Cpu(a), Storage::Cpu(b)) => Ok(Storage::Cpu(a.matmul(l, b, rl)?)),
-        }
+        two!("matmul", self, rhs, (a, b) => a.matmul(l, b, rl))
     }
 
     pub fn softmax_last(&self, l: &Layout, log: bool) -> Result<Storage> {
-        match self {
-            Storage::Cpu(s) => Ok(Storage::Cpu(s.softmax_last(l, log)?)),
-        }
+        one!(self, s => s.softmax_last(l, log))
     }
 
     pub fn rms_norm(&self, l: &Layout, w: &Storage, wl: &Layout, eps: f64) -> Result<Storage> {
-        match (self, w) {
-            (Storage::Cpu(x), Storage::Cpu(w)) => Ok(Storage::Cpu(x.rms_norm(l, w, wl, eps)?)),
-        }
+        two!("rms_norm", self, w, (x, w) => x.rms_norm(l, w, wl, eps))
     }
 
     pub fn layer_norm(
@@ -104,13 +124,16 @@ impl Storage {
         b: Option<(&Storage, &Layout)>,
         eps: f64,
     ) -> Result<Storage> {
-        match (self, w) {
-            (Storage::Cpu(x), Storage::Cpu(w)) => {
-                let b = b.map(|(b, bl)| match b {
-                    Storage::Cpu(b) => (b, bl),
-                });
-                Ok(Storage::Cpu(x.layer_norm(l, w, wl, b, eps)?))
+        match (self, w, b) {
+            (Storage::Cpu(x), Storage::Cpu(w), None) => Ok(Storage::Cpu(x.layer_norm(l, w, wl, None, eps)?)),
+            (Storage::Cpu(x), Storage::Cpu(w), Some((Storage::Cpu(b), bl))) => {
+                Ok(Storage::Cpu(x.layer_norm(l, w, wl, Some((b, bl)), eps)?))
             }
+            (Storage::Gpu(x), Storage::Gpu(w), None) => Ok(Storage::Gpu(x.layer_norm(l, w, wl, None, eps)?)),
+            (Storage::Gpu(x), Storage::Gpu(w), Some((Storage::Gpu(b), bl))) => {
+                Ok(Storage::Gpu(x.layer_norm(l, w, wl, Some((b, bl)), eps)?))
+            }
+            _ => Err(mixed("layer_norm")),
         }
     }
 
@@ -123,11 +146,7 @@ impl Storage {
         sl: &Layout,
         interleaved: bool,
     ) -> Result<Storage> {
-        match (self, cos, sin) {
-            (Storage::Cpu(x), Storage::Cpu(c), Storage::Cpu(s)) => {
-                Ok(Storage::Cpu(x.rope(l, c, cl, s, sl, interleaved)?))
-            }
-        }
+        three!("rope", self, cos, sin, (x, c, s) => x.rope(l, c, cl, s, sl, interleaved))
     }
 
     pub fn attention(
@@ -139,26 +158,18 @@ impl Storage {
         vl: &Layout,
         p: AttentionParams,
     ) -> Result<Storage> {
-        match (self, k, v) {
-            (Storage::Cpu(q), Storage::Cpu(k), Storage::Cpu(v)) => Ok(Storage::Cpu(q.attention(l, k, kl, v, vl, p)?)),
-        }
+        three!("attention", self, k, v, (q, k, v) => q.attention(l, k, kl, v, vl, p))
     }
 
     pub fn silu_mul(&self, l: &Layout, up: &Storage, ul: &Layout) -> Result<Storage> {
-        match (self, up) {
-            (Storage::Cpu(g), Storage::Cpu(u)) => Ok(Storage::Cpu(g.silu_mul(l, u, ul)?)),
-        }
+        two!("silu_mul", self, up, (g, u) => g.silu_mul(l, u, ul))
     }
 
     pub fn index_select(&self, l: &Layout, ids: &Storage, il: &Layout, axis: usize) -> Result<Storage> {
-        match (self, ids) {
-            (Storage::Cpu(s), Storage::Cpu(i)) => Ok(Storage::Cpu(s.index_select(l, i, il, axis)?)),
-        }
+        two!("index_select", self, ids, (s, i) => s.index_select(l, i, il, axis))
     }
 
     pub fn gather(&self, l: &Layout, ids: &Storage, il: &Layout, axis: usize) -> Result<Storage> {
-        match (self, ids) {
-            (Storage::Cpu(s), Storage::Cpu(i)) => Ok(Storage::Cpu(s.gather(l, i, il, axis)?)),
-        }
+        two!("gather", self, ids, (s, i) => s.gather(l, i, il, axis))
     }
 }

@@ -17,9 +17,42 @@ macro_rules! backend_tests {
                 fn cpu() {
                     super::$name(&kiln::Device::cpu())
                 }
+                #[test]
+                fn gpu() {
+                    if let Some(dev) = $crate::common::gpu_device() {
+                        super::$name(&dev)
+                    }
+                }
             }
         )*
     };
+}
+
+/// The GPU device for the `gpu` half of each test, with output poisoning on; `None` (test skipped,
+/// with a note) when no adapter exists, a failure instead when `KILN_REQUIRE_GPU=1`.
+pub fn gpu_device() -> Option<Device> {
+    static DEV: std::sync::OnceLock<Option<Device>> = std::sync::OnceLock::new();
+    let dev = DEV
+        .get_or_init(|| match Device::gpu() {
+            Ok(d) => {
+                d.set_poison(true);
+                Some(d)
+            }
+            Err(e) => {
+                eprintln!("GPU tests skipped: {e}");
+                None
+            }
+        })
+        .clone();
+    if dev.is_none() && std::env::var("KILN_REQUIRE_GPU").is_ok_and(|v| v == "1") {
+        panic!("KILN_REQUIRE_GPU=1 but no GPU adapter was found");
+    }
+    dev
+}
+
+/// The dtypes of `list` that `dev` supports (GPUs have no f64).
+pub fn supported(dev: &Device, list: &[DType]) -> Vec<DType> {
+    list.iter().copied().filter(|&d| dev.is_cpu() || d != DType::F64).collect()
 }
 
 pub const FLOATS: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];

@@ -1,0 +1,294 @@
+//! Launching the elementwise kernels of `elementwise.wgsl`.
+
+use super::wgsl::{self, ct, loader, store_word, PRELUDE};
+use super::GpuStorage;
+use crate::layout::collapse;
+use crate::op::{BinaryOp, CmpOp, UnaryOp};
+use crate::{DType, Error, Layout, Result};
+
+const TEMPLATE: &str = include_str!("elementwise.wgsl");
+const MAX_RANK: usize = 8;
+
+/// How an input is indexed.
+fn variant(dims: &[usize], strides: &[usize]) -> char {
+    if strides.iter().all(|&s| s == 0) {
+        's'
+    } else if dims.len() == 1 && strides[0] == 1 {
+        'c'
+    } else {
+        'g'
+    }
+}
+
+fn indexer(i: usize, v: char) -> String {
+    match v {
+        'c' => format!("fn at{i}(e: u32) -> u32 {{ return p[{}u] + e; }}\n", 34 + i),
+        's' => format!("fn at{i}(e: u32) -> u32 {{ return p[{}u]; }}\n", 34 + i),
+        _ => format!(
+            "fn at{i}(e: u32) -> u32 {{\n    var rem = e;\n    var off = p[{o}u];\n    for (var d = p[1]; d > 0u; d--) {{\n        let k = d - 1u;\n        off += (rem % p[2u + k]) * p[{s}u + k];\n        rem /= p[2u + k];\n    }}\n    return off;\n}}\n",
+            o = 34 + i,
+            s = 10 + 8 * i
+        ),
+    }
+}
+
+/// An elementwise kernel: `body` computes `value(e)` from `ld{i}(at{i}(e))`.
+pub(crate) struct Elementwise<'a> {
+    pub name: String,
+    pub inputs: Vec<(&'a GpuStorage, &'a Layout)>,
+    pub out: DType,
+    pub body: String,
+    pub funcs: &'static str,
+    pub consts: Vec<u32>,
+    /// `Some(n)`: the output has `n` elements and inputs are only offset (`at{i}(e)` returns the
+    /// input's offset; the body indexes itself). `None`: inputs are views of the output's shape.
+    pub raw: Option<usize>,
+}
+
+impl Elementwise<'_> {
+    pub(crate) fn run(self) -> Result<GpuStorage> {
+        let first = self.inputs[0].0;
+        let ctx = first.ctx.clone();
+        let (n, dims, cstrides) = match self.raw {
+            Some(n) => (n, vec![n], vec![vec![0]; self.inputs.len()]),
+            None => {
+                let strides: Vec<&[usize]> = self.inputs.iter().map(|(_, l)| l.strides()).collect();
+                let (dims, cstrides) = collapse(self.inputs[0].1.dims(), &strides);
+                (self.inputs[0].1.elem_count(), dims, cstrides)
+            }
+        };
+        if dims.len() > MAX_RANK {
+            return Err(Error::Gpu {
+                op: "elementwise",
+                msg: format!("views of rank {} after merging dims are not supported (max {MAX_RANK})", dims.len()),
+            });
+        }
+        if n > u32::MAX as usize {
+            return Err(Error::Gpu { op: "elementwise", msg: format!("{n} elements exceed the 32-bit index range") });
+        }
+        let variants: String = cstrides.iter().map(|s| variant(&dims, s)).collect();
+        let key = format!(
+            "ew:{}:{}:{}",
+            self.name,
+            variants,
+            self.inputs.iter().map(|(s, _)| s.dtype.as_str()).collect::<Vec<_>>().join(",")
+        );
+        let key = format!("{key}->{}", self.out);
+        let out = self.out;
+        let threads = n.div_ceil(wgsl::per_word(out));
+        let inputs = &self.inputs;
+        let dtypes: Vec<DType> = inputs.iter().map(|(s, _)| s.dtype).collect();
+        let kernel =
+            ctx.pipelines.get(&ctx, &key, inputs.len(), || source(&variants, &dtypes, out, &self.body, self.funcs))?;
+        let mut params = vec![0u32; 37];
+        params[0] = n as u32;
+        params[1] = dims.len() as u32;
+        for (k, &d) in dims.iter().enumerate() {
+            params[2 + k] = d as u32;
+        }
+        for (i, s) in cstrides.iter().enumerate() {
+            for (k, &st) in s.iter().enumerate() {
+                params[10 + 8 * i + k] = st as u32;
+            }
+            params[34 + i] = inputs[i].1.offset() as u32;
+        }
+        params.extend_from_slice(&self.consts);
+        let dst = GpuStorage::alloc(&ctx, out, n)?;
+        let bufs: Vec<&wgpu::Buffer> =
+            std::iter::once(dst.buffer.raw()).chain(inputs.iter().map(|(s, _)| s.buffer.raw())).collect();
+        let groups = wgsl::grid(threads, 256, ctx.limits.max_compute_workgroups_per_dimension);
+        ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(&ctx, &kernel, &bufs, &params, groups)?;
+        Ok(dst)
+    }
+}
+
+/// The WGSL of an elementwise kernel: input `i` has dtype `inputs[i]` and indexing variant
+/// `variants[i]` (`c` contiguous, `s` scalar/raw offset, `g` general strided).
+pub(crate) fn source(variants: &str, inputs: &[DType], out: DType, body: &str, funcs: &str) -> String {
+    let decls: String = (0..inputs.len())
+        .map(|i| format!("@group(0) @binding({}) var<storage, read> in{i}: array<u32>;\n", i + 1))
+        .collect();
+    let loaders: String =
+        inputs.iter().enumerate().map(|(i, &dt)| loader(&format!("ld{i}"), &format!("in{i}"), dt)).collect();
+    let indexers: String = variants.chars().enumerate().map(|(i, v)| indexer(i, v)).collect();
+    let (store, _) = store_word(out, 0);
+    super::kernels::render(
+        TEMPLATE,
+        &[
+            ("INPUTS", &decls),
+            ("PRELUDE", PRELUDE),
+            ("LOADERS", &loaders),
+            ("INDEXERS", &indexers),
+            ("FUNCS", funcs),
+            ("OUT_CT", ct(out)),
+            ("BODY", body),
+            ("STORE", &store),
+        ],
+    )
+}
+
+pub(crate) fn unary_body(op: UnaryOp, dt: DType) -> String {
+    format!("let x = ld0(at0(e)); return {};", unary_expr(op, ct(dt)))
+}
+
+pub(crate) fn binary_body(op: BinaryOp, dt: DType) -> String {
+    format!("let a = ld0(at0(e)); let b = ld1(at1(e)); return {};", binary_expr(op, ct(dt)))
+}
+
+pub(crate) fn cmp_body(op: CmpOp) -> String {
+    format!("let a = ld0(at0(e)); let b = ld1(at1(e)); return select(0u, 1u, {});", cmp_expr(op))
+}
+
+pub(crate) const WHERE_BODY: &str = "return select(ld2(at2(e)), ld1(at1(e)), ld0(at0(e)) != 0u);";
+pub(crate) const COPY_BODY: &str = "return ld0(at0(e));";
+pub(crate) const SILU_MUL_BODY: &str = "let a = ld0(at0(e)); let b = ld1(at1(e)); return a / (1.0 + exp(-a)) * b;";
+
+pub(crate) fn cast_body(from: DType, to: DType) -> String {
+    format!("let x = ld0(at0(e)); return {};", cast_expr(from, to))
+}
+
+/// Scalar functions used by op expressions.
+pub(crate) const FUNCS: &str = r#"
+fn tanh_(x: f32) -> f32 { let t = exp(-2.0 * abs(x)); return select(-1.0, 1.0, x >= 0.0) * (1.0 - t) / (1.0 + t) + 0.0 * x; }
+fn erf_(x: f32) -> f32 {
+    // Abramowitz-Stegun 7.1.26 refined: |error| < 1.5e-7.
+    let a = abs(x);
+    let t = 1.0 / (1.0 + 0.3275911 * a);
+    let y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * exp(-a * a);
+    return select(-y, y, x >= 0.0) + 0.0 * x;
+}
+fn powf_(a: f32, b: f32) -> f32 {
+    if (b == 0.0 || a == 1.0) { return 1.0; }
+    if (is_nan(a) || is_nan(b)) { return nan_f32(); }
+    let r = exp2(b * log2(abs(a)));
+    if (a < 0.0) {
+        if (floor(b) != b) { return nan_f32(); }
+        if (floor(b * 0.5) != b * 0.5) { return -r; }
+    }
+    return r;
+}
+fn powi_(a: i32, b: i32) -> i32 {
+    if (b < 0) { if (a == 1) { return 1; } if (a == -1) { return select(1, -1, (b & 1) == 1); } return 0; }
+    var r = 1; var base = a; var k = b;
+    while (k > 0) { if ((k & 1) == 1) { r *= base; } base *= base; k = k >> 1u; }
+    return r;
+}
+fn powu_(a: u32, b: u32) -> u32 {
+    var r = 1u; var base = a; var k = b;
+    while (k > 0u) { if ((k & 1u) == 1u) { r *= base; } base *= base; k = k >> 1u; }
+    return r;
+}
+fn maxf_(a: f32, b: f32) -> f32 { if (is_nan(a)) { return a; } if (is_nan(b)) { return b; } return max(a, b); }
+fn minf_(a: f32, b: f32) -> f32 { if (is_nan(a)) { return a; } if (is_nan(b)) { return b; } return min(a, b); }
+fn log_(x: f32) -> f32 { if (x == 0.0) { return -inf_f32(); } if (x < 0.0) { return nan_f32(); } return log(x); }
+fn sqrt_(x: f32) -> f32 { if (x < 0.0) { return nan_f32(); } return sqrt(x); }
+"#;
+
+/// The WGSL expression of a unary op on `x` of compute type `t`; `c0`, `c1` are the op constants.
+pub(crate) fn unary_expr(op: UnaryOp, t: &str) -> String {
+    let f = t == "f32";
+    let u = t == "u32";
+    match op {
+        UnaryOp::Neg => if u { "0u - x" } else { "-x" }.into(),
+        UnaryOp::Abs => if u { "x" } else { "abs(x)" }.into(),
+        UnaryOp::Sign => {
+            if f {
+                "select(sign(x), x, is_nan(x))"
+            } else if u {
+                "select(0u, 1u, x > 0u)"
+            } else {
+                "sign(x)"
+            }
+        }
+        .into(),
+        UnaryOp::Sqrt => "sqrt_(x)".into(),
+        UnaryOp::Rsqrt => "1.0 / sqrt_(x)".into(),
+        UnaryOp::Exp => "exp(x)".into(),
+        UnaryOp::Log => "log_(x)".into(),
+        UnaryOp::Sin => "sin(x)".into(),
+        UnaryOp::Cos => "cos(x)".into(),
+        UnaryOp::Tanh => "tanh_(x)".into(),
+        UnaryOp::Square => "x * x".into(),
+        UnaryOp::Recip => "1.0 / x".into(),
+        UnaryOp::Floor => if f { "floor(x)" } else { "x" }.into(),
+        UnaryOp::Ceil => if f { "ceil(x)" } else { "x" }.into(),
+        UnaryOp::Round => if f { "round(x)" } else { "x" }.into(),
+        UnaryOp::Relu => {
+            if f {
+                "select(x, 0.0, x < 0.0)"
+            } else if u {
+                "x"
+            } else {
+                "max(x, 0)"
+            }
+        }
+        .into(),
+        UnaryOp::Sigmoid => "1.0 / (1.0 + exp(-x))".into(),
+        UnaryOp::Silu => "x / (1.0 + exp(-x))".into(),
+        UnaryOp::GeluTanh => "0.5 * x * (1.0 + tanh_(0.7978845608028654 * (x + 0.044715 * x * x * x)))".into(),
+        UnaryOp::GeluErf => "0.5 * x * (1.0 + erf_(x * 0.7071067811865476))".into(),
+        UnaryOp::Not => "select(0u, 1u, x == 0u)".into(),
+        UnaryOp::Clamp { .. } => {
+            let lo = format!("bitcast<{t}>(p[37])");
+            let hi = format!("bitcast<{t}>(p[38])");
+            if f {
+                format!("select(min(max(x, {lo}), {hi}), x, is_nan(x))")
+            } else {
+                format!("min(max(x, {lo}), {hi})")
+            }
+        }
+    }
+}
+
+/// The WGSL expression of a binary op on `a`, `b` of compute type `t`.
+pub(crate) fn binary_expr(op: BinaryOp, t: &str) -> String {
+    match op {
+        BinaryOp::Add => "a + b".into(),
+        BinaryOp::Sub => "a - b".into(),
+        BinaryOp::Mul => "a * b".into(),
+        BinaryOp::Div => "a / b".into(),
+        BinaryOp::Pow => match t {
+            "f32" => "powf_(a, b)",
+            "i32" => "powi_(a, b)",
+            _ => "powu_(a, b)",
+        }
+        .into(),
+        BinaryOp::Maximum => if t == "f32" { "maxf_(a, b)" } else { "max(a, b)" }.into(),
+        BinaryOp::Minimum => if t == "f32" { "minf_(a, b)" } else { "min(a, b)" }.into(),
+        BinaryOp::And => "a & b".into(),
+        BinaryOp::Or => "a | b".into(),
+    }
+}
+
+pub(crate) fn cmp_expr(op: CmpOp) -> &'static str {
+    match op {
+        CmpOp::Eq => "a == b",
+        CmpOp::Ne => "a != b",
+        CmpOp::Lt => "a < b",
+        CmpOp::Le => "a <= b",
+        CmpOp::Gt => "a > b",
+        CmpOp::Ge => "a >= b",
+    }
+}
+
+/// The WGSL expression converting `x` (compute type of `from`) to the compute type of `to`, with the
+/// CPU's semantics: floats to integers truncate toward zero and saturate, NaN gives 0; integers to
+/// narrower integers wrap; anything nonzero is `true`.
+pub(crate) fn cast_expr(from: DType, to: DType) -> String {
+    let (fi, ti) = (ct(from), ct(to));
+    match (fi, to) {
+        (_, DType::Bool) => match fi {
+            "f32" => "select(0u, 1u, x != 0.0)".into(),
+            "i32" => "select(0u, 1u, x != 0)".into(),
+            _ => "select(0u, 1u, x != 0u)".into(),
+        },
+        ("f32", DType::U8) => "select(u32(clamp(x, 0.0, 255.0)), 0u, is_nan(x))".into(),
+        ("f32", DType::U32) => "select(u32(clamp(x, 0.0, 4294967040.0)), 0u, is_nan(x))".into(),
+        ("f32", DType::I32 | DType::I64) => "select(i32(clamp(x, -2147483648.0, 2147483520.0)), 0, is_nan(x))".into(),
+        (_, DType::U8) => format!("{}(x) & 0xffu", if fi == "i32" { "bitcast<u32>" } else { "" }),
+        _ if fi == ti => "x".into(),
+        ("i32", _) if ti == "u32" => "bitcast<u32>(x)".into(),
+        ("u32", _) if ti == "i32" => "bitcast<i32>(x)".into(),
+        (_, _) => format!("{ti}(x)"),
+    }
+}

@@ -1,0 +1,195 @@
+//! Batched execution. Dispatches are recorded into one pending command encoder and one open compute
+//! pass; their parameters go into a per-batch arena buffer (one 256-byte slot each, bound at a dynamic
+//! offset). The batch is submitted when data is read back, on `synchronize`, before an upload, or when
+//! the arena is full - never once per op, and the host never waits except for a readback.
+
+use super::context::GpuContext;
+use super::kernels::{Kernel, Pipelines, PARAM_WORDS};
+use super::profile::Profiler;
+use crate::{Error, Result};
+use std::time::Instant;
+
+/// Dispatches per batch (arena slots).
+const SLOTS: usize = 512;
+
+pub(crate) struct Exec {
+    encoder: Option<wgpu::CommandEncoder>,
+    pass: Option<wgpu::ComputePass<'static>>,
+    arena: Option<(wgpu::Buffer, wgpu::BindGroup)>,
+    params: Vec<u32>,
+    slot_words: usize,
+    dispatches: usize,
+    /// Dispatches recorded since the device was opened.
+    pub(crate) total_dispatches: u64,
+    /// Batches submitted since the device was opened.
+    pub(crate) submits: u64,
+    pub(crate) profiler: Profiler,
+}
+
+impl Exec {
+    pub(crate) fn new(device: &wgpu::Device, limits: &wgpu::Limits, _p: &Pipelines) -> Exec {
+        let align = limits.min_storage_buffer_offset_alignment.max(256) as usize;
+        Exec {
+            encoder: None,
+            pass: None,
+            arena: None,
+            params: Vec::new(),
+            slot_words: align / 4,
+            dispatches: 0,
+            total_dispatches: 0,
+            submits: 0,
+            profiler: Profiler::new(device),
+        }
+    }
+
+    fn begin(&mut self, ctx: &GpuContext) {
+        if self.encoder.is_none() {
+            self.encoder =
+                Some(ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("kiln") }));
+        }
+        if self.arena.is_none() {
+            let size = (SLOTS * self.slot_words * 4) as u64;
+            let buffer = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("kiln params"),
+                size,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some("kiln params"),
+                layout: &ctx.pipelines.params_layout,
+                entries: &[wgpu::BindGroupEntry {
+                    binding: 0,
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: &buffer,
+                        offset: 0,
+                        size: wgpu::BufferSize::new((PARAM_WORDS * 4) as u64),
+                    }),
+                }],
+            });
+            self.arena = Some((buffer, group));
+            self.params.clear();
+        }
+    }
+
+    /// Records one dispatch of `kernel` over `groups` workgroups with `buffers` (output first).
+    pub(crate) fn dispatch(
+        &mut self,
+        ctx: &GpuContext,
+        kernel: &Kernel,
+        buffers: &[&wgpu::Buffer],
+        params: &[u32],
+        groups: [u32; 3],
+    ) -> Result<()> {
+        assert!(params.len() <= PARAM_WORDS, "kernel {} passes too many parameters", kernel.name);
+        if groups.contains(&0) {
+            return Ok(());
+        }
+        let max = ctx.limits.max_compute_workgroups_per_dimension;
+        if groups.iter().any(|&g| g > max) {
+            return Err(Error::Gpu {
+                op: "dispatch",
+                msg: format!("kernel {} needs a grid of {groups:?} workgroups, above the limit of {max}", kernel.name),
+            });
+        }
+        self.begin(ctx);
+        let slot = self.dispatches;
+        self.params.resize(slot * self.slot_words, 0);
+        self.params.extend_from_slice(params);
+        self.params.resize((slot + 1) * self.slot_words, 0);
+        let entries: Vec<wgpu::BindGroupEntry> = buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
+            .collect();
+        let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(&kernel.name),
+            layout: &kernel.layout,
+            entries: &entries,
+        });
+        let profiling = self.profiler.enabled();
+        if profiling || self.pass.is_none() {
+            self.pass = None;
+            let has_ts = ctx.has(wgpu::Features::TIMESTAMP_QUERY);
+            let writes = if profiling { self.profiler.writes(&ctx.device, has_ts, &kernel.name) } else { None };
+            let pass = self
+                .encoder
+                .as_mut()
+                .expect("encoder begun")
+                .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("kiln"), timestamp_writes: writes })
+                .forget_lifetime();
+            self.pass = Some(pass);
+        }
+        let pass = self.pass.as_mut().expect("pass begun");
+        let arena_group = &self.arena.as_ref().expect("arena begun").1;
+        pass.set_pipeline(&kernel.pipeline);
+        pass.set_bind_group(0, &group, &[]);
+        pass.set_bind_group(1, arena_group, &[(slot * self.slot_words * 4) as u32]);
+        pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+        if profiling {
+            self.pass = None;
+        }
+        self.dispatches += 1;
+        self.total_dispatches += 1;
+        if self.dispatches == SLOTS || self.profiler.full() {
+            self.flush(ctx)?;
+        }
+        Ok(())
+    }
+
+    /// Records a buffer-to-buffer copy (ends the open compute pass).
+    pub(crate) fn copy(
+        &mut self,
+        ctx: &GpuContext,
+        src: &wgpu::Buffer,
+        src_off: u64,
+        dst: &wgpu::Buffer,
+        dst_off: u64,
+        bytes: u64,
+    ) {
+        self.begin(ctx);
+        self.pass = None;
+        self.encoder.as_mut().expect("encoder begun").copy_buffer_to_buffer(src, src_off, dst, dst_off, bytes);
+    }
+
+    /// Submits the pending batch (without waiting) and returns its submission index.
+    pub(crate) fn flush(&mut self, ctx: &GpuContext) -> Result<Option<wgpu::SubmissionIndex>> {
+        self.pass = None;
+        let Some(encoder) = self.encoder.take() else { return Ok(None) };
+        let mut encoder = encoder;
+        if let Some((arena, _)) = self.arena.take() {
+            if !self.params.is_empty() {
+                ctx.queue.write_buffer(&arena, 0, bytemuck::cast_slice(&self.params));
+            }
+        }
+        let resolved = self.profiler.resolve(&mut encoder);
+        let index = ctx.queue.submit([encoder.finish()]);
+        self.dispatches = 0;
+        self.params.clear();
+        self.submits += 1;
+        if resolved {
+            self.profiler.collect(ctx)?;
+        }
+        ctx.check()?;
+        Ok(Some(index))
+    }
+
+    /// Submits pending work and waits until the device is idle.
+    pub(crate) fn synchronize(&mut self, ctx: &GpuContext) -> Result<()> {
+        self.flush(ctx)?;
+        wait(ctx, None)
+    }
+}
+
+/// Blocks until the queue has finished `index` (or everything).
+pub(crate) fn wait(ctx: &GpuContext, index: Option<wgpu::SubmissionIndex>) -> Result<()> {
+    let start = Instant::now();
+    let r = ctx
+        .device
+        .poll(wgpu::PollType::Wait { submission_index: index, timeout: Some(std::time::Duration::from_secs(600)) });
+    if let Err(e) = r {
+        let why = format!("waiting for the GPU failed after {:?}: {e}", start.elapsed());
+        ctx.mark_lost(why);
+    }
+    ctx.check()
+}

@@ -1,0 +1,147 @@
+//! The pipeline cache. A kernel is WGSL text made from a `.wgsl` template by substitution (dtype, op,
+//! variant, workgroup size); its key is that full specialisation, so each variant compiles once per
+//! device. Bind group 0 holds the output (binding 0, read-write) and the inputs (read-only); bind group
+//! 1 holds the dispatch's parameters (`array<u32, 64>` at a dynamic offset in the batch's arena).
+
+use super::context::GpuContext;
+use crate::{Error, Result};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+/// Words of parameters one dispatch may pass.
+pub(crate) const PARAM_WORDS: usize = 64;
+
+pub(crate) struct Kernel {
+    pub(crate) name: String,
+    pub(crate) pipeline: wgpu::ComputePipeline,
+    pub(crate) layout: wgpu::BindGroupLayout,
+}
+
+pub(crate) struct Pipelines {
+    cache: RwLock<HashMap<String, Arc<Kernel>>>,
+    pub(crate) params_layout: wgpu::BindGroupLayout,
+}
+
+/// Replaces each `{{NAME}}` in `template` with its value.
+pub(crate) fn render(template: &str, subs: &[(&str, &str)]) -> String {
+    let mut out = template.to_string();
+    for (k, v) in subs {
+        out = out.replace(&format!("{{{{{k}}}}}"), v);
+    }
+    debug_assert!(!out.contains("{{"), "unfilled placeholder in kernel:\n{out}");
+    out
+}
+
+impl Pipelines {
+    pub(crate) fn new(device: &wgpu::Device) -> Pipelines {
+        let params_layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: Some("kiln params"),
+            entries: &[wgpu::BindGroupLayoutEntry {
+                binding: 0,
+                visibility: wgpu::ShaderStages::COMPUTE,
+                ty: wgpu::BindingType::Buffer {
+                    ty: wgpu::BufferBindingType::Storage { read_only: true },
+                    has_dynamic_offset: true,
+                    min_binding_size: wgpu::BufferSize::new((PARAM_WORDS * 4) as u64),
+                },
+                count: None,
+            }],
+        });
+        Pipelines { cache: RwLock::new(HashMap::new()), params_layout }
+    }
+
+    /// The compiled kernel for `key`, building `source()` on a miss. `inputs` is the number of
+    /// read-only buffers after the output.
+    pub(crate) fn get(
+        &self,
+        ctx: &GpuContext,
+        key: &str,
+        inputs: usize,
+        source: impl FnOnce() -> String,
+    ) -> Result<Arc<Kernel>> {
+        if let Some(k) = self.cache.read().unwrap_or_else(|e| e.into_inner()).get(key) {
+            return Ok(k.clone());
+        }
+        let mut cache = self.cache.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(k) = cache.get(key) {
+            return Ok(k.clone());
+        }
+        let kernel = Arc::new(self.compile(ctx, key, 1, inputs, &source(), "main")?);
+        cache.insert(key.to_string(), kernel.clone());
+        Ok(kernel)
+    }
+
+    /// Number of compiled kernels.
+    pub(crate) fn len(&self) -> usize {
+        self.cache.read().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// A user kernel, cached by its full source, entry point and binding counts.
+    pub(crate) fn get_custom(
+        &self,
+        ctx: &GpuContext,
+        src: &str,
+        entry: &str,
+        outputs: usize,
+        inputs: usize,
+    ) -> Result<Arc<Kernel>> {
+        let key = format!("custom:{entry}:{outputs}:{inputs}:{src}");
+        if let Some(k) = self.cache.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return Ok(k.clone());
+        }
+        let kernel = Arc::new(self.compile(ctx, &format!("custom:{entry}"), outputs, inputs, src, entry)?);
+        self.cache.write().unwrap_or_else(|e| e.into_inner()).insert(key, kernel.clone());
+        Ok(kernel)
+    }
+
+    /// Compiles `src` with `outputs` read-write bindings followed by `inputs` read-only ones.
+    pub(crate) fn compile(
+        &self,
+        ctx: &GpuContext,
+        name: &str,
+        outputs: usize,
+        inputs: usize,
+        src: &str,
+        entry: &str,
+    ) -> Result<Kernel> {
+        let device = &ctx.device;
+        let entries: Vec<_> = (0..(outputs + inputs) as u32).map(|b| storage_entry(b, b as usize >= outputs)).collect();
+        let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let layout =
+            device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(name), entries: &entries });
+        let pl = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: Some(name),
+            bind_group_layouts: &[Some(&layout), Some(&self.params_layout)],
+            immediate_size: 0,
+        });
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: Some(name),
+            source: wgpu::ShaderSource::Wgsl(src.into()),
+        });
+        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: Some(name),
+            layout: Some(&pl),
+            module: &module,
+            entry_point: Some(entry),
+            compilation_options: wgpu::PipelineCompilationOptions::default(),
+            cache: None,
+        });
+        if let Some(e) = pollster::block_on(scope.pop()) {
+            return Err(Error::Gpu { op: "compile", msg: format!("kernel {name}: {e}") });
+        }
+        Ok(Kernel { name: name.to_string(), pipeline, layout })
+    }
+}
+
+fn storage_entry(binding: u32, read_only: bool) -> wgpu::BindGroupLayoutEntry {
+    wgpu::BindGroupLayoutEntry {
+        binding,
+        visibility: wgpu::ShaderStages::COMPUTE,
+        ty: wgpu::BindingType::Buffer {
+            ty: wgpu::BufferBindingType::Storage { read_only },
+            has_dynamic_offset: false,
+            min_binding_size: None,
+        },
+        count: None,
+    }
+}

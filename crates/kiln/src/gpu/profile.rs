@@ -1,0 +1,151 @@
+//! Per-kernel GPU timing. With `KILN_PROFILE=1` (or `Device::set_profiling(true)`) every dispatch gets
+//! its own compute pass with timestamp writes and its own submission, and the times are summed per
+//! kernel. Without TIMESTAMP_QUERY the wall-clock time from submit to completion is used instead.
+//! Profiling serialises the GPU: use it to find hot kernels, not to measure throughput.
+
+use super::context::GpuContext;
+use crate::Result;
+use std::collections::HashMap;
+use std::time::Instant;
+
+/// Time spent in one kernel.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelTime {
+    pub kernel: String,
+    pub dispatches: u64,
+    pub total_ms: f64,
+    /// True when measured with GPU timestamps, false for the wall-clock fallback.
+    pub gpu_timestamps: bool,
+}
+
+struct Queries {
+    set: wgpu::QuerySet,
+    resolve: wgpu::Buffer,
+    read: wgpu::Buffer,
+}
+
+pub(crate) struct Profiler {
+    enabled: bool,
+    queries: Option<Queries>,
+    current: Option<(String, Instant)>,
+    table: HashMap<String, (u64, f64, bool)>,
+}
+
+impl Profiler {
+    pub(crate) fn new(_device: &wgpu::Device) -> Profiler {
+        let enabled = std::env::var("KILN_PROFILE").is_ok_and(|v| v == "1");
+        Profiler { enabled, queries: None, current: None, table: HashMap::new() }
+    }
+
+    pub(crate) fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    pub(crate) fn set_enabled(&mut self, on: bool) {
+        self.enabled = on;
+    }
+
+    /// In profile mode each dispatch is its own batch.
+    pub(crate) fn full(&self) -> bool {
+        self.enabled && self.current.is_some()
+    }
+
+    /// Starts timing `name`; returns the timestamp writes for its pass when the device has them.
+    pub(crate) fn writes(
+        &mut self,
+        ctx_device: &wgpu::Device,
+        has_ts: bool,
+        name: &str,
+    ) -> Option<wgpu::ComputePassTimestampWrites<'_>> {
+        self.current = Some((name.to_string(), Instant::now()));
+        if !has_ts {
+            return None;
+        }
+        let q = self.queries.get_or_insert_with(|| Queries {
+            set: ctx_device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("kiln ts"),
+                ty: wgpu::QueryType::Timestamp,
+                count: 2,
+            }),
+            resolve: ctx_device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("kiln ts resolve"),
+                size: 16,
+                usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            }),
+            read: ctx_device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("kiln ts read"),
+                size: 16,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
+        });
+        Some(wgpu::ComputePassTimestampWrites {
+            query_set: &q.set,
+            beginning_of_pass_write_index: Some(0),
+            end_of_pass_write_index: Some(1),
+        })
+    }
+
+    /// Adds the query resolve to the batch; true when there is a measurement to collect.
+    pub(crate) fn resolve(&mut self, encoder: &mut wgpu::CommandEncoder) -> bool {
+        if self.current.is_none() {
+            return false;
+        }
+        if let Some(q) = &self.queries {
+            encoder.resolve_query_set(&q.set, 0..2, &q.resolve, 0);
+            encoder.copy_buffer_to_buffer(&q.resolve, 0, &q.read, 0, 16);
+        }
+        true
+    }
+
+    /// Waits for the measured dispatch and records its time.
+    pub(crate) fn collect(&mut self, ctx: &GpuContext) -> Result<()> {
+        let Some((name, start)) = self.current.take() else { return Ok(()) };
+        super::exec::wait(ctx, None)?;
+        let (ms, ts) = match &self.queries {
+            Some(q) => {
+                let ticks = super::transfer::read_mapped(ctx, &q.read, 16)?;
+                let t: &[u64] = bytemuck::cast_slice(&ticks);
+                let ns = t[1].wrapping_sub(t[0]) as f64 * ctx.queue.get_timestamp_period() as f64;
+                (ns / 1e6, true)
+            }
+            None => (start.elapsed().as_secs_f64() * 1e3, false),
+        };
+        let e = self.table.entry(name).or_insert((0, 0.0, ts));
+        e.0 += 1;
+        e.1 += ms;
+        Ok(())
+    }
+
+    /// The table so far, slowest kernel first.
+    pub(crate) fn report(&self) -> Vec<KernelTime> {
+        let mut rows: Vec<KernelTime> = self
+            .table
+            .iter()
+            .map(|(k, &(n, ms, ts))| KernelTime { kernel: k.clone(), dispatches: n, total_ms: ms, gpu_timestamps: ts })
+            .collect();
+        rows.sort_by(|a, b| b.total_ms.total_cmp(&a.total_ms));
+        rows
+    }
+
+    pub(crate) fn reset(&mut self) {
+        self.table.clear();
+    }
+}
+
+/// A printable per-kernel table.
+pub fn format_report(rows: &[KernelTime]) -> String {
+    let mut s = format!("{:<48} {:>10} {:>12} {:>12}\n", "kernel", "dispatches", "total ms", "mean us");
+    for r in rows {
+        s += &format!(
+            "{:<48} {:>10} {:>12.3} {:>12.2}{}\n",
+            r.kernel,
+            r.dispatches,
+            r.total_ms,
+            r.total_ms * 1e3 / r.dispatches.max(1) as f64,
+            if r.gpu_timestamps { "" } else { " (wall clock)" }
+        );
+    }
+    s
+}

@@ -1,0 +1,75 @@
+//! Smoke tests of the GPU runtime below the Tensor API (the conformance suite covers every op).
+//! They skip when no adapter exists unless `KILN_REQUIRE_GPU=1`.
+
+use super::GpuStorage;
+use crate::backend::BackendStorage;
+use crate::cpu::CpuStorage;
+use crate::op::{BinaryOp, ReduceOp, UnaryOp};
+use crate::{DType, Device, Layout};
+use std::sync::Arc;
+
+fn ctx() -> Option<Arc<super::GpuContext>> {
+    match Device::gpu() {
+        Ok(d) => d.gpu_context().cloned(),
+        Err(e) => {
+            assert!(std::env::var("KILN_REQUIRE_GPU").is_err(), "KILN_REQUIRE_GPU is set but: {e}");
+            eprintln!("skipped: {e}");
+            None
+        }
+    }
+}
+
+#[test]
+fn roundtrip_every_dtype() {
+    let Some(c) = ctx() else { return };
+    for dt in DType::ALL {
+        if dt == DType::F64 {
+            continue;
+        }
+        for n in [0usize, 1, 3, 5, 1000] {
+            let vals: Vec<f64> = (0..n).map(|i| (i % 7) as f64 - 2.0).collect();
+            let host = CpuStorage::full(0, dt, 0.0);
+            let host = match host {
+                CpuStorage::F32(_) => CpuStorage::F32(vals.iter().map(|&v| v as f32).collect()),
+                _ => {
+                    let f = CpuStorage::F32(vals.iter().map(|&v| v as f32).collect());
+                    f.cast(&Layout::contiguous(n), dt).unwrap_or_else(|_| CpuStorage::full(n, dt, 1.0))
+                }
+            };
+            let g = GpuStorage::from_cpu(&c, &host).unwrap();
+            let back = g.to_cpu(&Layout::contiguous(n)).unwrap();
+            assert_eq!(back, host, "{dt} n={n}");
+        }
+    }
+}
+
+#[test]
+fn unary_binary_reduce_smoke() {
+    let Some(c) = ctx() else { return };
+    let x = CpuStorage::F32((0..10).map(|i| i as f32 - 3.0).collect());
+    let g = GpuStorage::from_cpu(&c, &x).unwrap();
+    let l = Layout::contiguous(10);
+    let e = g.unary(&l, UnaryOp::Abs).unwrap().to_cpu(&l).unwrap();
+    assert_eq!(e, CpuStorage::F32((0..10).map(|i| (i as f32 - 3.0).abs()).collect()));
+    let s = g.binary(&l, &g, &l, BinaryOp::Mul).unwrap().to_cpu(&l).unwrap();
+    assert_eq!(s, CpuStorage::F32((0..10).map(|i| (i as f32 - 3.0).powi(2)).collect()));
+    let m = Layout::contiguous([2, 5]);
+    let r = g.reduce(&m, ReduceOp::Sum, &[1]).unwrap().to_cpu(&Layout::contiguous(2)).unwrap();
+    assert_eq!(r, CpuStorage::F32(vec![-5.0, 20.0]));
+    let a = g.reduce(&m, ReduceOp::ArgMax, &[0]).unwrap().to_cpu(&Layout::contiguous(5)).unwrap();
+    assert_eq!(a, CpuStorage::I64(vec![1; 5]));
+    let h = g.cast(&l, DType::F16).unwrap();
+    let back = h.cast(&l, DType::F32).unwrap().to_cpu(&l).unwrap();
+    assert_eq!(back, x);
+}
+
+#[test]
+fn matmul_smoke() {
+    let Some(c) = ctx() else { return };
+    let a = CpuStorage::F32((0..6).map(|i| i as f32).collect());
+    let g = GpuStorage::from_cpu(&c, &a).unwrap();
+    let al = Layout::contiguous([2, 3]);
+    let bl = Layout::contiguous([2, 3]).permute("t", &[1, 0]).unwrap();
+    let out = g.matmul(&al, &g, &bl).unwrap().to_cpu(&Layout::contiguous([2, 2])).unwrap();
+    assert_eq!(out, CpuStorage::F32(vec![5.0, 14.0, 14.0, 50.0]));
+}

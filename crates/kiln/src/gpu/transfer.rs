@@ -1,0 +1,92 @@
+//! Moving bytes between host and device. Uploads first submit any pending batch, then go through
+//! `queue.write_buffer`, which the queue orders after all earlier submissions: a buffer recycled from
+//! the pool is never overwritten while earlier work still reads it. Readbacks copy into a reused
+//! MAP_READ staging buffer, submit, wait for that submission, and copy out.
+
+use super::context::GpuContext;
+use super::pool::{size_class, GpuBuffer};
+use crate::{Error, Result};
+use std::sync::Mutex;
+
+/// Staging buffers kept for readbacks, smallest first.
+pub(crate) struct Staging(Mutex<Vec<wgpu::Buffer>>);
+
+impl Staging {
+    pub(crate) fn new() -> Staging {
+        Staging(Mutex::new(Vec::new()))
+    }
+
+    fn take(&self, device: &wgpu::Device, bytes: u64) -> wgpu::Buffer {
+        let mut list = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = list.iter().position(|b| b.size() >= bytes && b.size() <= 2 * size_class(bytes)) {
+            return list.swap_remove(i);
+        }
+        device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("kiln readback"),
+            size: size_class(bytes),
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    }
+
+    fn give(&self, b: wgpu::Buffer) {
+        let mut list = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if list.len() < 8 {
+            list.push(b);
+        }
+    }
+}
+
+/// Writes `bytes` at the start of `dst`.
+pub(crate) fn upload(ctx: &GpuContext, dst: &GpuBuffer, bytes: &[u8]) -> Result<()> {
+    let mut exec = ctx.exec.lock().unwrap_or_else(|e| e.into_inner());
+    exec.flush(ctx)?;
+    let n = bytes.len() & !3;
+    if n > 0 {
+        ctx.queue.write_buffer(dst.raw(), 0, &bytes[..n]);
+    }
+    if n < bytes.len() {
+        let mut tail = [0u8; 4];
+        tail[..bytes.len() - n].copy_from_slice(&bytes[n..]);
+        ctx.queue.write_buffer(dst.raw(), n as u64, &tail);
+    }
+    ctx.check()
+}
+
+/// The first `bytes` bytes of `src` (rounded up to 4 internally).
+pub(crate) fn download(ctx: &GpuContext, src: &GpuBuffer, bytes: u64) -> Result<Vec<u8>> {
+    let padded = bytes.div_ceil(4) * 4;
+    if padded == 0 {
+        return Ok(Vec::new());
+    }
+    let staging = ctx.staging.take(&ctx.device, padded);
+    {
+        let mut exec = ctx.exec.lock().unwrap_or_else(|e| e.into_inner());
+        exec.copy(ctx, src.raw(), 0, &staging, 0, padded);
+        exec.flush(ctx)?;
+    }
+    let mut out = read_mapped(ctx, &staging, padded)?;
+    ctx.staging.give(staging);
+    out.truncate(bytes as usize);
+    Ok(out)
+}
+
+/// Maps a MAP_READ buffer whose copy has been submitted, waits, and copies `bytes` out.
+pub(crate) fn read_mapped(ctx: &GpuContext, buf: &wgpu::Buffer, bytes: u64) -> Result<Vec<u8>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    buf.map_async(wgpu::MapMode::Read, 0..bytes, move |r| {
+        let _ = tx.send(r);
+    });
+    super::exec::wait(ctx, None)?;
+    let mapped = rx
+        .recv()
+        .map_err(|e| Error::Gpu { op: "readback", msg: e.to_string() })?
+        .map_err(|e| Error::Gpu { op: "readback", msg: e.to_string() })?;
+    let _ = mapped;
+    let out = {
+        let view = buf.get_mapped_range(0..bytes).map_err(|e| Error::Gpu { op: "readback", msg: e.to_string() })?;
+        view.to_vec()
+    };
+    buf.unmap();
+    Ok(out)
+}

@@ -1,0 +1,115 @@
+//! How each dtype lives in a WGSL kernel. Every buffer is `array<u32>`: 4-byte types are one element
+//! per word, f16/bf16 two, u8/bool four, i64 one element in two words (low word first). Kernels read
+//! any element with a generated `ldN(e)` function into a compute type (`f32` for floats, `i32` for
+//! signed, `u32` for unsigned and bool) and write whole words, so no two invocations ever write the
+//! same word. f64 needs SHADER_F64 and is not supported by the GPU backend yet.
+
+use crate::{DType, Error, Result};
+
+/// The WGSL type a dtype computes in.
+pub(crate) fn ct(dt: DType) -> &'static str {
+    match dt {
+        DType::F32 | DType::F16 | DType::BF16 | DType::F64 => "f32",
+        DType::I32 | DType::I64 => "i32",
+        DType::U32 | DType::U8 | DType::Bool => "u32",
+    }
+}
+
+/// Elements per 32-bit word when writing (`i64` writes one element as two words: 1 here).
+pub(crate) fn per_word(dt: DType) -> usize {
+    match dt {
+        DType::F16 | DType::BF16 => 2,
+        DType::U8 | DType::Bool => 4,
+        _ => 1,
+    }
+}
+
+/// Bytes a buffer of `n` elements of `dt` needs (whole words).
+pub(crate) fn buffer_bytes(dt: DType, n: usize) -> u64 {
+    ((n * dt.size_in_bytes()).div_ceil(4) * 4) as u64
+}
+
+/// Refuses dtypes the GPU backend cannot store.
+pub(crate) fn check_dtype(op: &'static str, dt: DType) -> Result<()> {
+    if dt == DType::F64 {
+        return Err(Error::dtype(op, dt, "the GPU backend has no f64 (SHADER_F64 is Vulkan-only); cast to f32 first"));
+    }
+    Ok(())
+}
+
+/// `fn {name}(e: u32) -> CT` reading element `e` of `array<u32>` `buf` as `dt`.
+pub(crate) fn loader(name: &str, buf: &str, dt: DType) -> String {
+    let body = match dt {
+        DType::F32 | DType::F64 => format!("return bitcast<f32>({buf}[e]);"),
+        DType::I32 => format!("return bitcast<i32>({buf}[e]);"),
+        DType::U32 => format!("return {buf}[e];"),
+        DType::F16 => format!("return unpack2x16float({buf}[e >> 1u])[e & 1u];"),
+        DType::BF16 => {
+            format!("let w = {buf}[e >> 1u]; return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (e & 1u) == 1u));")
+        }
+        DType::U8 | DType::Bool => format!("return ({buf}[e >> 2u] >> (8u * (e & 3u))) & 0xffu;"),
+        DType::I64 => format!("return bitcast<i32>({buf}[2u * e]);"),
+    };
+    format!("fn {name}(e: u32) -> {} {{ {body} }}\n", ct(dt))
+}
+
+/// Helper functions every kernel may use.
+pub(crate) const PRELUDE: &str = r#"
+fn nan_f32() -> f32 { return bitcast<f32>(0x7fc00000u); }
+fn inf_f32() -> f32 { return bitcast<f32>(0x7f800000u); }
+fn is_nan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }
+fn bf16_bits(v: f32) -> u32 {
+    let b = bitcast<u32>(v);
+    if (is_nan(v)) { return 0x7fc0u; }
+    return (b + 0x7fffu + ((b >> 16u) & 1u)) >> 16u;
+}
+"#;
+
+/// Statements that compute and store output word `w` (elements from `value(e)`) for `dt`, given the
+/// element count `n`. Returns the statements and the number of invocations needed.
+pub(crate) fn store_word(dt: DType, n: usize) -> (String, usize) {
+    let s = match dt {
+        DType::F32 => "if (w >= n) { return; } dst[w] = bitcast<u32>(value(w));".to_string(),
+        DType::I32 => "if (w >= n) { return; } dst[w] = bitcast<u32>(value(w));".to_string(),
+        DType::U32 => "if (w >= n) { return; } dst[w] = value(w);".to_string(),
+        DType::I64 => "if (w >= n) { return; } let v = value(w); dst[2u * w] = bitcast<u32>(v); \
+                       dst[2u * w + 1u] = select(0u, 0xffffffffu, v < 0);"
+            .to_string(),
+        DType::F16 | DType::BF16 => {
+            let pack = if dt == DType::F16 {
+                "pack2x16float(vec2<f32>(a, b))"
+            } else {
+                "bf16_bits(a) | (bf16_bits(b) << 16u)"
+            };
+            format!(
+                "let e = 2u * w; if (e >= n) {{ return; }} let a = value(e); var b = 0.0; \
+                 if (e + 1u < n) {{ b = value(e + 1u); }} dst[w] = {pack};"
+            )
+        }
+        DType::U8 | DType::Bool => "let e = 4u * w; if (e >= n) { return; } var word = 0u; \
+             for (var j = 0u; j < 4u; j++) { if (e + j < n) { word |= (value(e + j) & 0xffu) << (8u * j); } } \
+             dst[w] = word;"
+            .to_string(),
+        DType::F64 => unreachable!("f64 is refused before kernels are built"),
+    };
+    (s, n.div_ceil(per_word(dt)))
+}
+
+/// A WGSL literal of `v` in compute type `ct`, as bits in a parameter word.
+pub(crate) fn param_bits(ct: &str, v: f64) -> u32 {
+    match ct {
+        "f32" => (v as f32).to_bits(),
+        "i32" => (v as i32) as u32,
+        _ => v as u32,
+    }
+}
+
+/// Workgroup grid for `threads` invocations of `wg`-sized workgroups, folding into y past 65535.
+pub(crate) fn grid(threads: usize, wg: usize, max: u32) -> [u32; 3] {
+    let groups = threads.div_ceil(wg) as u64;
+    if groups <= max as u64 {
+        [groups as u32, 1, 1]
+    } else {
+        [max, groups.div_ceil(max as u64) as u32, 1]
+    }
+}

@@ -1,0 +1,183 @@
+//! The GPU runtime: pool reuse and statistics, cache and memory limits, out-of-memory, threads,
+//! batching of long op chains, custom kernels and their errors. Skipped without a GPU adapter unless
+//! `KILN_REQUIRE_GPU=1` (CI sets it and runs on lavapipe).
+
+use kiln::{DType, Device, Error, Shape, Tensor};
+
+fn gpu() -> Option<Device> {
+    match Device::gpu() {
+        Ok(d) => Some(d),
+        Err(e) => {
+            assert!(std::env::var("KILN_REQUIRE_GPU").is_err(), "KILN_REQUIRE_GPU=1 but no GPU: {e}");
+            eprintln!("skipped: {e}");
+            None
+        }
+    }
+}
+
+/// The runtime tests share one device and its statistics: run them one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+#[test]
+fn pool_reuses_freed_buffers_and_counts_them() {
+    let Some(dev) = gpu() else { return };
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    dev.synchronize().unwrap();
+    let before = dev.memory_stats().unwrap();
+    let a = Tensor::zeros(100_000, DType::F32, &dev).unwrap();
+    let after_alloc = dev.memory_stats().unwrap();
+    assert!(after_alloc.active_bytes >= before.active_bytes + 400_000, "{before:?} -> {after_alloc:?}");
+    drop(a);
+    let freed = dev.memory_stats().unwrap();
+    assert_eq!(freed.active_bytes, before.active_bytes);
+    assert!(freed.cached_bytes >= 400_000);
+    // A request of a similar size is served from the cache, not by a new allocation.
+    let b = Tensor::zeros(99_000, DType::F32, &dev).unwrap();
+    let reused = dev.memory_stats().unwrap();
+    assert_eq!(reused.device_allocations, freed.device_allocations);
+    assert_eq!(reused.cache_hits, freed.cache_hits + 1);
+    assert!(reused.peak_bytes >= after_alloc.active_bytes);
+    drop(b);
+    dev.clear_cache();
+    assert_eq!(dev.memory_stats().unwrap().cached_bytes, 0);
+}
+
+#[test]
+fn cache_limit_trims_and_memory_limit_gives_out_of_memory() {
+    let Some(dev) = gpu() else { return };
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    dev.set_cache_limit(1 << 20);
+    let ts: Vec<Tensor> = (0..4).map(|_| Tensor::zeros(200_000, DType::F32, &dev).unwrap()).collect();
+    drop(ts);
+    assert!(dev.memory_stats().unwrap().cached_bytes <= 1 << 20);
+    dev.set_cache_limit(4 << 30);
+
+    let active = dev.memory_stats().unwrap().active_bytes;
+    dev.set_memory_limit(active + (8 << 20));
+    let err = Tensor::zeros(16 << 20, DType::F32, &dev).unwrap_err();
+    match err {
+        Error::OutOfMemory { requested, .. } => assert_eq!(requested, 64 << 20),
+        e => panic!("expected OutOfMemory, got {e}"),
+    }
+    // Small allocations still work, and lifting the limit restores large ones.
+    Tensor::zeros(1000, DType::F32, &dev).unwrap();
+    dev.set_memory_limit(u64::MAX);
+    Tensor::zeros(16 << 20, DType::F32, &dev).unwrap();
+}
+
+#[test]
+fn a_tensor_larger_than_a_binding_is_refused_clearly() {
+    let Some(dev) = gpu() else { return };
+    let max = dev.gpu_info().unwrap().max_storage_binding;
+    let n = (max / 4 + 1024) as usize;
+    let e = Tensor::zeros(n, DType::F32, &dev).unwrap_err().to_string();
+    assert!(e.contains("largest storage binding"), "{e}");
+}
+
+#[test]
+fn a_long_chain_is_batched_not_submitted_per_op() {
+    let Some(dev) = gpu() else { return };
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut x = Tensor::zeros(64, DType::F32, &dev).unwrap();
+    dev.synchronize().unwrap();
+    let (d0, s0) = dev.gpu_counters().unwrap();
+    for _ in 0..10_000 {
+        x = x.add_scalar(1.0).unwrap();
+    }
+    let (d1, s1) = dev.gpu_counters().unwrap();
+    assert!(d1 - d0 >= 10_000, "each op is one dispatch");
+    assert!(s1 - s0 <= 40, "{} submits for 10000 ops", s1 - s0);
+    assert_eq!(x.to_vec::<f32>().unwrap(), vec![10_000.0; 64]);
+}
+
+#[test]
+fn several_threads_use_one_device() {
+    let Some(dev) = gpu() else { return };
+    let handles: Vec<_> = (0..4)
+        .map(|t| {
+            let dev = dev.clone();
+            std::thread::spawn(move || {
+                let a = Tensor::full(t as f64, 1000, DType::F32, &dev).unwrap();
+                let mut s = a.clone();
+                for _ in 0..50 {
+                    s = s.add(&a).unwrap();
+                }
+                s.to_vec::<f32>().unwrap()
+            })
+        })
+        .collect();
+    for (t, h) in handles.into_iter().enumerate() {
+        assert_eq!(h.join().unwrap(), vec![51.0 * t as f32; 1000]);
+    }
+}
+
+const SCALE_ADD: &str = r#"
+@group(0) @binding(0) var<storage, read_write> out: array<f32>;
+@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(2) var<storage, read> b: array<f32>;
+@group(1) @binding(0) var<storage, read> p: array<u32, 64>;
+
+@compute @workgroup_size(64)
+fn scale_add(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = gid.x;
+    if (i >= p[0]) { return; }
+    out[i] = a[i] * bitcast<f32>(p[1]) + b[i];
+}
+"#;
+
+#[test]
+fn custom_kernel_runs_on_tensors() {
+    let Some(dev) = gpu() else { return };
+    let n = 1000;
+    let a = Tensor::arange(0.0, n as f64, DType::F32, &dev).unwrap();
+    // A non-contiguous input is made contiguous before binding.
+    let b = Tensor::ones((2, n), DType::F32, &dev).unwrap().t().unwrap().narrow(1, 0, 1).unwrap().flatten().unwrap();
+    let outs = dev
+        .custom_kernel(SCALE_ADD, "scale_add", &[&a, &b], &[(Shape::from(n), DType::F32)], [16, 1, 1], &[n as u32, 3f32.to_bits()])
+        .unwrap();
+    let want: Vec<f32> = (0..n).map(|i| 3.0 * i as f32 + 1.0).collect();
+    assert_eq!(outs[0].to_vec::<f32>().unwrap(), want);
+    // Compiled once: running it again does not grow the pipeline cache.
+    let k = dev.compiled_kernels();
+    dev.custom_kernel(SCALE_ADD, "scale_add", &[&a, &b], &[(Shape::from(n), DType::F32)], [16, 1, 1], &[n as u32, 0])
+        .unwrap();
+    assert_eq!(dev.compiled_kernels(), k);
+}
+
+#[test]
+fn a_bad_custom_kernel_is_an_error_with_the_compiler_message() {
+    let Some(dev) = gpu() else { return };
+    let bad = "@compute @workgroup_size(1) fn main() { let x: f32 = undefined_thing; }";
+    let e = dev.custom_kernel(bad, "main", &[], &[(Shape::from(1), DType::F32)], [1, 1, 1], &[]).unwrap_err().to_string();
+    assert!(e.contains("undefined_thing") || e.contains("no definition"), "{e}");
+    let e = dev.custom_kernel(SCALE_ADD, "no_such_entry", &[], &[], [1, 1, 1], &[]).unwrap_err();
+    assert!(matches!(e, Error::Gpu { .. }), "{e}");
+    // The device still works afterwards.
+    let t = Tensor::ones(4, DType::F32, &dev).unwrap().add_scalar(1.0).unwrap();
+    assert_eq!(t.to_vec::<f32>().unwrap(), vec![2.0; 4]);
+}
+
+#[test]
+fn profiling_reports_kernels() {
+    let Some(dev) = gpu() else { return };
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    dev.reset_profile();
+    dev.set_profiling(true).unwrap();
+    let a = Tensor::ones(4096, DType::F32, &dev).unwrap();
+    let b = a.exp().unwrap().add(&a).unwrap();
+    b.to_vec::<f32>().unwrap();
+    dev.set_profiling(false).unwrap();
+    let report = dev.profile();
+    assert!(report.iter().any(|r| r.kernel.contains("exp")), "{report:?}");
+    assert!(report.iter().all(|r| r.dispatches > 0 && r.total_ms >= 0.0));
+    assert!(kiln::gpu::format_report(&report).contains("kernel"));
+}
+
+#[test]
+fn mixing_devices_is_an_error() {
+    let Some(dev) = gpu() else { return };
+    let a = Tensor::ones(3, DType::F32, &dev).unwrap();
+    let b = Tensor::ones(3, DType::F32, &Device::cpu()).unwrap();
+    let e = a.add(&b).unwrap_err().to_string();
+    assert!(e.contains("different devices") && e.contains("cpu") && e.contains("gpu"), "{e}");
+}
