@@ -151,8 +151,8 @@ pub fn sdpa(q: &Tensor, k: &Tensor, v: &Tensor, causal: bool, scale: Option<f64>
         }
         // Masked: key j > query i + tk - tq.
         let dev = q.device();
-        let i = Tensor::arange(0.0, tq as f64, DType::F64, dev)?.reshape((tq, 1))?;
-        let j = Tensor::arange(0.0, tk as f64, DType::F64, dev)?.reshape((1, tk))?;
+        let i = Tensor::arange(0.0, tq as f64, DType::I64, dev)?.reshape((tq, 1))?;
+        let j = Tensor::arange(0.0, tk as f64, DType::I64, dev)?.reshape((1, tk))?;
         let masked = j.gt(&i.add_scalar(tk as f64 - tq as f64)?)?;
         let neg_inf = Tensor::full(f64::NEG_INFINITY, (), scores.dtype(), dev)?;
         let zero = Tensor::zeros((), scores.dtype(), dev)?;

@@ -30,6 +30,11 @@ impl PartialEq for Device {
 }
 impl Eq for Device {}
 
+// A device's mutable state sits behind mutexes that recover from poisoning, and wgpu objects stay
+// valid after a panic unwinds through kiln code, so observing a device after a caught panic is sound.
+impl std::panic::UnwindSafe for Device {}
+impl std::panic::RefUnwindSafe for Device {}
+
 /// What `KILN_DEVICE` (or a CLI flag) asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeviceRequest {

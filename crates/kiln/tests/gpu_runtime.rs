@@ -133,7 +133,14 @@ fn custom_kernel_runs_on_tensors() {
     // A non-contiguous input is made contiguous before binding.
     let b = Tensor::ones((2, n), DType::F32, &dev).unwrap().t().unwrap().narrow(1, 0, 1).unwrap().flatten().unwrap();
     let outs = dev
-        .custom_kernel(SCALE_ADD, "scale_add", &[&a, &b], &[(Shape::from(n), DType::F32)], [16, 1, 1], &[n as u32, 3f32.to_bits()])
+        .custom_kernel(
+            SCALE_ADD,
+            "scale_add",
+            &[&a, &b],
+            &[(Shape::from(n), DType::F32)],
+            [16, 1, 1],
+            &[n as u32, 3f32.to_bits()],
+        )
         .unwrap();
     let want: Vec<f32> = (0..n).map(|i| 3.0 * i as f32 + 1.0).collect();
     assert_eq!(outs[0].to_vec::<f32>().unwrap(), want);
@@ -148,7 +155,8 @@ fn custom_kernel_runs_on_tensors() {
 fn a_bad_custom_kernel_is_an_error_with_the_compiler_message() {
     let Some(dev) = gpu() else { return };
     let bad = "@compute @workgroup_size(1) fn main() { let x: f32 = undefined_thing; }";
-    let e = dev.custom_kernel(bad, "main", &[], &[(Shape::from(1), DType::F32)], [1, 1, 1], &[]).unwrap_err().to_string();
+    let e =
+        dev.custom_kernel(bad, "main", &[], &[(Shape::from(1), DType::F32)], [1, 1, 1], &[]).unwrap_err().to_string();
     assert!(e.contains("undefined_thing") || e.contains("no definition"), "{e}");
     let e = dev.custom_kernel(SCALE_ADD, "no_such_entry", &[], &[], [1, 1, 1], &[]).unwrap_err();
     assert!(matches!(e, Error::Gpu { .. }), "{e}");

@@ -64,6 +64,6 @@ fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wi
     }
     for (var c = 0u; c < 4u; c++) {
         let col = lid + 64u * c;
-        if (col < dv) { dst[r * dv + col] = bitcast<u32>(acc[c] / l); }
+        if (col < dv) { dst[r * dv + col] = bitcast<u32>(select(acc[c] / l, 0.0, l == 0.0)); }
     }
 }

@@ -105,6 +105,22 @@ impl Elementwise<'_> {
 /// The WGSL of an elementwise kernel: input `i` has dtype `inputs[i]` and indexing variant
 /// `variants[i]` (`c` contiguous, `s` scalar/raw offset, `g` general strided).
 pub(crate) fn source(variants: &str, inputs: &[DType], out: DType, body: &str, funcs: &str) -> String {
+    // An i64 output is written from `wide(e)`: both words of an i64 input when the op only moves
+    // or converts data, else the i32 `value(e)` sign-extended.
+    let wide = match (out, inputs) {
+        (DType::I64, [DType::I64]) if body == COPY_BODY || body == cast_body(DType::I64, DType::I64) => {
+            "fn wide(e: u32) -> vec2<u32> { let o = at0(e); return vec2<u32>(in0[2u * o], in0[2u * o + 1u]); }".into()
+        }
+        (DType::I64, [DType::Bool, DType::I64, DType::I64]) if body == WHERE_BODY => {
+            "fn wide(e: u32) -> vec2<u32> { let o1 = at1(e); let o2 = at2(e); \
+             return select(vec2<u32>(in2[2u * o2], in2[2u * o2 + 1u]), vec2<u32>(in1[2u * o1], in1[2u * o1 + 1u]), \
+             ld0(at0(e)) != 0u); }"
+                .into()
+        }
+        (DType::I64, [from]) if body == cast_body(*from, DType::I64) => wide_cast(*from),
+        (DType::I64, _) => wgsl::WIDE_SIGN_EXTEND.to_string(),
+        _ => String::new(),
+    };
     let decls: String = (0..inputs.len())
         .map(|i| format!("@group(0) @binding({}) var<storage, read> in{i}: array<u32>;\n", i + 1))
         .collect();
@@ -122,6 +138,7 @@ pub(crate) fn source(variants: &str, inputs: &[DType], out: DType, body: &str, f
             ("FUNCS", funcs),
             ("OUT_CT", ct(out)),
             ("BODY", body),
+            ("WIDE", &wide),
             ("STORE", &store),
         ],
     )
@@ -144,7 +161,38 @@ pub(crate) const COPY_BODY: &str = "return ld0(at0(e));";
 pub(crate) const SILU_MUL_BODY: &str = "let a = ld0(at0(e)); let b = ld1(at1(e)); return a / (1.0 + exp(-a)) * b;";
 
 pub(crate) fn cast_body(from: DType, to: DType) -> String {
-    format!("let x = ld0(at0(e)); return {};", cast_expr(from, to))
+    match (from, to) {
+        // Read both words of an i64 so values beyond 32 bits convert exactly.
+        (DType::I64, t) if t.is_float() => {
+            "let o = at0(e); let lo = in0[2u * o]; let hi = bitcast<i32>(in0[2u * o + 1u]); \
+             if (hi == select(0, -1, lo >= 0x80000000u)) { return f32(bitcast<i32>(lo)); } \
+             return f32(hi) * 4294967296.0 + f32(lo);"
+                .into()
+        }
+        (DType::I64, DType::Bool) => {
+            "let o = at0(e); return select(0u, 1u, (in0[2u * o] | in0[2u * o + 1u]) != 0u);".into()
+        }
+        _ => format!("let x = ld0(at0(e)); return {};", cast_expr(from, to)),
+    }
+}
+
+/// `wide(e)` of a cast into i64 from `from`, with the CPU's saturating semantics for floats.
+fn wide_cast(from: DType) -> String {
+    match ct(from) {
+        "f32" => "fn wide(e: u32) -> vec2<u32> {
+    let x = ld0(at0(e));
+    if (is_nan(x)) { return vec2<u32>(0u, 0u); }
+    if (x >= 9223372036854775808.0) { return vec2<u32>(0xffffffffu, 0x7fffffffu); }
+    if (x <= -9223372036854775808.0) { return vec2<u32>(0u, 0x80000000u); }
+    let t = trunc(x);
+    if (abs(t) < 2147483648.0) { let v = i32(t); return vec2<u32>(bitcast<u32>(v), select(0u, 0xffffffffu, v < 0)); }
+    let hi = floor(t / 4294967296.0);
+    return vec2<u32>(u32(t - hi * 4294967296.0), bitcast<u32>(i32(hi)));
+}"
+        .into(),
+        "u32" => "fn wide(e: u32) -> vec2<u32> { return vec2<u32>(ld0(at0(e)), 0u); }".into(),
+        _ => wgsl::WIDE_SIGN_EXTEND.to_string(),
+    }
 }
 
 /// Scalar functions used by op expressions.
@@ -278,13 +326,18 @@ pub(crate) fn cast_expr(from: DType, to: DType) -> String {
     let (fi, ti) = (ct(from), ct(to));
     match (fi, to) {
         (_, DType::Bool) => match fi {
-            "f32" => "select(0u, 1u, x != 0.0)".into(),
+            "f32" => "select(0u, 1u, x != 0.0 || is_nan(x))".into(),
             "i32" => "select(0u, 1u, x != 0)".into(),
             _ => "select(0u, 1u, x != 0u)".into(),
         },
         ("f32", DType::U8) => "select(u32(clamp(x, 0.0, 255.0)), 0u, is_nan(x))".into(),
-        ("f32", DType::U32) => "select(u32(clamp(x, 0.0, 4294967040.0)), 0u, is_nan(x))".into(),
-        ("f32", DType::I32 | DType::I64) => "select(i32(clamp(x, -2147483648.0, 2147483520.0)), 0, is_nan(x))".into(),
+        ("f32", DType::U32) => {
+            "select(select(u32(clamp(x, 0.0, 4294967040.0)), 0xffffffffu, x >= 4294967296.0), 0u, is_nan(x))".into()
+        }
+        ("f32", DType::I32 | DType::I64) => {
+            "select(select(i32(clamp(x, -2147483648.0, 2147483520.0)), 2147483647, x >= 2147483648.0), 0, is_nan(x))"
+                .into()
+        }
         (_, DType::U8) => format!("{}(x) & 0xffu", if fi == "i32" { "bitcast<u32>" } else { "" }),
         _ if fi == ti => "x".into(),
         ("i32", _) if ti == "u32" => "bitcast<u32>(x)".into(),

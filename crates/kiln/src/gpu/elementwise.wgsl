@@ -13,6 +13,7 @@
 fn value(e: u32) -> {{OUT_CT}} {
     {{BODY}}
 }
+{{WIDE}}
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {

@@ -5,11 +5,14 @@
 use super::kernels::render;
 use super::wgsl::{self, loader, PRELUDE};
 use super::{compute_dtype, BackendStorage, GpuStorage};
+use crate::cpu::CpuStorage;
 use crate::op::ReduceOp;
 use crate::{DType, Layout, Result};
 
 const REDUCE: &str = include_str!("reduce.wgsl");
 const CUMSUM: &str = include_str!("cumsum.wgsl");
+/// Elements one workgroup reduces before partial results are combined (256 per invocation).
+const CHUNK: usize = 256 * 256;
 
 /// The view with `axes` moved last, made contiguous: (storage, offset, rows, k).
 fn rows_view(s: &GpuStorage, l: &Layout, axes: &[usize]) -> Result<(Option<GpuStorage>, usize, usize, usize)> {
@@ -91,7 +94,10 @@ pub(crate) fn reduce_source(op: ReduceOp, src_dt: DType) -> String {
         );
         if let Some(c) = combine {
             text = text
-                .replace("if (better(acc, idx, v, j)) { acc = v; idx = j; }", &format!("acc = acc {c} v; idx = 0u;"))
+                .replace(
+                    "if (better(acc, idx, v, start + j)) { acc = v; idx = start + j; }",
+                    &format!("acc = acc {c} v; idx = 0u;"),
+                )
                 .replace(
                     "if (better(a, si[lid.x], b, si[lid.x + s])) { sv[lid.x] = b; si[lid.x] = si[lid.x + s]; }",
                     &format!("sv[lid.x] = a {c} b;"),
@@ -101,7 +107,22 @@ pub(crate) fn reduce_source(op: ReduceOp, src_dt: DType) -> String {
     }
 }
 
+/// Runs a CPU kernel on a host copy and uploads the result: integer sums and products need 64-bit
+/// accumulation, which the 32-bit GPU kernels do not have yet.
+fn on_host(
+    s: &GpuStorage,
+    l: &Layout,
+    f: impl FnOnce(&CpuStorage, &Layout) -> Result<CpuStorage>,
+) -> Result<GpuStorage> {
+    let host = s.to_cpu(l)?;
+    let out = f(&host, &Layout::contiguous(l.shape().clone()))?;
+    GpuStorage::from_cpu(&s.ctx, &out)
+}
+
 pub(crate) fn reduce(s: &GpuStorage, l: &Layout, op: ReduceOp, axes: &[usize]) -> Result<GpuStorage> {
+    if !s.dtype.is_float() && matches!(op, ReduceOp::Sum | ReduceOp::Prod) {
+        return on_host(s, l, |h, hl| h.reduce(hl, op, axes));
+    }
     let (copy, offset, rows, k) = rows_view(s, l, axes)?;
     let src = copy.as_ref().unwrap_or(s);
     let ctx = s.ctx.clone();
@@ -110,17 +131,19 @@ pub(crate) fn reduce(s: &GpuStorage, l: &Layout, op: ReduceOp, axes: &[usize]) -
     let src_dt = s.dtype;
     let key = format!("reduce:{}:{}", op.name(), s.dtype);
     let kernel = ctx.pipelines.get(&ctx, &key, 1, || reduce_source(op, src_dt))?;
+    // Sum/prod/max/min of long rows reduce chunks first, then the chunk results.
+    let chunk = if is_arg { k.max(1) } else { k.clamp(1, CHUNK) };
+    let chunks = k.div_ceil(chunk).max(1);
     let out_dt = if is_arg { DType::U32 } else { acc_dt };
-    let out = GpuStorage::alloc(&ctx, out_dt, rows)?;
-    let params = [rows as u32, k as u32, offset as u32];
-    let groups = wgsl::grid(rows, 1, ctx.limits.max_compute_workgroups_per_dimension);
-    ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(
-        &ctx,
-        &kernel,
-        &[out.buffer.raw(), src.buffer.raw()],
-        &params,
-        groups,
-    )?;
+    let out = GpuStorage::alloc(&ctx, out_dt, rows * chunks)?;
+    let params = [(rows * chunks) as u32, k as u32, offset as u32, chunk as u32, chunks as u32];
+    let groups = wgsl::grid(rows * chunks, 1, ctx.limits.max_compute_workgroups_per_dimension);
+    let bufs = [out.buffer.raw(), src.buffer.raw()];
+    ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(&ctx, &kernel, &bufs, &params, groups)?;
+    if chunks > 1 {
+        let partial = Layout::contiguous([rows, chunks]);
+        return reduce(&out, &partial, op, &[1])?.finish(op.output_dtype(s.dtype));
+    }
     out.finish(op.output_dtype(s.dtype))
 }
 
@@ -131,6 +154,9 @@ pub(crate) fn cumsum_source(src_dt: DType) -> String {
 }
 
 pub(crate) fn cumsum(s: &GpuStorage, l: &Layout, axis: usize) -> Result<GpuStorage> {
+    if !s.dtype.is_float() {
+        return on_host(s, l, |h, hl| h.cumsum(hl, axis));
+    }
     let rank = l.rank();
     let mut perm: Vec<usize> = (0..rank).filter(|&a| a != axis).collect();
     perm.push(axis);

@@ -1,6 +1,7 @@
-// Row reductions: one workgroup per row of a contiguous (rows, k) view; the result of row r is one
-// word of a 4-byte output (the caller casts it to the final dtype).
-// Params: p[0] rows, p[1] k, p[2] input offset.
+// Row reductions: one workgroup per chunk of a row of a contiguous (rows, k) view; the result of
+// each chunk is one word of a 4-byte output (the caller casts it to the final dtype, or reduces the
+// chunk results again). Chunks keep every loop short (software rasterisers cap loop iterations).
+// Params: p[0] rows * chunks, p[1] k, p[2] input offset, p[3] chunk length, p[4] chunks per row.
 @group(0) @binding(0) var<storage, read_write> dst: array<u32>;
 @group(0) @binding(1) var<storage, read> in0: array<u32>;
 @group(1) @binding(0) var<storage, read> p: array<u32, 64>;
@@ -21,12 +22,15 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let row = wid.x + wid.y * nw.x;
     if (row >= p[0]) { return; }
     let k = p[1];
-    let base = p[2] + row * k;
+    let r = row / p[4];
+    let start = (row % p[4]) * p[3];
+    let len = min(p[3], k - start);
+    let base = p[2] + r * k + start;
     var acc: {{CT}} = {{IDENT}};
     var idx = 0xffffffffu;
-    for (var j = lid.x; j < k; j += 256u) {
+    for (var j = lid.x; j < len; j += 256u) {
         let v = ld0(base + j);
-        if (better(acc, idx, v, j)) { acc = v; idx = j; }
+        if (better(acc, idx, v, start + j)) { acc = v; idx = start + j; }
     }
     sv[lid.x] = acc;
     si[lid.x] = idx;

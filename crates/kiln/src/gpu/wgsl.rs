@@ -72,9 +72,7 @@ pub(crate) fn store_word(dt: DType, n: usize) -> (String, usize) {
         DType::F32 => "if (w >= n) { return; } dst[w] = bitcast<u32>(value(w));".to_string(),
         DType::I32 => "if (w >= n) { return; } dst[w] = bitcast<u32>(value(w));".to_string(),
         DType::U32 => "if (w >= n) { return; } dst[w] = value(w);".to_string(),
-        DType::I64 => "if (w >= n) { return; } let v = value(w); dst[2u * w] = bitcast<u32>(v); \
-                       dst[2u * w + 1u] = select(0u, 0xffffffffu, v < 0);"
-            .to_string(),
+        DType::I64 => "if (w >= n) { return; } let v = wide(w); dst[2u * w] = v.x; dst[2u * w + 1u] = v.y;".to_string(),
         DType::F16 | DType::BF16 => {
             let pack = if dt == DType::F16 {
                 "pack2x16float(vec2<f32>(a, b))"
@@ -94,6 +92,10 @@ pub(crate) fn store_word(dt: DType, n: usize) -> (String, usize) {
     };
     (s, n.div_ceil(per_word(dt)))
 }
+
+/// The default `wide(e)` of an i64 output: `value(e)` sign-extended.
+pub(crate) const WIDE_SIGN_EXTEND: &str = "fn wide(e: u32) -> vec2<u32> { let v = value(e); \
+     return vec2<u32>(bitcast<u32>(v), select(0u, 0xffffffffu, v < 0)); }";
 
 /// A WGSL literal of `v` in compute type `ct`, as bits in a parameter word.
 pub(crate) fn param_bits(ct: &str, v: f64) -> u32 {

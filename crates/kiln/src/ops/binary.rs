@@ -245,7 +245,11 @@ impl Tensor {
     /// otherwise (a fractional or out-of-range scalar next to an integer or bool tensor) both sides
     /// are compared in f64, so the answer is exact.
     pub fn cmp_scalar(&self, rhs: f64, op: CmpOp) -> Result<Tensor> {
-        let dtype = scalar_dtype(op.name(), self.dtype(), rhs, true)?;
+        let mut dtype = scalar_dtype(op.name(), self.dtype(), rhs, true)?;
+        if dtype == DType::F64 && self.dtype() != DType::F64 && !self.device().is_cpu() {
+            // GPUs have no f64: compare in f32 (exact for every integer below 2^24 in magnitude).
+            dtype = DType::F32;
+        }
         let s = Tensor::scalar(rhs, dtype, self.device())?;
         self.cmp(&s, op)
     }

@@ -90,7 +90,10 @@ impl Tensor {
         }
         let n = ((end - start) / step).ceil().max(0.0);
         if n > (isize::MAX as usize / dtype.size_in_bytes().max(8)) as f64 {
-            return Err(Error::arg("arange", format!("{n} elements ({start} to {end} by {step}) are too many to allocate")));
+            return Err(Error::arg(
+                "arange",
+                format!("{n} elements ({start} to {end} by {step}) are too many to allocate"),
+            ));
         }
         let n = n as usize;
         let values: Vec<f64> = (0..n).map(|i| start + i as f64 * step).collect();

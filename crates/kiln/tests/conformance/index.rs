@@ -55,7 +55,7 @@ fn index_select_matches_reference(dev: &Device) {
     let mut seed = 0;
     for shape in shapes {
         for axis in 0..shape.len() {
-            for dtype in DType::ALL {
+            for dtype in supported(dev, &DType::ALL) {
                 for (li, kind) in ALL_LAYOUTS.into_iter().enumerate() {
                     seed += 1;
                     let n: usize = shape.iter().product();
@@ -127,7 +127,7 @@ fn index_select_errors(dev: &Device) {
 fn embedding_matches_reference(dev: &Device) {
     let (vocab, d) = (6, 5);
     let mut seed = 100;
-    for dtype in DType::ALL {
+    for dtype in supported(dev, &DType::ALL) {
         for kind in ALL_LAYOUTS {
             seed += 1;
             let vals = payload(vocab * d, dtype, seed);
@@ -160,8 +160,8 @@ fn embedding_errors(dev: &Device) {
     assert_err(table.embedding(&ids), &["embedding", "index 4", "axis 0", "size 4"]);
     let neg = Tensor::from_vec(vec![-2i32], 1, dev).unwrap();
     assert_err(table.embedding(&neg), &["embedding", "index -2"]);
-    let f = Tensor::from_vec(vec![1.0f64], 1, dev).unwrap();
-    assert_err(table.embedding(&f), &["embedding", "f64"]);
+    let f = Tensor::from_vec(vec![1.0f32], 1, dev).unwrap();
+    assert_err(table.embedding(&f), &["embedding", "f32"]);
     let s = Tensor::scalar(1.0, DType::F32, dev).unwrap();
     assert_err(s.embedding(&neg), &["embedding", "()"]);
 }
@@ -196,7 +196,7 @@ fn gather_matches_reference(dev: &Device) {
                     *v = (*v).min(shape[d]);
                 }
             }
-            for dtype in DType::ALL {
+            for dtype in supported(dev, &DType::ALL) {
                 for kind in ALL_LAYOUTS {
                     seed += 1;
                     let n: usize = shape.iter().product();
@@ -221,10 +221,11 @@ fn gather_matches_reference(dev: &Device) {
 
 fn gather_large_parallel(dev: &Device) {
     let shape = [200, 300];
-    let vals = payload(60_000, DType::F64, 9);
+    let dt = if dev.is_cpu() { DType::F64 } else { DType::I32 };
+    let vals = payload(60_000, dt, 9);
     let xr = RefArray::new(shape.to_vec(), vals.clone());
     for kind in ALL_LAYOUTS {
-        let x = tensor_in(&vals, &shape, DType::F64, kind, dev);
+        let x = tensor_in(&vals, &shape, dt, kind, dev);
         for axis in 0..2 {
             let ids = random_ids(60_000, shape[axis], 3);
             let it = ids_tensor(&ids, &shape, DType::I32, kind, dev);

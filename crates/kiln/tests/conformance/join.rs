@@ -31,6 +31,9 @@ fn concat_matches_reference(dev: &Device) {
     for (base, sizes) in cases {
         for axis in 0..base.len() {
             for (pa, pb) in pairs {
+                if !dev.is_cpu() && (pa == DType::F64 || pb == DType::F64) {
+                    continue;
+                }
                 for (li, kind) in ALL_LAYOUTS.into_iter().enumerate() {
                     let out_dtype = if sizes.len() > 1 { pa.promote(pb) } else { pa };
                     let mut parts = Vec::new();
@@ -73,7 +76,7 @@ fn concat_matches_reference(dev: &Device) {
 }
 
 fn concat_single_and_large(dev: &Device) {
-    for dtype in DType::ALL {
+    for dtype in supported(dev, &DType::ALL) {
         let vals = payload(12, dtype, 5);
         let t = tensor_in(&vals, &[3, 4], dtype, Layouts::Transposed, dev);
         let got = Tensor::concat(&[&t], 1).unwrap();
@@ -112,7 +115,7 @@ fn stack_matches_reference(dev: &Device) {
     let mut seed = 2000;
     for shape in shapes {
         for axis in 0..=shape.len() {
-            for dtype in DType::ALL {
+            for dtype in supported(dev, &DType::ALL) {
                 let n: usize = shape.iter().product();
                 let mut parts = Vec::new();
                 let mut refs = Vec::new();
@@ -151,7 +154,7 @@ fn stack_errors(dev: &Device) {
 
 fn split_and_chunk_are_views(dev: &Device) {
     let shape = [4, 7, 3];
-    for dtype in DType::ALL {
+    for dtype in supported(dev, &DType::ALL) {
         for kind in ALL_LAYOUTS {
             let vals = payload(84, dtype, 7);
             let x = tensor_in(&vals, &shape, dtype, kind, dev);
@@ -232,7 +235,7 @@ fn pad_matches_reference(dev: &Device) {
     ];
     let mut seed = 3000;
     for (shape, pads) in cases {
-        for dtype in DType::ALL {
+        for dtype in supported(dev, &DType::ALL) {
             for kind in ALL_LAYOUTS {
                 for value in [0.0, 1.5, -2.0, f64::NAN, f64::INFINITY] {
                     seed += 1;
@@ -287,7 +290,7 @@ fn flip_matches_reference(dev: &Device) {
             _ => vec![vec![0], vec![1], vec![-1], vec![0, 2], vec![2, 1, 0]],
         };
         for axes in axis_sets {
-            for dtype in DType::ALL {
+            for dtype in supported(dev, &DType::ALL) {
                 for kind in ALL_LAYOUTS {
                     seed += 1;
                     let n: usize = shape.iter().product();
@@ -323,7 +326,7 @@ fn triangles_match_reference(dev: &Device) {
     let mut seed = 5000;
     for shape in shapes {
         let (m, n) = (shape[shape.len() - 2], shape[shape.len() - 1]);
-        for dtype in DType::ALL {
+        for dtype in supported(dev, &DType::ALL) {
             for kind in ALL_LAYOUTS {
                 seed += 1;
                 let len: usize = shape.iter().product();

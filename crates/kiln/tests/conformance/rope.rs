@@ -48,7 +48,7 @@ fn ref_rope(x: &RefArray, cos: &[f64], sin: &[f64], layout: RopeLayout) -> RefAr
 const SHAPES: [[usize; 4]; 5] = [[1, 1, 1, 2], [2, 3, 5, 6], [1, 2, 7, 64], [1, 1, 3, 128], [2, 1, 33, 8]];
 
 fn rope_matches_reference(dev: &Device) {
-    for dtype in FLOATS {
+    for dtype in supported(dev, &FLOATS) {
         for (si, shape) in SHAPES.iter().enumerate() {
             let (t, d) = (shape[2], shape[3]);
             let n: usize = shape.iter().product();
@@ -71,7 +71,7 @@ fn rope_matches_reference(dev: &Device) {
 }
 
 fn rope_tables_match_reference(dev: &Device) {
-    for dtype in FLOATS {
+    for dtype in supported(dev, &FLOATS) {
         for (t, d, offset, theta) in
             [(1, 2, 0, 10000.0), (5, 6, 3, 10000.0), (17, 128, 4096, 500000.0), (0, 4, 0, 10.0)]
         {
@@ -89,7 +89,7 @@ fn rope_tables_match_reference(dev: &Device) {
 fn rope_with_custom_tables(dev: &Device) {
     let shape = [2, 2, 9, 10];
     let n: usize = shape.iter().product();
-    for dtype in FLOATS {
+    for dtype in supported(dev, &FLOATS) {
         let vals = round_to(&random_values(n, dtype, 400), dtype);
         let r = RefArray::new(shape.to_vec(), vals.clone());
         // Arbitrary (not unit-norm) tables stored in f32: cast to the tensor's dtype by the op.
@@ -147,7 +147,7 @@ fn rope_empty_and_errors(dev: &Device) {
 }
 
 fn fused_matches_composed_rope(dev: &Device) {
-    for dtype in FLOATS {
+    for dtype in supported(dev, &FLOATS) {
         for (si, shape) in SHAPES.iter().enumerate() {
             let n: usize = shape.iter().product();
             let vals = random_values(n, dtype, 500 + si as u64);
