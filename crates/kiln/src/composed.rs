@@ -84,7 +84,7 @@ fn sparse_matrix(rows: usize, cols: usize, entries: &[(usize, usize, f64)], x: &
 /// `(a, b)` to `(-b, a)` and `cos_full = cos @ E` repeats each table column into both slots of its pair.
 pub fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, layout: RopeLayout) -> Result<Tensor> {
     float_only("rope", x)?;
-    if x.rank() != 4 || x.dims()[3] % 2 != 0 {
+    if x.rank() != 4 || !x.dims()[3].is_multiple_of(2) {
         return Err(Error::shape("rope", format!("expected (b, h, t, d) with even d, got shape {}", x.shape())));
     }
     let d = x.dims()[3];

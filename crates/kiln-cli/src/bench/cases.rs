@@ -39,7 +39,7 @@ const EPS: f64 = 1e-5;
 
 /// `32M` for powers of two that are whole mebi-counts, else the plain number.
 fn count(n: usize) -> String {
-    if n >= 1 << 20 && n % (1 << 20) == 0 {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
         format!("{}M", n >> 20)
     } else {
         n.to_string()

@@ -1,6 +1,8 @@
 //! Scalar math kernels shared by the CPU ops, written to vectorise when called in a loop: no branches
 //! (only selects), no table lookups, no calls into libm. Accuracy is stated per function and checked
 //! against f64 `std` in the tests below.
+// Polynomial coefficients are kept digit for digit as published (Cephes).
+#![allow(clippy::excessive_precision)]
 
 /// Runs `f` compiled for the widest vector ISA this CPU has (AVX-512, else AVX2+FMA, else the build's
 /// baseline), chosen at run time. `f` should be an `#[inline(always)]` closure running a loop over
@@ -62,6 +64,8 @@ fn pow2i(n: i32) -> f32 {
 /// e^x in f32: Cephes range reduction (x = n ln2 + r, |r| <= ln2/2) and a degree-7 polynomial, scaled
 /// by 2^n in two steps so subnormal results are right. Relative error below 2e-7 over the whole
 /// range; e^x = inf above ln(f32::MAX), 0 far below, NaN stays NaN.
+// The if-chain compiles to two selects that vectorise; `clamp` would add a min > max check.
+#[allow(clippy::manual_clamp)]
 #[inline(always)]
 pub(crate) fn exp_f32(x: f32) -> f32 {
     let xc = if x > EXP_HI {

@@ -44,7 +44,7 @@ pub(crate) fn rope_body(interleaved: bool) -> String {
 /// `s` viewed by `l` as contiguous rows: (copy if one was needed, offset, rows, k).
 fn rows(s: &GpuStorage, l: &Layout) -> Result<(Option<GpuStorage>, usize, usize, usize)> {
     let k = *l.dims().last().unwrap_or(&1);
-    let rows = if k == 0 { 0 } else { l.elem_count() / k };
+    let rows = l.elem_count().checked_div(k).unwrap_or(0);
     if l.is_contiguous() {
         Ok((None, l.offset(), rows, k))
     } else {

@@ -78,11 +78,9 @@ pub(crate) fn read_mapped(ctx: &GpuContext, buf: &wgpu::Buffer, bytes: u64) -> R
         let _ = tx.send(r);
     });
     super::exec::wait(ctx, None)?;
-    let mapped = rx
-        .recv()
+    rx.recv()
         .map_err(|e| Error::Gpu { op: "readback", msg: e.to_string() })?
         .map_err(|e| Error::Gpu { op: "readback", msg: e.to_string() })?;
-    let _ = mapped;
     let out = {
         let view = buf.get_mapped_range(0..bytes).map_err(|e| Error::Gpu { op: "readback", msg: e.to_string() })?;
         view.to_vec()

@@ -14,7 +14,7 @@ use crate::{DType, Device, Error, Result, Tensor};
 
 /// An error unless `d` is a valid (even) head size.
 fn check_head_size(op: &'static str, d: usize, shape: &crate::Shape) -> Result<()> {
-    if d % 2 != 0 {
+    if !d.is_multiple_of(2) {
         return Err(Error::shape(op, format!("the head size (last dim) must be even, got {d} in shape {shape}")));
     }
     Ok(())

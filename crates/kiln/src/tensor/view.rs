@@ -36,7 +36,7 @@ impl Tensor {
             return Err(bad());
         }
         let fill = if holes == 1 {
-            if known == 0 || self.elem_count() % known != 0 {
+            if known == 0 || !self.elem_count().is_multiple_of(known) {
                 return Err(bad());
             }
             self.elem_count() / known
