@@ -1,16 +1,38 @@
 //! `kiln info`: version, compiled-in backends and the devices found.
 
 use crate::sysinfo::{human_bytes, CpuInfo};
+use kiln::gpu::{list_adapters, AdapterSummary};
 use kiln::{Device, DeviceRequest};
 use serde_json::{json, Value};
 
 /// Status of each backend this binary knows about.
 fn backends() -> Vec<(&'static str, String)> {
-    let gpu = match Device::gpu() {
-        Ok(d) => format!("available ({d})"),
-        Err(_) => "not built".to_string(),
+    let n = list_adapters().len();
+    let gpu = if n == 0 {
+        "built (wgpu: Vulkan, Metal, DX12); no adapter found".to_string()
+    } else {
+        format!("built (wgpu: Vulkan, Metal, DX12); {n} adapter(s)")
     };
     vec![("cpu", "built".to_string()), ("gpu", gpu)]
+}
+
+fn adapter_json(a: &AdapterSummary) -> Value {
+    json!({
+        "name": format!("gpu:{}", a.index),
+        "kind": "gpu",
+        "adapter": a.name,
+        "backend": a.backend,
+        "device_type": a.device_type,
+        "driver": a.driver,
+        "software": a.software,
+        "unified_memory": a.unified_memory,
+        "features": a.features,
+        "max_buffer_size": a.max_buffer_size,
+        "max_storage_binding": a.max_storage_binding,
+        "workgroup_memory": a.workgroup_memory,
+        "max_workgroup_invocations": a.max_workgroup_invocations,
+        "subgroup_size": [a.subgroup_size.0, a.subgroup_size.1],
+    })
 }
 
 /// What `KILN_DEVICE` asks for (or why it cannot be read).
@@ -30,7 +52,9 @@ pub fn info_json(cpu: &CpuInfo) -> Value {
         "backends": backends,
         "kiln_device_env": env_request(),
         "default_device": Device::auto().name(),
-        "devices": [ { "name": Device::cpu().name(), "kind": "cpu", "cpu": cpu.to_json() } ],
+        "devices": std::iter::once(json!({ "name": Device::cpu().name(), "kind": "cpu", "cpu": cpu.to_json() }))
+            .chain(list_adapters().iter().map(adapter_json))
+            .collect::<Vec<_>>(),
     })
 }
 
@@ -58,4 +82,19 @@ pub fn run(json: bool) {
     let simd = if cpu.simd.is_empty() { "none detected".to_string() } else { cpu.simd.join(" ") };
     println!("    simd:           {simd}");
     println!("    memory:         {}", cpu.memory_bytes.map_or("unknown".to_string(), human_bytes));
+    for a in list_adapters() {
+        println!("  gpu:{}: {}{}", a.index, a.name, if a.software { " (software)" } else { "" });
+        println!("    backend:        {} ({}), driver {}", a.backend, a.device_type, a.driver);
+        println!("    memory:         {}", if a.unified_memory { "unified with the host" } else { "dedicated" });
+        println!("    max buffer:     {}", human_bytes(a.max_buffer_size));
+        println!("    max binding:    {}", human_bytes(a.max_storage_binding));
+        println!(
+            "    workgroup mem:  {} ({} invocations)",
+            human_bytes(a.workgroup_memory as u64),
+            a.max_workgroup_invocations
+        );
+        println!("    subgroup size:  {}..{}", a.subgroup_size.0, a.subgroup_size.1);
+        let f = if a.features.is_empty() { "none of kiln's optional ones".to_string() } else { a.features.join(" ") };
+        println!("    features:       {f}");
+    }
 }
