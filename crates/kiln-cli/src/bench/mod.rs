@@ -217,7 +217,15 @@ pub fn run(device: &Device, cfg: &BenchConfig, mut progress: impl FnMut(&str)) -
     let copy = selected.iter().any(|c| c.bytes.is_some()).then(|| {
         progress("copy bandwidth");
         let bytes = if cfg.quick { 64 << 20 } else { 256 << 20 };
-        bandwidth::measure(bytes, if cfg.quick { 3 } else { 8 })
+        let runs = if cfg.quick { 3 } else { 8 };
+        match device.is_gpu() {
+            // On a GPU the limit is the device's own copy (copy engine), not the host's memcpy.
+            true => match kiln::gpu::copy_bandwidth(device, bytes as u64, runs) {
+                Ok(bps) => CopyBandwidth { buffer_bytes: bytes, best_s: 2.0 * bytes as f64 / bps, bytes_per_s: bps },
+                Err(_) => bandwidth::measure(bytes, runs),
+            },
+            false => bandwidth::measure(bytes, runs),
+        }
     });
     let mut inputs = Inputs::new(device);
     let rows = selected

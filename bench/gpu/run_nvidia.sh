@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# On the NVIDIA machine (see ../../docs/PERFORMANCE.md): runs the GPU conformance suite and runtime
+# tests on the NVIDIA Vulkan driver, then kiln's GPU benchmark and the PyTorch reference, writing
+# everything under $OUT. Expects release binaries in .devbin/ (built on the x86-64 build machine)
+# and the Vulkan loader packages in .gl/ (../../../shared/device/prepare-vulkan.sh).
+set -u
+OUT=${OUT:-/tmp/kiln-out}
+mkdir -p "$OUT"
+source bench/gpu/vulkan-env.sh
+export KILN_REQUIRE_GPU=1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
+.devbin/kiln info > "$OUT/info.txt" 2>&1
+.devbin/conformance --test-threads 4 > "$OUT/conformance.txt" 2>&1; echo "conformance rc=$?" >> "$OUT/conformance.txt"
+.devbin/gpu_runtime --test-threads 1 > "$OUT/gpu_runtime.txt" 2>&1; echo "gpu_runtime rc=$?" >> "$OUT/gpu_runtime.txt"
+
+.devbin/kiln bench --device gpu --json > "$OUT/kiln_gpu.json" 2>&1
+python3 bench/gpu/torch_ref.py > "$OUT/torch.json" 2>&1
+python3 bench/gpu/compare.py "$OUT/kiln_gpu.json" "$OUT/torch.json" > "$OUT/compare.txt" 2>&1
+for f in conformance gpu_runtime; do tail -n 3 "$OUT/$f.txt"; done
+cat "$OUT/compare.txt"
