@@ -69,17 +69,7 @@ impl GpuStorage {
         let dtype = data.dtype();
         let n = data.len();
         let s = GpuStorage::alloc(ctx, dtype, n)?;
-        let bytes: Vec<u8> = match data {
-            CpuStorage::F32(v) => bytemuck::cast_slice(v).to_vec(),
-            CpuStorage::F16(v) => bytemuck::cast_slice(v).to_vec(),
-            CpuStorage::BF16(v) => bytemuck::cast_slice(v).to_vec(),
-            CpuStorage::I32(v) => bytemuck::cast_slice(v).to_vec(),
-            CpuStorage::U32(v) => bytemuck::cast_slice(v).to_vec(),
-            CpuStorage::I64(v) => bytemuck::cast_slice(v).to_vec(),
-            CpuStorage::U8(v) => v.clone(),
-            CpuStorage::Bool(v) => v.iter().map(|&b| b as u8).collect(),
-            CpuStorage::F64(_) => unreachable!("refused by alloc"),
-        };
+        let bytes = host_bytes(data);
         transfer::upload(ctx, &s.buffer, &bytes)?;
         Ok(s)
     }
@@ -88,17 +78,7 @@ impl GpuStorage {
     pub(crate) fn full(ctx: &Arc<GpuContext>, dtype: DType, n: usize, value: f64) -> Result<GpuStorage> {
         let s = GpuStorage::alloc(ctx, dtype, n)?;
         let one = CpuStorage::full(4, dtype, value);
-        let bytes: Vec<u8> = match &one {
-            CpuStorage::F32(v) => bytemuck::cast_slice(v).to_vec(),
-            CpuStorage::F16(v) => bytemuck::cast_slice(v).to_vec(),
-            CpuStorage::BF16(v) => bytemuck::cast_slice(v).to_vec(),
-            CpuStorage::I32(v) => bytemuck::cast_slice(v).to_vec(),
-            CpuStorage::U32(v) => bytemuck::cast_slice(v).to_vec(),
-            CpuStorage::I64(v) => bytemuck::cast_slice(v).to_vec(),
-            CpuStorage::U8(v) => v.clone(),
-            CpuStorage::Bool(v) => v.iter().map(|&b| b as u8).collect(),
-            CpuStorage::F64(_) => unreachable!("refused by alloc"),
-        };
+        let bytes = host_bytes(&one);
         let words: Vec<u32> = bytemuck::pod_collect_to_vec(&bytes);
         let period = if dtype.size_in_bytes() == 8 { 2 } else { 1 };
         if n > 0 {
@@ -135,6 +115,21 @@ impl GpuStorage {
         }
         let l = Layout::contiguous(self.len);
         self.cast(&l, dtype)
+    }
+}
+
+/// The bytes of host data as the GPU stores them (bool as one byte 0/1).
+fn host_bytes(data: &CpuStorage) -> Vec<u8> {
+    match data {
+        CpuStorage::F32(v) => bytemuck::cast_slice(v).to_vec(),
+        CpuStorage::F16(v) => bytemuck::cast_slice(v).to_vec(),
+        CpuStorage::BF16(v) => bytemuck::cast_slice(v).to_vec(),
+        CpuStorage::I32(v) => bytemuck::cast_slice(v).to_vec(),
+        CpuStorage::U32(v) => bytemuck::cast_slice(v).to_vec(),
+        CpuStorage::I64(v) => bytemuck::cast_slice(v).to_vec(),
+        CpuStorage::U8(v) => v.clone(),
+        CpuStorage::Bool(v) => v.iter().map(|&b| b as u8).collect(),
+        CpuStorage::F64(_) => unreachable!("f64 is refused by alloc before any upload"),
     }
 }
 

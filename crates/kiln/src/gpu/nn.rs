@@ -10,14 +10,15 @@ use crate::{DType, Error, Layout, Result};
 const SOFTMAX: &str = include_str!("softmax.wgsl");
 const NORM: &str = include_str!("norm.wgsl");
 const ATTENTION: &str = include_str!("attention.wgsl");
+const ROW_SUM: &str = include_str!("row_sum.wgsl");
 
 pub(crate) fn softmax_source(dt: DType) -> String {
-    render(SOFTMAX, &[("PRELUDE", PRELUDE), ("LOADERS", &loader("ld0", "in0", dt))])
+    render(SOFTMAX, &[("PRELUDE", PRELUDE), ("LOADERS", &loader("ld0", "in0", dt)), ("REDUCE_SUM", ROW_SUM)])
 }
 
 pub(crate) fn norm_source(dt: DType, w: DType, b: DType) -> String {
     let loaders = loader("ld0", "in0", dt) + &loader("ld1", "in1", w) + &loader("ld2", "in2", b);
-    render(NORM, &[("PRELUDE", PRELUDE), ("LOADERS", &loaders)])
+    render(NORM, &[("PRELUDE", PRELUDE), ("LOADERS", &loaders), ("REDUCE_SUM", ROW_SUM)])
 }
 
 pub(crate) fn attention_source(dt: DType) -> String {

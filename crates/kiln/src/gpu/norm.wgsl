@@ -11,18 +11,7 @@
 {{LOADERS}}
 var<workgroup> red: array<f32, 256>;
 
-fn reduce_sum(lid: u32, v: f32) -> f32 {
-    red[lid] = v;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s = s >> 1u) {
-        if (lid < s) { red[lid] += red[lid + s]; }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}
-
+{{REDUCE_SUM}}
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nw: vec3<u32>) {
