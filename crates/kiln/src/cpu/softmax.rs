@@ -353,6 +353,60 @@ pub(crate) fn softmax_row<A: Acc>(x: &[A], out: &mut [A], log: bool) {
     }
 }
 
+/// Softmax of one f32 row with every loop inlined into the caller, which runs it under the widest
+/// vector ISA (`math::vectorized`): a NaN-propagating max, `exp(x - max)` stored with its sum, then one
+/// scale. Same special values as [`softmax_row`]: NaN or `+inf` anywhere, or a row of all `-inf`,
+/// gives NaN.
+#[inline(always)]
+fn softmax_row_f32(x: &[f32], out: &mut [f32]) {
+    const L: usize = 16;
+    let mut lanes = [f32::NEG_INFINITY; L];
+    let mut bad = [0.0f32; L];
+    let mut xc = x.chunks_exact(L);
+    for c in &mut xc {
+        for i in 0..L {
+            lanes[i] = if c[i] > lanes[i] { c[i] } else { lanes[i] };
+            // NaN and +inf both turn `v * 0` into NaN; finite values give 0 (-inf, which would also
+            // give NaN, is masked out).
+            bad[i] += if c[i] == f32::NEG_INFINITY { 0.0 } else { c[i] * 0.0 };
+        }
+    }
+    let mut m = f32::NEG_INFINITY;
+    let mut poisoned = false;
+    for &v in xc.remainder() {
+        m = if v > m { v } else { m };
+        poisoned |= v.is_nan() || v == f32::INFINITY;
+    }
+    for i in 0..L {
+        m = if lanes[i] > m { lanes[i] } else { m };
+        poisoned |= bad[i].is_nan();
+    }
+    if poisoned || m == f32::NEG_INFINITY {
+        out.fill(f32::NAN);
+        return;
+    }
+    let mut sums = [0.0f32; L];
+    let mut oc = out.chunks_exact_mut(L);
+    let mut xc = x.chunks_exact(L);
+    for (o, c) in (&mut oc).zip(&mut xc) {
+        for i in 0..L {
+            let e = exp_f32(c[i] - m);
+            o[i] = e;
+            sums[i] += e;
+        }
+    }
+    let mut s: f32 = 0.0;
+    for (o, &v) in oc.into_remainder().iter_mut().zip(xc.remainder()) {
+        *o = exp_f32(v - m);
+        s += *o;
+    }
+    s += sums.iter().sum::<f32>();
+    let r = 1.0 / s;
+    for o in out.iter_mut() {
+        *o *= r;
+    }
+}
+
 fn softmax_typed<T: Compute>(data: &[T], l: &Layout, log: bool) -> Vec<T> {
     let x = strided::contiguous(data, l);
     let d = l.dims().last().copied().unwrap_or(1);
@@ -361,8 +415,28 @@ fn softmax_typed<T: Compute>(data: &[T], l: &Layout, log: bool) -> Vec<T> {
     out
 }
 
+/// f32 softmax (not log-softmax) over contiguous rows: the vectorised row kernel, rows in parallel.
+fn softmax_f32(data: &[f32], l: &Layout) -> Vec<f32> {
+    let x = strided::contiguous(data, l);
+    let d = l.dims().last().copied().unwrap_or(1).max(1);
+    let mut out: Vec<f32> = strided::zeroed(x.len());
+    let per_task = (TASK_ELEMS / d).max(1);
+    out.par_chunks_mut(per_task * d).zip(x.par_chunks(per_task * d)).for_each(|(o, xs)| {
+        super::math::vectorized(
+            #[inline(always)]
+            || {
+                for (or, xr) in o.chunks_mut(d).zip(xs.chunks(d)) {
+                    softmax_row_f32(xr, or);
+                }
+            },
+        )
+    });
+    out
+}
+
 pub(crate) fn softmax_last(s: &CpuStorage, l: &Layout, log: bool) -> Result<CpuStorage> {
     Ok(match s {
+        CpuStorage::F32(v) if !log => CpuStorage::F32(softmax_f32(v, l)),
         CpuStorage::F32(v) => CpuStorage::F32(softmax_typed(v, l, log)),
         CpuStorage::F64(v) => CpuStorage::F64(softmax_typed(v, l, log)),
         CpuStorage::F16(v) => CpuStorage::F16(softmax_typed(v, l, log)),
