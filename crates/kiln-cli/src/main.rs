@@ -83,6 +83,11 @@ fn bench(args: BenchArgs) -> ExitCode {
     } else {
         bench::print_table(&report, &cpu);
     }
+    // KILN_PROFILE=1 times every GPU kernel (serialising the GPU, so the table above is slower).
+    let profile = device.profile();
+    if !profile.is_empty() {
+        eprintln!("\nper-kernel GPU time (KILN_PROFILE=1):\n{}", kiln::gpu::format_report(&profile));
+    }
     ExitCode::SUCCESS
 }
 
