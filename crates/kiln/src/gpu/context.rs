@@ -201,7 +201,11 @@ impl GpuContext {
         Ok(GpuContext {
             index,
             summary,
-            pool: Pool::new(),
+            pool: Pool::new(if features.contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS) {
+                wgpu::BufferUsages::MAP_READ
+            } else {
+                wgpu::BufferUsages::empty()
+            }),
             pipelines,
             exec: Mutex::new(exec),
             staging: super::transfer::Staging::new(),

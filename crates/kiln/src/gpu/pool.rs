@@ -37,6 +37,8 @@ struct State {
 
 pub(crate) struct Pool {
     state: Arc<Mutex<State>>,
+    /// Usages beyond STORAGE | COPY_SRC | COPY_DST: MAP_READ where storage buffers can be mapped.
+    extra_usage: wgpu::BufferUsages,
 }
 
 /// A device buffer that returns to its pool when dropped.
@@ -92,7 +94,7 @@ pub(crate) fn size_class(bytes: u64) -> u64 {
 const DEFAULT_CACHE_LIMIT: u64 = 4 << 30;
 
 impl Pool {
-    pub(crate) fn new() -> Pool {
+    pub(crate) fn new(extra_usage: wgpu::BufferUsages) -> Pool {
         let cache_limit =
             std::env::var("KILN_GPU_CACHE_LIMIT").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_CACHE_LIMIT);
         Pool {
@@ -103,6 +105,7 @@ impl Pool {
                 cache_limit,
                 memory_limit: u64::MAX,
             })),
+            extra_usage,
         }
     }
 
@@ -137,7 +140,8 @@ impl Pool {
         s.cache_limit = limit;
     }
 
-    /// A buffer of at least `bytes` bytes (STORAGE | COPY_SRC | COPY_DST).
+    /// A buffer of at least `bytes` bytes (STORAGE | COPY_SRC | COPY_DST, and MAP_READ on unified
+    /// memory).
     pub(crate) fn alloc(&self, device: &wgpu::Device, bytes: u64, max_binding: u64) -> Result<GpuBuffer> {
         let class = size_class(bytes);
         if class > max_binding {
@@ -189,7 +193,10 @@ impl Pool {
         let buffer = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("kiln"),
             size,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST
+                | self.extra_usage,
             mapped_at_creation: false,
         });
         match pollster::block_on(scope.pop()) {

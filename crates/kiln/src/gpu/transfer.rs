@@ -1,6 +1,7 @@
 //! Moving bytes between host and device. Uploads first submit any pending batch, then go through
 //! `queue.write_buffer`, which the queue orders after all earlier submissions: a buffer recycled from
-//! the pool is never overwritten while earlier work still reads it. Readbacks copy into a reused
+//! the pool is never overwritten while earlier work still reads it. Readbacks on unified memory
+//! (MAPPABLE_PRIMARY_BUFFERS) map the storage buffer itself; elsewhere they copy into a reused
 //! MAP_READ staging buffer, submit, wait for that submission, and copy out.
 
 use super::context::GpuContext;
@@ -58,6 +59,16 @@ pub(crate) fn download(ctx: &GpuContext, src: &GpuBuffer, bytes: u64) -> Result<
     let padded = bytes.div_ceil(4) * 4;
     if padded == 0 {
         return Ok(Vec::new());
+    }
+    if ctx.has(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS) {
+        // Unified memory: map the storage buffer itself, no staging copy. The exec lock is held
+        // until it is unmapped, so no other thread records work on a mapped buffer.
+        let mut exec = ctx.exec.lock().unwrap_or_else(|e| e.into_inner());
+        exec.flush(ctx)?;
+        let mut out = read_mapped(ctx, src.raw(), padded)?;
+        drop(exec);
+        out.truncate(bytes as usize);
+        return Ok(out);
     }
     let staging = ctx.staging.take(&ctx.device, padded);
     {
