@@ -4,9 +4,12 @@
 
 use kiln::{DType, Device, Error, Shape, Tensor};
 
-fn gpu() -> Option<Device> {
+/// The GPU and a guard that runs the tests of this file one at a time: they share one device, and the
+/// pool statistics some of them check would see the allocations of tests running beside them.
+fn gpu() -> Option<(Device, std::sync::MutexGuard<'static, ()>)> {
+    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     match Device::gpu() {
-        Ok(d) => Some(d),
+        Ok(d) => Some((d, guard)),
         Err(e) => {
             assert!(std::env::var("KILN_REQUIRE_GPU").is_err(), "KILN_REQUIRE_GPU=1 but no GPU: {e}");
             eprintln!("skipped: {e}");
@@ -15,13 +18,11 @@ fn gpu() -> Option<Device> {
     }
 }
 
-/// The runtime tests share one device and its statistics: run them one at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
 fn pool_reuses_freed_buffers_and_counts_them() {
-    let Some(dev) = gpu() else { return };
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((dev, _serial)) = gpu() else { return };
     dev.synchronize().unwrap();
     let before = dev.memory_stats().unwrap();
     let a = Tensor::zeros(100_000, DType::F32, &dev).unwrap();
@@ -44,8 +45,7 @@ fn pool_reuses_freed_buffers_and_counts_them() {
 
 #[test]
 fn cache_limit_trims_and_memory_limit_gives_out_of_memory() {
-    let Some(dev) = gpu() else { return };
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((dev, _serial)) = gpu() else { return };
     dev.set_cache_limit(1 << 20);
     let ts: Vec<Tensor> = (0..4).map(|_| Tensor::zeros(200_000, DType::F32, &dev).unwrap()).collect();
     drop(ts);
@@ -67,7 +67,7 @@ fn cache_limit_trims_and_memory_limit_gives_out_of_memory() {
 
 #[test]
 fn a_tensor_larger_than_a_binding_is_refused_clearly() {
-    let Some(dev) = gpu() else { return };
+    let Some((dev, _serial)) = gpu() else { return };
     let max = dev.gpu_info().unwrap().max_storage_binding;
     let n = (max / 4 + 1024) as usize;
     let e = Tensor::zeros(n, DType::F32, &dev).unwrap_err().to_string();
@@ -76,8 +76,7 @@ fn a_tensor_larger_than_a_binding_is_refused_clearly() {
 
 #[test]
 fn a_long_chain_is_batched_not_submitted_per_op() {
-    let Some(dev) = gpu() else { return };
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((dev, _serial)) = gpu() else { return };
     let mut x = Tensor::zeros(64, DType::F32, &dev).unwrap();
     dev.synchronize().unwrap();
     let (d0, s0) = dev.gpu_counters().unwrap();
@@ -92,7 +91,7 @@ fn a_long_chain_is_batched_not_submitted_per_op() {
 
 #[test]
 fn several_threads_use_one_device() {
-    let Some(dev) = gpu() else { return };
+    let Some((dev, _serial)) = gpu() else { return };
     let handles: Vec<_> = (0..4)
         .map(|t| {
             let dev = dev.clone();
@@ -127,7 +126,7 @@ fn scale_add(@builtin(global_invocation_id) gid: vec3<u32>) {
 
 #[test]
 fn custom_kernel_runs_on_tensors() {
-    let Some(dev) = gpu() else { return };
+    let Some((dev, _serial)) = gpu() else { return };
     let n = 1000;
     let a = Tensor::arange(0.0, n as f64, DType::F32, &dev).unwrap();
     // A non-contiguous input is made contiguous before binding.
@@ -153,7 +152,7 @@ fn custom_kernel_runs_on_tensors() {
 
 #[test]
 fn a_bad_custom_kernel_is_an_error_with_the_compiler_message() {
-    let Some(dev) = gpu() else { return };
+    let Some((dev, _serial)) = gpu() else { return };
     let bad = "@compute @workgroup_size(1) fn main() { let x: f32 = undefined_thing; }";
     let e =
         dev.custom_kernel(bad, "main", &[], &[(Shape::from(1), DType::F32)], [1, 1, 1], &[]).unwrap_err().to_string();
@@ -167,8 +166,7 @@ fn a_bad_custom_kernel_is_an_error_with_the_compiler_message() {
 
 #[test]
 fn profiling_reports_kernels() {
-    let Some(dev) = gpu() else { return };
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some((dev, _serial)) = gpu() else { return };
     dev.reset_profile();
     dev.set_profiling(true).unwrap();
     let a = Tensor::ones(4096, DType::F32, &dev).unwrap();
@@ -183,7 +181,7 @@ fn profiling_reports_kernels() {
 
 #[test]
 fn mixing_devices_is_an_error() {
-    let Some(dev) = gpu() else { return };
+    let Some((dev, _serial)) = gpu() else { return };
     let a = Tensor::ones(3, DType::F32, &dev).unwrap();
     let b = Tensor::ones(3, DType::F32, &Device::cpu()).unwrap();
     let e = a.add(&b).unwrap_err().to_string();
