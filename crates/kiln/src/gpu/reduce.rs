@@ -179,19 +179,14 @@ pub(crate) fn cumsum(s: &GpuStorage, l: &Layout, axis: usize) -> Result<GpuStora
         groups,
     )?;
     let out = out.finish(ReduceOp::Sum.output_dtype(s.dtype))?;
-    // `out` holds the permuted order; view it back in the input's axis order and copy.
-    let mut pdims: Vec<usize> = perm.iter().map(|&a| l.dims()[a]).collect();
-    if pdims.is_empty() {
-        pdims.push(1);
+    if axis + 1 == rank {
+        return Ok(out);
     }
-    let pl = Layout::contiguous(pdims);
+    // `out` holds the permuted order; view it back in the input's axis order and copy.
+    let pl = Layout::contiguous(perm.iter().map(|&a| l.dims()[a]).collect::<Vec<_>>());
     let mut inv = vec![0; rank];
     for (i, &a) in perm.iter().enumerate() {
         inv[a] = i;
     }
-    if axis + 1 == rank {
-        return Ok(out);
-    }
-    let back = pl.permute("cumsum", &inv)?;
-    out.copy_contiguous(&back)
+    out.copy_contiguous(&pl.permute("cumsum", &inv)?)
 }
