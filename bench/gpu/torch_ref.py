@@ -1,18 +1,23 @@
 #!/usr/bin/env python3
-"""PyTorch (CUDA) reference timings for the shapes of `kiln bench` on the GPU machine.
+"""PyTorch (CUDA) reference timings for the GPU set of `kiln bench --device gpu`
+(crates/kiln-cli/src/bench/gpu_cases.rs): same row names, shapes and byte/FLOP counts.
 
-Same row names and byte/FLOP counts as `kiln bench --json` and bench/cpu/numpy_ref.py. Inputs are random
-float32 on the GPU; each op allocates its output like kiln does. Warm-up, then the median of many runs
-timed with CUDA events. TF32 is off, so matmul is true f32 (cuBLAS SGEMM). Prints JSON.
+Inputs are random on the GPU; each op allocates its output like kiln does. After warm-up, the median of
+many runs, each timed with CUDA events. TF32 is off, so f32 matmul is true SGEMM. Also measures the
+limits of the same run: the device copy bandwidth (`clone` of 1 GiB) and cuBLAS SGEMM at 4096 (the
+`matmul_f32_4096` row). The `launch_chain_1000` row is host time: 1000 dependent small adds issued
+without waiting for the GPU, as kiln measures it. Prints JSON.
 
-Usage: python3 torch_ref.py [--quick]
+Usage: python3 torch_ref.py [--quick] [--filter SUBSTR]
 """
 
 import json
 import statistics
 import sys
+import time
 
 import torch
+import torch.nn.functional as F
 
 F32 = 4
 torch.backends.cuda.matmul.allow_tf32 = False
@@ -23,37 +28,105 @@ def count(n):
     return f"{n >> 20}M" if n >= 1 << 20 and n % (1 << 20) == 0 else str(n)
 
 
+def sizes(quick):
+    """Must match `Sizes` in gpu_cases.rs."""
+    if quick:
+        return dict(n=1 << 20, cols=512, side=512, row_lens=[512, 4096], rows_elems=1 << 17, square=[64, 128, 256],
+                    square_f16=[128, 256], llm_k=512, llm_n=[512, 1376], llm_m=[1, 16, 64], heads=(4, 2),
+                    seqs=[(64, 128), (128, 128), (128, 256)], cache=512)
+    return dict(n=256 << 20, cols=4096, side=16384, row_lens=[4096, 32768], rows_elems=64 << 20,
+                square=[1024, 4096, 8192], square_f16=[4096, 8192], llm_k=4096, llm_n=[4096, 11008],
+                llm_m=[1, 16, 64], heads=(32, 8), seqs=[(64, 2048), (128, 2048), (128, 8192)], cache=8192)
+
+
+class Inputs:
+    """Random tensors made once per (shape, dtype, seed), like the kiln bench's input cache."""
+
+    def __init__(self):
+        self.cache = {}
+
+    def randn(self, shape, seed, dtype=torch.float32):
+        key = (tuple(shape), dtype, seed)
+        if key not in self.cache:
+            g = torch.Generator(device="cuda").manual_seed(seed)
+            self.cache[key] = torch.randn(*shape, device="cuda", generator=g, dtype=dtype)
+        return self.cache[key]
+
+
 def cases(quick):
-    n, r, c = (1 << 20, 512, 512) if quick else (32 << 20, 4096, 4096)
-    squares, llm = ([128, 256], 512) if quick else ([1024, 2048], 4096)
-    g = torch.Generator(device="cuda").manual_seed(0)
+    """(name, shape, bytes, flops, build) where build(inputs) returns the op to time."""
+    s = sizes(quick)
+    n, c, side = s["n"], s["cols"], s["side"]
+    out = []
 
-    def randn(*shape):
-        return torch.randn(*shape, device="cuda", generator=g, dtype=torch.float32)
+    def add(name, shape, nbytes, flops, build):
+        out.append((name, shape, nbytes, flops, build))
 
-    x, y = randn(n), randn(n)
-    m2, w, b = randn(r, c), randn(c), randn(c)
-    xr = x.view(n // c, c)
-    out = [
-        ("add", count(n), 3 * F32 * n, None, lambda: x + y),
-        ("mul_row_bcast", f"{n // c}x{c} * {c}", F32 * (2 * n + c), None, lambda: xr * w),
-        ("exp", count(n), 2 * F32 * n, None, lambda: torch.exp(x)),
-        ("silu", count(n), 2 * F32 * n, None, lambda: torch.nn.functional.silu(x)),
-        ("cast_f32_f16", count(n), (F32 + 2) * n, None, lambda: x.half()),
-        ("sum_all", count(n), F32 * n, None, lambda: x.sum()),
-        ("sum_last_axis", f"{r}x{c}", F32 * (r * c + r), None, lambda: m2.sum(-1)),
-        ("sum_first_axis", f"{r}x{c}", F32 * (r * c + c), None, lambda: m2.sum(0)),
-        ("softmax", f"{r}x{c}", 2 * F32 * r * c, None, lambda: torch.softmax(m2, -1)),
-        ("rms_norm", f"{r}x{c}", F32 * (2 * r * c + c), None, lambda: torch.nn.functional.rms_norm(m2, (c,), w, 1e-5)),
-        ("layer_norm", f"{r}x{c}", F32 * (2 * r * c + 2 * c), None, lambda: torch.nn.functional.layer_norm(m2, (c,), w, b, 1e-5)),
-    ]
-    for sq in squares:
-        a, bb = randn(sq, sq), randn(sq, sq)
-        out.append((f"matmul_f32_{sq}", f"{sq}x{sq} @ {sq}x{sq}", None, 2 * sq**3, lambda a=a, bb=bb: a @ bb))
-    wk = randn(llm, llm)
-    for m in (1, 16):
-        a = randn(m, llm)
-        out.append((f"matmul_f32_llm_m{m}", f"{m}x{llm} @ {llm}x{llm}", F32 * (2 * m * llm + llm * llm), 2 * m * llm * llm, lambda a=a: a @ wk))
+    def binary(name, sa, sb, f):
+        na, nb = sa[0] * (sa[1] if len(sa) > 1 else 1), sb[0] * (sb[1] if len(sb) > 1 else 1)
+        show = lambda sh: count(sh[0]) if len(sh) == 1 else f"{sh[0]}x{sh[1]}"
+        shape = show(sa) if sa == sb else f"{show(sa)} . {show(sb)}"
+        add(name, shape, F32 * (2 * na + nb), None,
+            lambda I: (lambda a=I.randn([na], 1).view(*sa), b=I.randn([nb], 2).view(*sb): f(a, b)))
+
+    def unary(name, f, dtype=torch.float32, nbytes=2 * F32):
+        add(name, count(n), nbytes * n, None, lambda I: (lambda x=I.randn([n], 1, dtype): f(x)))
+
+    binary("add", [n], [n], torch.add)
+    binary("mul", [n], [n], torch.mul)
+    binary("add_bcast_row", [n // c, c], [c], torch.add)
+    binary("mul_bcast_col", [n // c, c], [n // c, 1], torch.mul)
+    unary("exp", torch.exp)
+    unary("silu", F.silu)
+    unary("gelu", lambda x: F.gelu(x, approximate="tanh"))
+    unary("gelu_erf", F.gelu)
+    unary("cast_f32_f16", lambda x: x.half(), nbytes=F32 + 2)
+    unary("cast_f16_f32", lambda x: x.float(), dtype=torch.float16, nbytes=F32 + 2)
+
+    def reduce(name, nout, f):
+        add(name, f"{side}x{side}", F32 * (side * side + nout), None, lambda I: (lambda x=I.randn([side, side], 1): f(x)))
+
+    reduce("sum_all", 1, torch.sum)
+    reduce("max_all", 1, torch.max)
+    reduce("sum_last_axis", side, lambda x: x.sum(-1))
+    reduce("max_last_axis", side, lambda x: x.amax(-1))
+    reduce("sum_first_axis", side, lambda x: x.sum(0))
+    reduce("max_first_axis", side, lambda x: x.amax(0))
+    for ln in s["row_lens"]:
+        r = s["rows_elems"] // ln
+        rc = r * ln
+        shape = f"{r}x{ln}"
+        rows = lambda I, r=r, ln=ln: (I.randn([r, ln], 1), I.randn([ln], 2), I.randn([ln], 3))
+        add(f"softmax_{ln}", shape, 2 * F32 * rc, None, lambda I, rows=rows: (lambda x=rows(I)[0]: torch.softmax(x, -1)))
+        add(f"rms_norm_{ln}", shape, F32 * (2 * rc + ln), None,
+            lambda I, rows=rows, ln=ln: (lambda t=rows(I): F.rms_norm(t[0], (ln,), t[1], 1e-5)))
+        add(f"layer_norm_{ln}", shape, F32 * (2 * rc + 2 * ln), None,
+            lambda I, rows=rows, ln=ln: (lambda t=rows(I): F.layer_norm(t[0], (ln,), t[1], t[2], 1e-5)))
+
+    def matmul(name, m, k, nn, dtype, count_bytes):
+        size = 2 if dtype == torch.float16 else F32
+        nbytes = size * (m * k + k * nn + m * nn) if count_bytes else None
+        add(name, f"{m}x{k} @ {k}x{nn}", nbytes, 2 * m * k * nn,
+            lambda I: (lambda a=I.randn([m, k], 1, dtype), b=I.randn([k, nn], 2, dtype): a @ b))
+
+    for sq in s["square"]:
+        matmul(f"matmul_f32_{sq}", sq, sq, sq, torch.float32, False)
+    for nn in s["llm_n"]:
+        for m in s["llm_m"]:
+            matmul(f"matmul_f32_m{m}_n{nn}", m, s["llm_k"], nn, torch.float32, True)
+    for sq in s["square_f16"]:
+        matmul(f"matmul_f16_{sq}", sq, sq, sq, torch.float16, False)
+    hq, hkv = s["heads"]
+    for d, t in s["seqs"]:
+        flops = 4 * hq * d * (t * (t + 1) // 2)
+        add(f"sdpa_causal_d{d}_t{t}", f"1x{hq}/{hkv}x{t}x{d}", None, flops,
+            lambda I, d=d, t=t: (lambda q=I.randn([1, hq, t, d], 1), k=I.randn([1, hkv, t, d], 2),
+                                 v=I.randn([1, hkv, t, d], 3): F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                                                              enable_gqa=True)))
+    L = s["cache"]
+    add(f"sdpa_decode_d128_kv{L}", f"1x{hq}/{hkv}x1x128 kv {L}", F32 * (2 * hkv * L * 128 + 2 * hq * 128), None,
+        lambda I: (lambda q=I.randn([1, hq, 1, 128], 1), k=I.randn([1, hkv, L, 128], 2), v=I.randn([1, hkv, L, 128], 3):
+                   F.scaled_dot_product_attention(q, k, v, enable_gqa=True)))
     return out
 
 
@@ -62,7 +135,8 @@ def measure(op, runs=50):
         op()
     torch.cuda.synchronize()
     times = []
-    for _ in range(runs):
+    deadline = time.perf_counter() + 2.0
+    while len(times) < runs and (len(times) < 10 or time.perf_counter() < deadline):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
         op()
@@ -72,18 +146,53 @@ def measure(op, runs=50):
     return statistics.median(times)
 
 
+def launch_chain(ops=1000, runs=20):
+    """Host seconds to issue `ops` dependent adds on a 1024-element tensor (the GPU wait not counted)."""
+    x = torch.randn(1024, device="cuda")
+    times = []
+    for i in range(runs + 3):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        y = x
+        for _ in range(ops):
+            y = y + x
+        dt = time.perf_counter() - t0
+        torch.cuda.synchronize()
+        if i >= 3:
+            times.append(dt)
+    return statistics.median(times)
+
+
+def copy_bandwidth(nbytes=1 << 30):
+    x = torch.empty(nbytes // 4, device="cuda").uniform_()
+    t = min(measure(lambda: x.clone(), runs=20) for _ in range(2))
+    return 2 * nbytes / t / 1e9
+
+
 def main():
     quick = "--quick" in sys.argv
+    filt = sys.argv[sys.argv.index("--filter") + 1] if "--filter" in sys.argv else None
     rows = []
-    for name, shape, nbytes, flops, op in cases(quick):
-        t = measure(op)
-        row = {"name": name, "shape": shape, "dtype": "f32", "median_s": t}
+    inputs = Inputs()
+    for name, shape, nbytes, flops, build in cases(quick):
+        if filt and filt not in name:
+            continue
+        try:
+            t = measure(build(inputs))
+        except Exception as e:  # an op this torch lacks: report it, keep going
+            rows.append({"name": name, "shape": shape, "status": "error", "error": str(e)})
+            continue
+        row = {"name": name, "shape": shape, "median_s": t, "status": "ok"}
         if nbytes:
-            row["gb_per_s"] = nbytes / t / 1e9
+            row["gbps"] = nbytes / t / 1e9
         if flops:
             row["gflops"] = flops / t / 1e9
         rows.append(row)
-    print(json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, indent=1))
+    t = launch_chain()
+    rows.append({"name": "launch_chain_1000", "shape": "1024", "median_s": t, "ops": 1000, "status": "ok"})
+    doc = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "copy_gbps": copy_bandwidth(),
+           "rows": rows}
+    print(json.dumps(doc, indent=1))
 
 
 if __name__ == "__main__":

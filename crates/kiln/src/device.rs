@@ -251,6 +251,30 @@ impl Device {
         }
     }
 
+    /// Runs `f` and measures the time this device spends on the work it queues: on a GPU with timestamp
+    /// queries, from the start of its first compute pass to the end of its last (pending work is
+    /// submitted first and not counted); otherwise the wall-clock time of `f` plus a `synchronize`.
+    /// Returns after the work has finished. Use it for benchmarks, not inside hot paths.
+    pub fn measure<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<Measured<T>> {
+        let Some(c) = self.gpu_context() else {
+            let t0 = std::time::Instant::now();
+            let value = f()?;
+            return Ok(Measured { value, seconds: t0.elapsed().as_secs_f64(), gpu_timestamps: false });
+        };
+        c.exec.lock().unwrap_or_else(|e| e.into_inner()).begin_span(c)?;
+        let t0 = std::time::Instant::now();
+        let value = f();
+        let gpu = c.exec.lock().unwrap_or_else(|e| e.into_inner()).end_span(c);
+        let value = value?;
+        match gpu? {
+            Some(seconds) => Ok(Measured { value, seconds, gpu_timestamps: true }),
+            None => {
+                self.synchronize()?;
+                Ok(Measured { value, seconds: t0.elapsed().as_secs_f64(), gpu_timestamps: false })
+            }
+        }
+    }
+
     /// Waits until all work queued on this device has finished. A no-op on the CPU.
     pub fn synchronize(&self) -> Result<()> {
         match &self.0 {
@@ -282,4 +306,15 @@ mod tests {
         assert_eq!(DeviceRequest::parse("cpu"), Some(DeviceRequest::Cpu));
         assert_eq!(DeviceRequest::parse("tpu"), None);
     }
+}
+
+/// The result of [`Device::measure`]: the value and how long the device worked on it.
+#[derive(Debug, Clone)]
+pub struct Measured<T> {
+    /// What the measured closure returned.
+    pub value: T,
+    /// Seconds the device spent.
+    pub seconds: f64,
+    /// True when timed with GPU timestamps, false for the wall clock.
+    pub gpu_timestamps: bool,
 }

@@ -27,7 +27,7 @@ pub mod shape;
 mod storage;
 mod tensor;
 
-pub use device::{Device, DeviceRequest};
+pub use device::{Device, DeviceRequest, Measured};
 pub use dtype::{DType, FloatDType, WithDType};
 pub use error::{Error, Result};
 pub use kv_cache::KvCache;

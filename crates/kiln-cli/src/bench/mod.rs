@@ -10,6 +10,7 @@
 
 mod bandwidth;
 mod cases;
+mod gpu_cases;
 mod report;
 
 use kiln::{DType, Device, Shape, Tensor};
@@ -27,6 +28,12 @@ pub enum Bound {
     Memory,
     /// Reported in GFLOPS; no peak is known, so no ratio unless the case also counts bytes.
     Compute,
+    /// The host's cost of issuing `ops` dependent ops: timed on the host without waiting for the device,
+    /// reported per op.
+    Launch {
+        /// Ops issued per run.
+        ops: usize,
+    },
 }
 
 /// A timed op: called once per run.
@@ -116,6 +123,8 @@ pub struct Stats {
     pub min_s: f64,
     /// Timed runs.
     pub runs: usize,
+    /// True when the runs were timed with GPU timestamps, false for the wall clock.
+    pub gpu_timestamps: bool,
 }
 
 /// A case and how it went.
@@ -160,28 +169,38 @@ fn guarded<T>(f: impl FnOnce() -> kiln::Result<T>) -> Result<T, String> {
     }
 }
 
-/// Times `op` on `device` per `timing`.
-fn measure(op: &Op, device: &Device, timing: Timing) -> Result<Stats, String> {
-    let once = || -> Result<Duration, String> {
-        let t0 = Instant::now();
-        let out = guarded(op)?;
-        guarded(|| device.synchronize())?;
-        let dt = t0.elapsed();
-        drop(out);
-        Ok(dt)
+/// Times `op` on `device` per `timing`: each run through [`Device::measure`] (GPU timestamps where the
+/// device has them), or for a [`Bound::Launch`] case the host time of issuing the ops, the wait for the
+/// device left out of the clock.
+fn measure(op: &Op, bound: Bound, device: &Device, timing: Timing) -> Result<Stats, String> {
+    let once = || -> Result<(f64, bool), String> {
+        if let Bound::Launch { .. } = bound {
+            guarded(|| device.synchronize())?;
+            let t0 = Instant::now();
+            let out = guarded(op)?;
+            let dt = t0.elapsed().as_secs_f64();
+            guarded(|| device.synchronize())?;
+            drop(out);
+            return Ok((dt, false));
+        }
+        let m = guarded(|| device.measure(op))?;
+        Ok((m.seconds, m.gpu_timestamps))
     };
+    let mut gpu_timestamps = false;
     for _ in 0..timing.warmup {
         once()?;
     }
     let start = Instant::now();
     let mut times = Vec::new();
     while times.len() < timing.max_runs && (times.len() < timing.min_runs || start.elapsed() < timing.budget) {
-        times.push(once()?.as_secs_f64());
+        let (t, ts) = once()?;
+        times.push(t);
+        gpu_timestamps = ts;
     }
     times.sort_by(f64::total_cmp);
     let mid = times.len() / 2;
     let median_s = if times.len() % 2 == 1 { times[mid] } else { 0.5 * (times[mid - 1] + times[mid]) };
-    Ok(Stats { median_s, min_s: times[0], runs: times.len() })
+    Ok(Stats { median_s, min_s: times[0], runs: times.len(), gpu_timestamps })
 }
 
 /// Options of one `kiln bench` invocation.
@@ -210,16 +229,16 @@ pub struct BenchReport {
 /// Runs the selected cases on `device`, calling `progress` before each (for stderr progress).
 pub fn run(device: &Device, cfg: &BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
     let timing = Timing::new(cfg.quick, cfg.runs);
-    let selected: Vec<Case> = cases::all(cfg.quick)
+    let selected: Vec<Case> = cases::all(cfg.quick, device.is_gpu())
         .into_iter()
         .filter(|c| cfg.filter.as_deref().is_none_or(|f| c.name.contains(f)))
         .collect();
     let copy = selected.iter().any(|c| c.bytes.is_some()).then(|| {
         progress("copy bandwidth");
-        let bytes = if cfg.quick { 64 << 20 } else { 256 << 20 };
-        let runs = if cfg.quick { 3 } else { 8 };
+        let bytes = if cfg.quick { 64 << 20 } else { 1 << 30 };
+        let runs = if cfg.quick { 3 } else { 20 };
         match device.is_gpu() {
-            // On a GPU the limit is the device's own copy (copy engine), not the host's memcpy.
+            // On a GPU the limit is a copy kernel on the device, not the host's memcpy.
             true => match kiln::gpu::copy_bandwidth(device, bytes as u64, runs) {
                 Ok(bps) => CopyBandwidth { buffer_bytes: bytes, best_s: 2.0 * bytes as f64 / bps, bytes_per_s: bps },
                 Err(_) => bandwidth::measure(bytes, runs),
@@ -232,7 +251,7 @@ pub fn run(device: &Device, cfg: &BenchConfig, mut progress: impl FnMut(&str)) -
         .into_iter()
         .map(|case| {
             progress(&case.name);
-            let outcome = guarded(|| (case.build)(&mut inputs)).and_then(|op| measure(&op, device, timing));
+            let outcome = guarded(|| (case.build)(&mut inputs)).and_then(|op| measure(&op, case.bound, device, timing));
             Row { case, outcome }
         })
         .collect();

@@ -22,6 +22,9 @@ fn throughput(row: &Row) -> String {
     match row.case.bound {
         Bound::Memory => row.gbps().map(|g| format!("{g:.1} GB/s")),
         Bound::Compute => row.gflops().map(|g| format!("{g:.1} GFLOPS")),
+        Bound::Launch { ops } => {
+            row.outcome.as_ref().ok().map(|s| format!("{} / op", human_time(s.median_s / ops as f64)))
+        }
     }
     .unwrap_or_default()
 }
@@ -36,6 +39,7 @@ fn limit(row: &Row, report: &BenchReport) -> String {
         (Some(r), Bound::Compute) => format!("{:.0}% of copy bw (weights)", r * 100.0),
         (None, Bound::Compute) => "no peak known".into(),
         (None, Bound::Memory) => "unknown".into(),
+        (_, Bound::Launch { .. }) => "host time".into(),
     }
 }
 
@@ -105,7 +109,8 @@ fn row_json(row: &Row, report: &BenchReport) -> Value {
         "name": c.name,
         "shape": c.shape,
         "dtype": c.dtype.as_str(),
-        "bound": match c.bound { Bound::Memory => "memory", Bound::Compute => "compute" },
+        "bound": match c.bound { Bound::Memory => "memory", Bound::Compute => "compute", Bound::Launch { .. } => "launch" },
+        "ops": match c.bound { Bound::Launch { ops } => ops, _ => 1 },
         "bytes": c.bytes,
         "flops": c.flops,
     });
@@ -115,6 +120,7 @@ fn row_json(row: &Row, report: &BenchReport) -> Value {
             "median_s": s.median_s,
             "min_s": s.min_s,
             "runs": s.runs,
+            "gpu_timestamps": s.gpu_timestamps,
             "gbps": row.gbps(),
             "gflops": row.gflops(),
             "limit_ratio": row.limit_ratio(report.copy.as_ref()),

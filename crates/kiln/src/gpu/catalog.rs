@@ -83,5 +83,6 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
         push(format!("copy_into:{size}"), index::copy_into_source(size));
     }
     push("fill".into(), index::fill_source());
+    push("bandwidth:copy".into(), super::bandwidth::SOURCE.to_string());
     out
 }

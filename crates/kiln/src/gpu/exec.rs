@@ -5,7 +5,7 @@
 
 use super::context::GpuContext;
 use super::kernels::{Kernel, Pipelines, PARAM_WORDS};
-use super::profile::Profiler;
+use super::profile::{Profiler, Span};
 use crate::{Error, Result};
 use std::time::Instant;
 
@@ -24,6 +24,8 @@ pub(crate) struct Exec {
     /// Batches submitted since the device was opened.
     pub(crate) submits: u64,
     pub(crate) profiler: Profiler,
+    /// The open timing span of `Device::measure`, if any.
+    span: Option<Span>,
 }
 
 impl Exec {
@@ -39,6 +41,7 @@ impl Exec {
             total_dispatches: 0,
             submits: 0,
             profiler: Profiler::new(device),
+            span: None,
         }
     }
 
@@ -111,7 +114,11 @@ impl Exec {
         if profiling || self.pass.is_none() {
             self.pass = None;
             let has_ts = ctx.has(wgpu::Features::TIMESTAMP_QUERY);
-            let writes = if profiling { self.profiler.writes(&ctx.device, has_ts, &kernel.name) } else { None };
+            let writes = match (&mut self.span, profiling) {
+                (_, true) => self.profiler.writes(&ctx.device, has_ts, &kernel.name),
+                (Some(span), false) => span.writes(),
+                (None, false) => None,
+            };
             let pass = self
                 .encoder
                 .as_mut()
@@ -172,6 +179,24 @@ impl Exec {
         }
         ctx.check()?;
         Ok(Some(index))
+    }
+
+    /// Starts timing the work recorded from now on (after submitting what is pending).
+    pub(crate) fn begin_span(&mut self, ctx: &GpuContext) -> Result<()> {
+        self.flush(ctx)?;
+        let has_ts = ctx.has(wgpu::Features::TIMESTAMP_QUERY) && !self.profiler.enabled();
+        self.span = Some(Span::new(&ctx.device, has_ts));
+        Ok(())
+    }
+
+    /// Submits the span's work, waits for it, and returns its GPU time in seconds (`None` when the
+    /// device cannot time it with timestamps).
+    pub(crate) fn end_span(&mut self, ctx: &GpuContext) -> Result<Option<f64>> {
+        self.flush(ctx)?;
+        match self.span.take() {
+            Some(span) => span.finish(ctx),
+            None => Ok(None),
+        }
     }
 
     /// Submits pending work and waits until the device is idle.

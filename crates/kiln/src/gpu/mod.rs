@@ -2,6 +2,7 @@
 //! per `.wgsl` file, specialised by text substitution and cached per device), a caching buffer pool
 //! with statistics, batched submission, timestamp profiling and custom kernels.
 
+mod bandwidth;
 mod catalog;
 mod context;
 mod custom;
@@ -15,6 +16,7 @@ mod pool;
 mod profile;
 mod reduce;
 mod transfer;
+pub use bandwidth::copy_bandwidth;
 pub use catalog::kernel_catalog;
 mod wgsl;
 
@@ -280,26 +282,3 @@ pub(crate) fn synchronize(ctx: &GpuContext) -> Result<()> {
 }
 
 pub(crate) use custom::custom_kernel;
-
-/// The device's copy bandwidth in bytes read plus written per second: the best of `runs` device-side
-/// copies (`copy_buffer_to_buffer`) of `bytes` bytes, each timed from submit to completion on the host.
-/// Benchmarks report kernels against it as the memory-bandwidth limit.
-pub fn copy_bandwidth(device: &crate::Device, bytes: u64, runs: usize) -> Result<f64> {
-    let ctx = device.gpu_context().ok_or_else(|| Error::arg("copy_bandwidth", "needs a GPU device"))?;
-    let bytes = bytes.min(ctx.max_binding()) & !3;
-    let src = ctx.pool.alloc(&ctx.device, bytes, ctx.max_binding())?;
-    let dst = ctx.pool.alloc(&ctx.device, bytes, ctx.max_binding())?;
-    let mut best = f64::INFINITY;
-    for i in 0..runs.max(1) + 1 {
-        let start = std::time::Instant::now();
-        {
-            let mut exec = ctx.exec.lock().unwrap_or_else(|e| e.into_inner());
-            exec.copy(ctx, src.raw(), 0, dst.raw(), 0, bytes);
-            exec.synchronize(ctx)?;
-        }
-        if i > 0 {
-            best = best.min(start.elapsed().as_secs_f64());
-        }
-    }
-    Ok(2.0 * bytes as f64 / best)
-}

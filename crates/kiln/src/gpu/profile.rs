@@ -149,3 +149,65 @@ pub fn format_report(rows: &[KernelTime]) -> String {
     }
     s
 }
+
+/// Passes one span can time; a span with more falls back to the wall clock.
+const SPAN_PASSES: u32 = 256;
+
+/// GPU time of a stretch of work (`Device::measure`): every compute pass begun inside the span writes
+/// a timestamp at its start and end, and the span lasts from the first start to the last end, gaps
+/// between passes included.
+pub(crate) struct Span {
+    set: Option<wgpu::QuerySet>,
+    passes: u32,
+    overflow: bool,
+}
+
+impl Span {
+    pub(crate) fn new(device: &wgpu::Device, has_ts: bool) -> Span {
+        let set = has_ts.then(|| {
+            device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("kiln span"),
+                ty: wgpu::QueryType::Timestamp,
+                count: 2 * SPAN_PASSES,
+            })
+        });
+        Span { set, passes: 0, overflow: false }
+    }
+
+    /// The timestamp writes of the next pass, if the span still has room.
+    pub(crate) fn writes(&mut self) -> Option<wgpu::ComputePassTimestampWrites<'_>> {
+        let set = self.set.as_ref()?;
+        if self.passes == SPAN_PASSES {
+            self.overflow = true;
+            return None;
+        }
+        let i = 2 * self.passes;
+        self.passes += 1;
+        Some(wgpu::ComputePassTimestampWrites {
+            query_set: set,
+            beginning_of_pass_write_index: Some(i),
+            end_of_pass_write_index: Some(i + 1),
+        })
+    }
+
+    /// Seconds from the first pass's start to the last pass's end, once the span's work was submitted;
+    /// `None` when it cannot tell (no timestamps, no pass, too many passes).
+    pub(crate) fn finish(self, ctx: &GpuContext) -> Result<Option<f64>> {
+        let Some(set) = self.set.filter(|_| self.passes > 0 && !self.overflow) else { return Ok(None) };
+        let bytes = 16 * self.passes as u64;
+        let usage =
+            |u| wgpu::BufferDescriptor { label: Some("kiln span"), size: bytes, usage: u, mapped_at_creation: false };
+        let resolve =
+            ctx.device.create_buffer(&usage(wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC));
+        let read = ctx.device.create_buffer(&usage(wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST));
+        let mut encoder =
+            ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("kiln span") });
+        encoder.resolve_query_set(&set, 0..2 * self.passes, &resolve, 0);
+        encoder.copy_buffer_to_buffer(&resolve, 0, &read, 0, bytes);
+        ctx.queue.submit([encoder.finish()]);
+        let raw = super::transfer::read_mapped(ctx, &read, bytes)?;
+        let t: &[u64] = bytemuck::cast_slice(&raw);
+        let ticks = t[t.len() - 1].wrapping_sub(t[0]);
+        Ok(Some(ticks as f64 * ctx.queue.get_timestamp_period() as f64 * 1e-9))
+    }
+}

@@ -1,0 +1,178 @@
+//! The GPU benchmark set: the shapes of the GPU performance targets (256M-element element-wise ops,
+//! 16384x16384 reductions, rows of 4096 and 32768, square and LLM-shaped matmuls, causal GQA attention
+//! and a decode step, the launch cost of a chain of small ops). `bench/gpu/torch_ref.py` times the same
+//! names and shapes with PyTorch.
+
+use super::cases::{case, count, matmul, rows_case, sdpa_gqa, unary, EPS, F32, SEED_A, SEED_B, SEED_C};
+use super::{Bound, Case, Op};
+use kiln::{DType, Tensor};
+
+/// Problem sizes of one run of the GPU set.
+struct Sizes {
+    /// Elements of the flat element-wise inputs.
+    n: usize,
+    /// Columns of the broadcast element-wise cases (`n / cols` rows).
+    cols: usize,
+    /// Side of the square reduction input.
+    side: usize,
+    /// Row lengths of softmax and the norms, each over `rows_elems / len` rows.
+    row_lens: [usize; 2],
+    rows_elems: usize,
+    /// Square matmul sizes (f32, then f16).
+    square: [usize; 3],
+    square_f16: [usize; 2],
+    /// K and the two N of the LLM-shaped matmuls, and their M.
+    llm_k: usize,
+    llm_n: [usize; 2],
+    llm_m: [usize; 3],
+    /// Attention: heads (query, key/value) and sequence lengths per head dim.
+    heads: (usize, usize),
+    seqs: [(usize, usize); 3],
+    /// Key/value length of the decode step.
+    cache: usize,
+}
+
+impl Sizes {
+    fn new(quick: bool) -> Sizes {
+        if quick {
+            Sizes {
+                n: 1 << 20,
+                cols: 512,
+                side: 512,
+                row_lens: [512, 4096],
+                rows_elems: 1 << 17,
+                square: [64, 128, 256],
+                square_f16: [128, 256],
+                llm_k: 512,
+                llm_n: [512, 1376],
+                llm_m: [1, 16, 64],
+                heads: (4, 2),
+                seqs: [(64, 128), (128, 128), (128, 256)],
+                cache: 512,
+            }
+        } else {
+            Sizes {
+                n: 256 << 20,
+                cols: 4096,
+                side: 16384,
+                row_lens: [4096, 32768],
+                rows_elems: 64 << 20,
+                square: [1024, 4096, 8192],
+                square_f16: [4096, 8192],
+                llm_k: 4096,
+                llm_n: [4096, 11008],
+                llm_m: [1, 16, 64],
+                heads: (32, 8),
+                seqs: [(64, 2048), (128, 2048), (128, 8192)],
+                cache: 8192,
+            }
+        }
+    }
+}
+
+/// An element-wise binary op of two `shape_a` and `shape_b` f32 inputs (broadcast to `shape_a`).
+fn binary(
+    name: &str,
+    shape_a: Vec<usize>,
+    shape_b: Vec<usize>,
+    f: fn(&Tensor, &Tensor) -> kiln::Result<Tensor>,
+) -> Case {
+    let (na, nb): (usize, usize) = (shape_a.iter().product(), shape_b.iter().product());
+    let show = |s: &[usize]| if s.len() == 1 { count(s[0]) } else { format!("{}x{}", s[0], s[1]) };
+    let shape = if shape_a == shape_b { show(&shape_a) } else { format!("{} . {}", show(&shape_a), show(&shape_b)) };
+    let bytes = F32 * (2 * na + nb) as f64;
+    case(name, shape, DType::F32, Bound::Memory, Some(bytes), None, move |inp| {
+        let a = inp.randn(na, DType::F32, SEED_A)?.reshape(shape_a.clone())?;
+        let b = inp.randn(nb, DType::F32, SEED_B)?.reshape(shape_b.clone())?;
+        Ok(Box::new(move || f(&a, &b)) as Op)
+    })
+}
+
+/// A reduction of the square `side x side` input.
+fn reduce(name: &str, side: usize, out: usize, f: fn(&Tensor) -> kiln::Result<Tensor>) -> Case {
+    let bytes = F32 * (side * side + out) as f64;
+    case(name, format!("{side}x{side}"), DType::F32, Bound::Memory, Some(bytes), None, move |inp| {
+        let x = inp.randn((side, side), DType::F32, SEED_A)?;
+        Ok(Box::new(move || f(&x)) as Op)
+    })
+}
+
+/// One decode step: a single query token per head against a key/value cache of `len` tokens.
+fn decode(b: usize, (hq, hkv): (usize, usize), len: usize, d: usize) -> Case {
+    let bytes = F32 * (2 * b * hkv * len * d + 2 * b * hq * d) as f64;
+    let name = format!("sdpa_decode_d{d}_kv{len}");
+    case(name, format!("{b}x{hq}/{hkv}x1x{d} kv {len}"), DType::F32, Bound::Memory, Some(bytes), None, move |inp| {
+        let q = inp.randn((b, hq, 1, d), DType::F32, SEED_A)?;
+        let k = inp.randn((b, hkv, len, d), DType::F32, SEED_B)?;
+        let v = inp.randn((b, hkv, len, d), DType::F32, SEED_C)?;
+        Ok(Box::new(move || q.sdpa(&k, &v, false, None)) as Op)
+    })
+}
+
+/// Host cost of launching: `ops` dependent small adds, timed on the host without waiting for the GPU.
+fn launch_chain(ops: usize) -> Case {
+    case(format!("launch_chain_{ops}"), "1024".into(), DType::F32, Bound::Launch { ops }, None, None, move |inp| {
+        let x = inp.randn(1024, DType::F32, SEED_A)?;
+        Ok(Box::new(move || {
+            let mut y = x.clone();
+            for _ in 0..ops {
+                y = y.add(&x)?;
+            }
+            Ok(y)
+        }) as Op)
+    })
+}
+
+/// Every GPU case, in display order.
+pub fn all(quick: bool) -> Vec<Case> {
+    let s = Sizes::new(quick);
+    let (n, c) = (s.n, s.cols);
+    let mut v = vec![
+        binary("add", vec![n], vec![n], |a, b| a.add(b)),
+        binary("mul", vec![n], vec![n], |a, b| a.mul(b)),
+        binary("add_bcast_row", vec![n / c, c], vec![c], |a, b| a.add(b)),
+        binary("mul_bcast_col", vec![n / c, c], vec![n / c, 1], |a, b| a.mul(b)),
+        unary("exp", n, 2.0 * F32, |x| x.exp()),
+        unary("silu", n, 2.0 * F32, |x| x.silu()),
+        unary("gelu", n, 2.0 * F32, |x| x.gelu()),
+        unary("gelu_erf", n, 2.0 * F32, |x| x.gelu_erf()),
+        unary("cast_f32_f16", n, F32 + 2.0, |x| x.to_dtype(DType::F16)),
+        case("cast_f16_f32", count(n), DType::F16, Bound::Memory, Some((2.0 + F32) * n as f64), None, move |inp| {
+            let x = inp.randn(n, DType::F16, SEED_A)?;
+            Ok(Box::new(move || x.to_dtype(DType::F32)) as Op)
+        }),
+    ];
+    let side = s.side;
+    v.push(reduce("sum_all", side, 1, |x| x.sum_all()));
+    v.push(reduce("max_all", side, 1, |x| x.max_all()));
+    v.push(reduce("sum_last_axis", side, side, |x| x.sum(&[-1], false)));
+    v.push(reduce("max_last_axis", side, side, |x| x.max(&[-1], false)));
+    v.push(reduce("sum_first_axis", side, side, |x| x.sum(&[0], false)));
+    v.push(reduce("max_first_axis", side, side, |x| x.max(&[0], false)));
+    for len in s.row_lens {
+        let rows = s.rows_elems / len;
+        let (rc, c) = ((rows * len) as f64, len as f64);
+        v.push(rows_case(&format!("softmax_{len}"), (rows, len), 2.0 * F32 * rc, |x, _, _| x.softmax(-1)));
+        v.push(rows_case(&format!("rms_norm_{len}"), (rows, len), F32 * (2.0 * rc + c), |x, w, _| x.rms_norm(w, EPS)));
+        v.push(rows_case(&format!("layer_norm_{len}"), (rows, len), F32 * (2.0 * rc + 2.0 * c), |x, w, b| {
+            x.layer_norm(w, Some(b), EPS)
+        }));
+    }
+    for sq in s.square {
+        v.push(matmul(format!("matmul_f32_{sq}"), (sq, sq, sq), DType::F32, false));
+    }
+    for nn in s.llm_n {
+        for m in s.llm_m {
+            v.push(matmul(format!("matmul_f32_m{m}_n{nn}"), (m, s.llm_k, nn), DType::F32, true));
+        }
+    }
+    for sq in s.square_f16 {
+        v.push(matmul(format!("matmul_f16_{sq}"), (sq, sq, sq), DType::F16, false));
+    }
+    for (d, t) in s.seqs {
+        v.push(sdpa_gqa(format!("sdpa_causal_d{d}_t{t}"), 1, s.heads, t, d));
+    }
+    v.push(decode(1, s.heads, s.cache, 128));
+    v.push(launch_chain(1000));
+    v
+}

@@ -1,0 +1,34 @@
+//! The device's memory-bandwidth limit, measured with a copy kernel (`bandwidth.wgsl`): what
+//! benchmarks compare memory-bound kernels against.
+
+use super::{wgsl, GpuStorage};
+use crate::{DType, Device, Error, Result};
+
+/// The copy kernel's source.
+pub(crate) const SOURCE: &str = include_str!("bandwidth.wgsl");
+
+/// The device's copy bandwidth in bytes read plus written per second: the best of `runs` copies of
+/// `bytes` bytes (capped at one binding) by a kernel that moves 16 bytes per invocation, each timed with
+/// GPU timestamps where the device has them (else from submit to completion on the host).
+pub fn copy_bandwidth(device: &Device, bytes: u64, runs: usize) -> Result<f64> {
+    let ctx = device.gpu_context().ok_or_else(|| Error::arg("copy_bandwidth", "needs a GPU device"))?;
+    let vecs = (bytes.min(ctx.max_binding()) / 16) as usize;
+    if vecs == 0 || vecs > u32::MAX as usize {
+        return Err(Error::arg("copy_bandwidth", format!("cannot copy {bytes} bytes")));
+    }
+    let src = GpuStorage::full(ctx, DType::U32, 4 * vecs, 1.0)?;
+    let dst = GpuStorage::alloc(ctx, DType::U32, 4 * vecs)?;
+    let kernel = ctx.pipelines.get(ctx, "bandwidth:copy", 1, || SOURCE.to_string())?;
+    let groups = wgsl::grid(vecs, 256, ctx.limits.max_compute_workgroups_per_dimension);
+    let mut best = f64::INFINITY;
+    for i in 0..runs.max(1) + 1 {
+        let m = device.measure(|| {
+            let mut exec = ctx.exec.lock().unwrap_or_else(|e| e.into_inner());
+            exec.dispatch(ctx, &kernel, &[dst.buffer.raw(), src.buffer.raw()], &[vecs as u32], groups)
+        })?;
+        if i > 0 {
+            best = best.min(m.seconds);
+        }
+    }
+    Ok(2.0 * (16 * vecs) as f64 / best)
+}
