@@ -150,6 +150,7 @@ impl Device {
     /// Releases every cached (unused) GPU buffer.
     pub fn clear_cache(&self) {
         if let Some(c) = self.gpu_context() {
+            c.exec.lock().unwrap_or_else(|e| e.into_inner()).clear_bind_groups();
             c.pool.clear_cache();
         }
     }

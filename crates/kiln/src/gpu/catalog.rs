@@ -2,6 +2,7 @@
 //! translation test (naga turns each into Metal and DX12 shaders on any machine).
 
 use super::elementwise::{self as ew, FUNCS};
+use super::elementwise_vec as ewv;
 use super::{index, matmul, nn, reduce};
 use crate::op::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 use crate::DType;
@@ -11,6 +12,39 @@ const DTYPES: [DType; 8] =
     [DType::F32, DType::F16, DType::BF16, DType::I32, DType::U32, DType::I64, DType::U8, DType::Bool];
 const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 const IDS: [DType; 4] = [DType::I64, DType::I32, DType::U32, DType::U8];
+
+/// The vectorised elementwise variants (`elementwise_vec.rs`) of `dt`.
+fn vectorised(push: &mut impl FnMut(String, String), dt: DType) {
+    for op in UnaryOp::ALL {
+        if op.input_dtype(dt) == Some(dt) {
+            push(
+                format!("vec_unary_{}:c:{dt}", op.name()),
+                ewv::source("c", &[dt], dt, &ew::unary_body(op, dt), FUNCS),
+            );
+        }
+    }
+    for op in BinaryOp::ALL {
+        if op.compute_dtype(dt) == Some(dt) {
+            for v in ["cc", "cs", "vv", "vb", "sv"] {
+                let src = ewv::source(v, &[dt, dt], dt, &ew::binary_body(op, dt), FUNCS);
+                push(format!("vec_binary_{}:{v}:{dt}", op.name()), src);
+            }
+        }
+    }
+    for op in CmpOp::ALL {
+        push(
+            format!("vec_cmp_{}:cc:{dt}", op.name()),
+            ewv::source("cc", &[dt, dt], DType::Bool, &ew::cmp_body(op), FUNCS),
+        );
+    }
+    for v in ["ccc", "bvs"] {
+        push(format!("vec_where:{v}:{dt}"), ewv::source(v, &[DType::Bool, dt, dt], dt, ew::WHERE_BODY, FUNCS));
+    }
+    for to in DTYPES.into_iter().filter(|&t| t != DType::I64) {
+        push(format!("vec_cast:{dt}->{to}"), ewv::source("c", &[dt], to, &ew::cast_body(dt, to), FUNCS));
+    }
+    push(format!("vec_copy:v:{dt}"), ewv::source("v", &[dt], dt, ew::COPY_BODY, FUNCS));
+}
 
 /// `(name, WGSL)` of every kernel variant, in a stable order.
 pub fn kernel_catalog() -> Vec<(String, String)> {
@@ -52,6 +86,9 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
         for v in ["c", "g"] {
             push(format!("copy:{v}:{dt}"), ew::source(v, &[dt], dt, ew::COPY_BODY, FUNCS));
         }
+        if dt != DType::I64 {
+            vectorised(&mut push, dt);
+        }
         for ids in IDS {
             push(
                 format!("index_select:{dt}:{ids}"),
@@ -68,6 +105,7 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
         }
     }
     for dt in FLOATS {
+        push(format!("vec_silu_mul:{dt}"), ewv::source("cc", &[dt, dt], dt, ew::SILU_MUL_BODY, FUNCS));
         push(format!("silu_mul:{dt}"), ew::source("cc", &[dt, dt], dt, ew::SILU_MUL_BODY, FUNCS));
         for interleaved in [false, true] {
             push(

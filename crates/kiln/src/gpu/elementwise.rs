@@ -66,22 +66,36 @@ impl Elementwise<'_> {
         if n > u32::MAX as usize {
             return Err(Error::Gpu { op: "elementwise", msg: format!("{n} elements exceed the 32-bit index range") });
         }
-        let variants: String = cstrides.iter().map(|s| variant(&dims, s)).collect();
-        let key = format!(
-            "ew:{}:{}:{}",
-            self.name,
-            variants,
-            self.inputs.iter().map(|(s, _)| s.dtype.as_str()).collect::<Vec<_>>().join(",")
-        );
-        let key = format!("{key}->{}", self.out);
         let out = self.out;
-        let threads = n.div_ceil(wgsl::per_word(out));
         let inputs = &self.inputs;
         let dtypes: Vec<DType> = inputs.iter().map(|(s, _)| s.dtype).collect();
-        let kernel =
-            ctx.pipelines.get(&ctx, &key, inputs.len(), || source(&variants, &dtypes, out, &self.body, self.funcs))?;
+        let dst = GpuStorage::alloc(&ctx, out, n)?;
+        let vec_plan = match self.raw {
+            None if dst.buffer.raw().size() % 16 == 0 => {
+                let described: Vec<(DType, usize, &[usize], u64)> = inputs
+                    .iter()
+                    .zip(&cstrides)
+                    .map(|((s, l), st)| (s.dtype, l.offset(), st.as_slice(), s.buffer.raw().size()))
+                    .collect();
+                super::elementwise_vec::plan(out, &dims, &described)
+            }
+            _ => None,
+        };
+        let (kernel, threads) = match &vec_plan {
+            Some(variants) => {
+                let key = format!("ewv:{}:{variants}:{}->{out}", self.name, dtype_list(&dtypes));
+                let src = || super::elementwise_vec::source(variants, &dtypes, out, &self.body, self.funcs);
+                (ctx.pipelines.get(&ctx, &key, inputs.len(), src)?, n.div_ceil(super::elementwise_vec::lanes(out)))
+            }
+            None => {
+                let variants: String = cstrides.iter().map(|s| variant(&dims, s)).collect();
+                let key = format!("ew:{}:{variants}:{}->{out}", self.name, dtype_list(&dtypes));
+                let src = || source(&variants, &dtypes, out, &self.body, self.funcs);
+                (ctx.pipelines.get(&ctx, &key, inputs.len(), src)?, n.div_ceil(wgsl::per_word(out)))
+            }
+        };
         let mut params = vec![0u32; 37];
-        params[0] = n as u32;
+        params[0] = if vec_plan.is_some() { threads as u32 } else { n as u32 };
         params[1] = dims.len() as u32;
         for (k, &d) in dims.iter().enumerate() {
             params[2 + k] = d as u32;
@@ -93,13 +107,17 @@ impl Elementwise<'_> {
             params[34 + i] = inputs[i].1.offset() as u32;
         }
         params.extend_from_slice(&self.consts);
-        let dst = GpuStorage::alloc(&ctx, out, n)?;
         let bufs: Vec<&wgpu::Buffer> =
             std::iter::once(dst.buffer.raw()).chain(inputs.iter().map(|(s, _)| s.buffer.raw())).collect();
         let groups = wgsl::grid(threads, 256, ctx.limits.max_compute_workgroups_per_dimension);
         ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(&ctx, &kernel, &bufs, &params, groups)?;
         Ok(dst)
     }
+}
+
+/// `f32,f16` for a list of dtypes (part of a kernel key).
+fn dtype_list(dtypes: &[DType]) -> String {
+    dtypes.iter().map(|d| d.as_str()).collect::<Vec<_>>().join(",")
 }
 
 /// The WGSL of an elementwise kernel: input `i` has dtype `inputs[i]` and indexing variant

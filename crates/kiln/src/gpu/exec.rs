@@ -12,6 +12,15 @@ use std::time::Instant;
 /// Dispatches per batch (arena slots).
 const SLOTS: usize = 512;
 
+/// Bind groups kept for reuse, and the largest buffer they may hold: a chain of small ops cycles
+/// through a few pooled buffers, so its bind groups repeat, while a cached bind group keeps its
+/// buffers alive, so large ones are never cached.
+const BIND_GROUPS: usize = 256;
+const BIND_GROUP_MAX_BUFFER: u64 = 1 << 20;
+
+/// Bind groups by (layout, buffers).
+type BindGroups = std::collections::HashMap<(wgpu::BindGroupLayout, Vec<wgpu::Buffer>), wgpu::BindGroup>;
+
 pub(crate) struct Exec {
     encoder: Option<wgpu::CommandEncoder>,
     pass: Option<wgpu::ComputePass<'static>>,
@@ -26,6 +35,7 @@ pub(crate) struct Exec {
     pub(crate) profiler: Profiler,
     /// The open timing span of `Device::measure`, if any.
     span: Option<Span>,
+    bind_groups: BindGroups,
 }
 
 impl Exec {
@@ -42,6 +52,7 @@ impl Exec {
             submits: 0,
             profiler: Profiler::new(device),
             span: None,
+            bind_groups: BindGroups::new(),
         }
     }
 
@@ -100,16 +111,7 @@ impl Exec {
         self.params.resize(slot * self.slot_words, 0);
         self.params.extend_from_slice(params);
         self.params.resize((slot + 1) * self.slot_words, 0);
-        let entries: Vec<wgpu::BindGroupEntry> = buffers
-            .iter()
-            .enumerate()
-            .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
-            .collect();
-        let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some(&kernel.name),
-            layout: &kernel.layout,
-            entries: &entries,
-        });
+        let group = self.bind_group(ctx, kernel, buffers);
         let profiling = self.profiler.enabled();
         if profiling || self.pass.is_none() {
             self.pass = None;
@@ -142,6 +144,40 @@ impl Exec {
             self.flush(ctx)?;
         }
         Ok(())
+    }
+
+    /// The bind group of `buffers` for `kernel`, reused when all buffers are small.
+    fn bind_group(&mut self, ctx: &GpuContext, kernel: &Kernel, buffers: &[&wgpu::Buffer]) -> wgpu::BindGroup {
+        let create = || {
+            let entries: Vec<wgpu::BindGroupEntry> = buffers
+                .iter()
+                .enumerate()
+                .map(|(i, b)| wgpu::BindGroupEntry { binding: i as u32, resource: b.as_entire_binding() })
+                .collect();
+            ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some(&kernel.name),
+                layout: &kernel.layout,
+                entries: &entries,
+            })
+        };
+        if buffers.iter().any(|b| b.size() > BIND_GROUP_MAX_BUFFER) {
+            return create();
+        }
+        let key = (kernel.layout.clone(), buffers.iter().map(|&b| b.clone()).collect());
+        if let Some(g) = self.bind_groups.get(&key) {
+            return g.clone();
+        }
+        if self.bind_groups.len() >= BIND_GROUPS {
+            self.bind_groups.clear();
+        }
+        let group = create();
+        self.bind_groups.insert(key, group.clone());
+        group
+    }
+
+    /// Forgets the cached bind groups (and so the buffers they hold).
+    pub(crate) fn clear_bind_groups(&mut self) {
+        self.bind_groups.clear();
     }
 
     /// Records a buffer-to-buffer copy (ends the open compute pass).

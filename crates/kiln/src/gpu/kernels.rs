@@ -71,6 +71,12 @@ impl Pipelines {
         Ok(kernel)
     }
 
+    /// Whether a kernel with this key has been compiled.
+    #[cfg(test)]
+    pub(crate) fn contains(&self, key: &str) -> bool {
+        self.cache.read().unwrap_or_else(|e| e.into_inner()).contains_key(key)
+    }
+
     /// Number of compiled kernels.
     pub(crate) fn len(&self) -> usize {
         self.cache.read().unwrap_or_else(|e| e.into_inner()).len()

@@ -7,6 +7,7 @@ mod catalog;
 mod context;
 mod custom;
 mod elementwise;
+mod elementwise_vec;
 mod exec;
 mod index;
 mod kernels;

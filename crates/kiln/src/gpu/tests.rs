@@ -73,3 +73,44 @@ fn matmul_smoke() {
     let out = g.matmul(&al, &g, &bl).unwrap().to_cpu(&Layout::contiguous([2, 2])).unwrap();
     assert_eq!(out, CpuStorage::F32(vec![5.0, 14.0, 14.0, 50.0]));
 }
+
+/// Each vectorised elementwise variant is taken where it applies (checked through the pipeline cache)
+/// and agrees with the CPU; views it cannot take fall back to the scalar kernel.
+#[test]
+fn vectorised_elementwise_variants() {
+    let Some(c) = ctx() else { return };
+    let vals = |n: usize| CpuStorage::F32((0..n).map(|i| (i as f32 * 0.37).sin()).collect());
+    let check = |al: &Layout, bl: &Layout, key: &str| {
+        let (a, b) = (vals(64), vals(64));
+        let (ga, gb) = (GpuStorage::from_cpu(&c, &a).unwrap(), GpuStorage::from_cpu(&c, &b).unwrap());
+        let out = Layout::contiguous(al.dims());
+        let got = ga.binary(al, &gb, bl, BinaryOp::Mul).unwrap().to_cpu(&out).unwrap();
+        let want = a.binary(al, &b, bl, BinaryOp::Mul).unwrap();
+        assert_eq!(got, want, "{key}");
+        assert!(c.pipelines.contains(key), "kernel {key} was not used");
+    };
+    let rows = Layout::contiguous([3, 8]);
+    check(&Layout::contiguous(13), &Layout::contiguous(13), "ewv:binary_mul:cc:f32,f32->f32");
+    check(&rows, &Layout::contiguous(8).broadcast_as("t", &[3, 8].into()).unwrap(), "ewv:binary_mul:vv:f32,f32->f32");
+    check(
+        &rows,
+        &Layout::contiguous([3, 1]).broadcast_as("t", &[3, 8].into()).unwrap(),
+        "ewv:binary_mul:vb:f32,f32->f32",
+    );
+    check(&rows, &Layout::contiguous(1).broadcast_as("t", &[3, 8].into()).unwrap(), "ewv:binary_mul:cs:f32,f32->f32");
+    // Rows of 6 are not whole vectors, an offset of 1 is misaligned: the scalar kernel.
+    check(
+        &Layout::contiguous([3, 6]),
+        &Layout::contiguous(6).broadcast_as("t", &[3, 6].into()).unwrap(),
+        "ew:binary_mul:gg:f32,f32->f32",
+    );
+    let shifted = Layout::contiguous(64).narrow("t", 0, 1, 13).unwrap();
+    check(&Layout::contiguous(13), &shifted, "ew:binary_mul:cc:f32,f32->f32");
+    // f16 output: eight lanes per invocation, including a partial last vector.
+    let x = vals(21);
+    let g = GpuStorage::from_cpu(&c, &x).unwrap();
+    let l = Layout::contiguous(21);
+    let h = g.cast(&l, DType::F16).unwrap().to_cpu(&l).unwrap();
+    assert_eq!(h, x.cast(&l, DType::F16).unwrap());
+    assert!(c.pipelines.contains("ewv:cast:c:f32->f16"));
+}
