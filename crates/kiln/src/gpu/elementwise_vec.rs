@@ -32,14 +32,16 @@ pub(crate) fn plan(out: DType, dims: &[usize], inputs: &[(DType, usize, &[usize]
         let v = if strides.iter().all(|&s| s == 0) {
             's'
         } else if strides[rank - 1] == 1 {
-            let aligned = off % l == 0 && size % 16 == 0 && strides[..rank - 1].iter().all(|s| s % l == 0);
+            let aligned = off.is_multiple_of(l)
+                && size.is_multiple_of(16)
+                && strides[..rank - 1].iter().all(|s| s.is_multiple_of(l));
             match (aligned, rank) {
                 (false, _) => return None,
                 (true, 1) => 'c',
-                (true, _) if inner % l == 0 => 'v',
+                (true, _) if inner.is_multiple_of(l) => 'v',
                 _ => return None,
             }
-        } else if strides[rank - 1] == 0 && inner % l == 0 {
+        } else if strides[rank - 1] == 0 && inner.is_multiple_of(l) {
             'b'
         } else {
             return None;
