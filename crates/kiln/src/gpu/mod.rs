@@ -178,6 +178,9 @@ impl BackendStorage for GpuStorage {
     }
 
     fn unary(&self, l: &Layout, op: UnaryOp) -> Result<Self> {
+        if self.dtype == DType::I64 {
+            return on_host(&[(self, l)], |h, hl| h[0].unary(&hl[0], op));
+        }
         let t = wgsl::ct(self.dtype);
         let mut k = self.ew(
             format!("unary_{}", op.name()),
@@ -193,12 +196,18 @@ impl BackendStorage for GpuStorage {
 
     fn binary(&self, l: &Layout, rhs: &Self, rl: &Layout, op: BinaryOp) -> Result<Self> {
         self.same_ctx(op.name(), rhs)?;
+        if self.dtype == DType::I64 {
+            return on_host(&[(self, l), (rhs, rl)], |h, hl| h[0].binary(&hl[0], &h[1], &hl[1], op));
+        }
         let body = elementwise::binary_body(op, self.dtype);
         self.ew(format!("binary_{}", op.name()), vec![(self, l), (rhs, rl)], self.dtype, body).run()
     }
 
     fn cmp(&self, l: &Layout, rhs: &Self, rl: &Layout, op: CmpOp) -> Result<Self> {
         self.same_ctx(op.name(), rhs)?;
+        if self.dtype == DType::I64 {
+            return on_host(&[(self, l), (rhs, rl)], |h, hl| h[0].cmp(&hl[0], &h[1], &hl[1], op));
+        }
         let body = elementwise::cmp_body(op);
         self.ew(format!("cmp_{}", op.name()), vec![(self, l), (rhs, rl)], DType::Bool, body).run()
     }
@@ -224,6 +233,9 @@ impl BackendStorage for GpuStorage {
     }
 
     fn reduce(&self, l: &Layout, op: ReduceOp, axes: &[usize]) -> Result<Self> {
+        if self.dtype == DType::I64 {
+            return on_host(&[(self, l)], |h, hl| h[0].reduce(&hl[0], op, axes));
+        }
         reduce::reduce(self, l, op, axes)
     }
 
@@ -233,6 +245,9 @@ impl BackendStorage for GpuStorage {
 
     fn matmul(&self, l: &Layout, rhs: &Self, rl: &Layout) -> Result<Self> {
         self.same_ctx("matmul", rhs)?;
+        if self.dtype == DType::I64 {
+            return on_host(&[(self, l), (rhs, rl)], |h, hl| h[0].matmul(&hl[0], &h[1], &hl[1]));
+        }
         matmul::matmul(self, l, rhs, rl)
     }
 
@@ -268,13 +283,31 @@ impl BackendStorage for GpuStorage {
 
     fn index_select(&self, l: &Layout, ids: &Self, il: &Layout, axis: usize) -> Result<Self> {
         self.same_ctx("index_select", ids)?;
+        if self.dtype == DType::I64 {
+            return on_host(&[(self, l), (ids, il)], |h, hl| h[0].index_select(&hl[0], &h[1], &hl[1], axis));
+        }
         index::index_select(self, l, ids, il, axis)
     }
 
     fn gather(&self, l: &Layout, ids: &Self, il: &Layout, axis: usize) -> Result<Self> {
         self.same_ctx("gather", ids)?;
+        if self.dtype == DType::I64 {
+            return on_host(&[(self, l), (ids, il)], |h, hl| h[0].gather(&hl[0], &h[1], &hl[1], axis));
+        }
         index::gather(self, l, ids, il, axis)
     }
+}
+
+/// Runs a CPU op on host copies of `inputs` and uploads the result. i64 arithmetic, comparisons and
+/// indexing of i64 data take this path: WGSL has no 64-bit integers, and a 32-bit kernel would give
+/// wrong answers past 2^31. Moving i64 data (copies, casts, `where`) stays on the GPU, exactly.
+fn on_host(
+    inputs: &[(&GpuStorage, &Layout)],
+    f: impl FnOnce(&[CpuStorage], &[Layout]) -> Result<CpuStorage>,
+) -> Result<GpuStorage> {
+    let host = inputs.iter().map(|(s, l)| s.to_cpu(l)).collect::<Result<Vec<_>>>()?;
+    let layouts: Vec<Layout> = inputs.iter().map(|(_, l)| Layout::contiguous(l.shape().clone())).collect();
+    GpuStorage::from_cpu(&inputs[0].0.ctx, &f(&host, &layouts)?)
 }
 
 /// Submits pending work and waits for the device to finish it.

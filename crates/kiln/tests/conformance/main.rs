@@ -7,6 +7,7 @@ mod attention;
 mod binary;
 mod create;
 mod index;
+mod int64;
 mod join;
 mod matmul;
 mod nn;
