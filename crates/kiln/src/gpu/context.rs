@@ -202,7 +202,7 @@ impl GpuContext {
             index,
             summary,
             pool: Pool::new(if features.contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS) {
-                wgpu::BufferUsages::MAP_READ
+                wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::MAP_WRITE
             } else {
                 wgpu::BufferUsages::empty()
             }),

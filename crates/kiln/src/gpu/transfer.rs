@@ -1,8 +1,9 @@
-//! Moving bytes between host and device. Uploads first submit any pending batch, then go through
-//! `queue.write_buffer`, which the queue orders after all earlier submissions: a buffer recycled from
-//! the pool is never overwritten while earlier work still reads it. Readbacks on unified memory
-//! (MAPPABLE_PRIMARY_BUFFERS) map the storage buffer itself; elsewhere they copy into a reused
-//! MAP_READ staging buffer, submit, wait for that submission, and copy out.
+//! Moving bytes between host and device. On unified memory (MAPPABLE_PRIMARY_BUFFERS: Apple Silicon,
+//! integrated GPUs, lavapipe) uploads and readbacks map the storage buffer itself, with no staging
+//! copy: the map waits until earlier work using the buffer is done. Elsewhere uploads first submit any
+//! pending batch, then go through `queue.write_buffer`, which the queue orders after all earlier
+//! submissions (a buffer recycled from the pool is never overwritten while earlier work still reads
+//! it), and readbacks copy into a reused MAP_READ staging buffer, submit, wait, and copy out.
 
 use super::context::GpuContext;
 use super::pool::{size_class, GpuBuffer};
@@ -42,6 +43,12 @@ impl Staging {
 pub(crate) fn upload(ctx: &GpuContext, dst: &GpuBuffer, bytes: &[u8]) -> Result<()> {
     let mut exec = ctx.exec.lock().unwrap_or_else(|e| e.into_inner());
     exec.flush(ctx)?;
+    if ctx.has(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS) {
+        // The exec lock is held until the buffer is unmapped, so no work is recorded on it meanwhile.
+        write_mapped(ctx, dst.raw(), bytes)?;
+        drop(exec);
+        return ctx.check();
+    }
     let n = bytes.len() & !3;
     if n > 0 {
         ctx.queue.write_buffer(dst.raw(), 0, &bytes[..n]);
@@ -80,6 +87,34 @@ pub(crate) fn download(ctx: &GpuContext, src: &GpuBuffer, bytes: u64) -> Result<
     ctx.staging.give(staging);
     out.truncate(bytes as usize);
     Ok(out)
+}
+
+/// Maps a MAP_WRITE buffer, waits until the device is done with it, and writes `bytes` at its start
+/// (zero-padded to whole words).
+fn write_mapped(ctx: &GpuContext, buf: &wgpu::Buffer, bytes: &[u8]) -> Result<()> {
+    let padded = bytes.len().div_ceil(4) as u64 * 4;
+    if padded == 0 {
+        return Ok(());
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    buf.map_async(wgpu::MapMode::Write, 0..padded, move |r| {
+        let _ = tx.send(r);
+    });
+    super::exec::wait(ctx, None)?;
+    let err = |e: String| Error::Gpu { op: "upload", msg: e };
+    rx.recv().map_err(|e| err(e.to_string()))?.map_err(|e| err(e.to_string()))?;
+    {
+        let mut view = buf.get_mapped_range_mut(0..padded).map_err(|e| err(e.to_string()))?;
+        if bytes.len() as u64 == padded {
+            view.copy_from_slice(bytes);
+        } else {
+            let mut words = bytes.to_vec();
+            words.resize(padded as usize, 0);
+            view.copy_from_slice(&words);
+        }
+    }
+    buf.unmap();
+    Ok(())
 }
 
 /// Maps a MAP_READ buffer whose copy has been submitted, waits, and copies `bytes` out.
