@@ -20,23 +20,20 @@ pub fn copy_bandwidth(device: &Device, bytes: u64, runs: usize) -> Result<f64> {
     let dst = GpuStorage::alloc(ctx, DType::U32, 4 * vecs)?;
     let kernel = ctx.pipelines.get(ctx, "bandwidth:copy", 1, || SOURCE.to_string())?;
     let groups = wgsl::grid(vecs, 256, ctx.limits.max_compute_workgroups_per_dimension);
-    // Warm-up: copies for at least 300 ms, so the GPU leaves its idle clocks before anything is timed.
-    let start = std::time::Instant::now();
-    while start.elapsed().as_millis() < 300 {
+    let copy = || {
         device.measure(|| {
             let mut exec = ctx.exec.lock().unwrap_or_else(|e| e.into_inner());
             exec.dispatch(ctx, &kernel, &[dst.buffer.raw(), src.buffer.raw()], &[vecs as u32], groups)
-        })?;
+        })
+    };
+    // Warm-up: copies for at least 300 ms, so the GPU leaves its idle clocks before anything is timed.
+    let start = std::time::Instant::now();
+    while start.elapsed().as_millis() < 300 {
+        copy()?;
     }
     let mut best = f64::INFINITY;
-    for i in 0..runs.max(1) + 1 {
-        let m = device.measure(|| {
-            let mut exec = ctx.exec.lock().unwrap_or_else(|e| e.into_inner());
-            exec.dispatch(ctx, &kernel, &[dst.buffer.raw(), src.buffer.raw()], &[vecs as u32], groups)
-        })?;
-        if i > 0 {
-            best = best.min(m.seconds);
-        }
+    for _ in 0..runs.max(1) {
+        best = best.min(copy()?.seconds);
     }
     Ok(2.0 * (16 * vecs) as f64 / best)
 }
