@@ -14,6 +14,7 @@ mod nn;
 mod pool;
 mod profile;
 mod reduce;
+mod rowwise;
 mod transfer;
 pub use catalog::kernel_catalog;
 mod wgsl;
