@@ -21,6 +21,8 @@ mod wgsl;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod variant_tests;
 
 pub use context::{list_adapters, AdapterSummary, GpuContext};
 pub use pool::MemoryStats;

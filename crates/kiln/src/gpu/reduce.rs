@@ -426,7 +426,7 @@ fn pow2_floor(n: usize) -> usize {
 
 /// Whether the 16-byte packs of `x` can be read from element offset `off` (`pe` elements a pack).
 fn packs_ok(x: &Input, pe: usize) -> bool {
-    vec_dtype(x.s.dtype) && x.pairs == 0 && x.off % pe == 0 && x.s.buffer.size() % 16 == 0
+    vec_dtype(x.s.dtype) && x.pairs == 0 && x.off.is_multiple_of(pe) && x.s.buffer.size().is_multiple_of(16)
 }
 
 fn dispatch(
@@ -464,7 +464,7 @@ fn reduce_rows(x: Input, rows: usize, k: usize, op: ReduceOp) -> Result<GpuStora
     let ctx = x.s.ctx.clone();
     let dt = x.s.dtype;
     let pe = pack_elems(dt);
-    let vec = packs_ok(&x, pe) && (rows == 1 || k % pe == 0);
+    let vec = packs_ok(&x, pe) && (rows == 1 || k.is_multiple_of(pe));
     let pe = if vec { pe } else { 1 };
     let packs = k.div_ceil(pe);
     let t = pow2_floor((packs / 4).max(1)).min(256);
@@ -506,7 +506,7 @@ fn reduce_cols(x: Input, outer: usize, k: usize, inner: usize, op: ReduceOp) -> 
     let ctx = x.s.ctx.clone();
     let dt = x.s.dtype;
     let pe = pack_elems(dt);
-    let vec = !is_arg(op) && packs_ok(&x, pe) && inner % pe == 0;
+    let vec = !is_arg(op) && packs_ok(&x, pe) && inner.is_multiple_of(pe);
     let packs = if vec { inner / pe } else { inner };
     let cw = packs.next_power_of_two().min(64);
     let lanes = 256 / cw;

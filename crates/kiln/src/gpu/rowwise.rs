@@ -234,7 +234,7 @@ impl Variant {
             Mode::Word => format!(
                 "    let np = (k + {pe}u - 1u) / {pe}u;\n    let kw = k / {pw}u;\n    let xb = p[2] + row * kw;\n    let ob = row * kw;\n"
             ),
-            Mode::Elem => format!("    let np = (k + 3u) / 4u;\n    let xb = p[2] + row * k;\n    let ob = row * k;\n"),
+            Mode::Elem => "    let np = (k + 3u) / 4u;\n    let xb = p[2] + row * k;\n    let ob = row * k;\n".to_string(),
         }
     }
 
@@ -444,7 +444,9 @@ pub(crate) fn catalog(fam: Family, dt: DType, push: &mut dyn FnMut(String, Strin
             for w in [64, 128, 256, 512, 1024] {
                 for sg in [false, true] {
                     let v = Variant { fam, dt, mode, np, w, sg };
-                    if np * v.nv() <= MAX_SLOTS {
+                    // 4-byte rows always read at least whole words.
+                    let reachable = mode != Mode::Elem || wgsl::per_word(dt) > 1;
+                    if reachable && np * v.nv() <= MAX_SLOTS {
                         push(v.key(), v.source());
                     }
                 }
@@ -462,17 +464,19 @@ fn pow2_floor(n: usize) -> usize {
 /// `buf_bytes` bytes.
 fn plan(ctx: &GpuContext, fam: Family, dt: DType, off: usize, k: usize, buf_bytes: u64) -> Variant {
     let pw = wgsl::per_word(dt);
-    let mode = if off % (4 * pw) == 0 && k % (4 * pw) == 0 && buf_bytes % 16 == 0 {
+    let mode = if off.is_multiple_of(4 * pw) && k.is_multiple_of(4 * pw) && buf_bytes.is_multiple_of(16) {
         Mode::Pack
-    } else if off % pw == 0 && k % pw == 0 {
+    } else if off.is_multiple_of(pw) && k.is_multiple_of(pw) {
         Mode::Word
     } else {
         Mode::Elem
     };
     let lim = &ctx.limits;
-    // Up to 32 bytes of workgroup memory per invocation (the reducers' buffers).
+    // Up to 32 bytes of workgroup memory per invocation (the reducers' buffers). Metal may refuse
+    // 1024-invocation threadgroups for register-heavy pipelines: 512 there.
+    let cap = if ctx.summary.backend == "Metal" { 512 } else { 1024 };
     let wmax = pow2_floor(
-        1024.min(lim.max_compute_invocations_per_workgroup as usize)
+        cap.min(lim.max_compute_invocations_per_workgroup as usize)
             .min(lim.max_compute_workgroup_size_x as usize)
             .min(lim.max_compute_workgroup_storage_size as usize / 32),
     );
@@ -555,8 +559,8 @@ pub(crate) fn norm(
         let stride = tl.strides().first().copied().unwrap_or(0);
         let fits = tl.is_contiguous()
             && match v.mode {
-                Mode::Pack => tl.offset() % v.pe() == 0 && t.buffer.size() % 16 == 0,
-                Mode::Word => tl.offset() % wgsl::per_word(v.dt) == 0,
+                Mode::Pack => tl.offset().is_multiple_of(v.pe()) && t.buffer.size().is_multiple_of(16),
+                Mode::Word => tl.offset().is_multiple_of(wgsl::per_word(v.dt)),
                 Mode::Elem => true,
             };
         if v.mode == Mode::Elem {
