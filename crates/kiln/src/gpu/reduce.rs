@@ -512,8 +512,9 @@ fn reduce_cols(x: Input, outer: usize, k: usize, inner: usize, op: ReduceOp) -> 
     let lanes = 256 / cw;
     let tiles = packs.div_ceil(cw);
     let base = outer * tiles;
-    // At least 8 rows per lane; enough ranges to fill the GPU and keep loops short.
-    let most = k.div_ceil(lanes * 8).max(1);
+    // At least 16 rows per lane (so the second pass over the ranges is usually the last); enough
+    // ranges to fill the GPU and keep loops short.
+    let most = k.div_ceil(lanes * 16).max(1);
     let least = k.div_ceil(lanes * MAX_TRIPS);
     let ranges = TARGET_GROUPS.div_ceil(base).clamp(1, most).max(least);
     let per = k.div_ceil(ranges);
