@@ -8,7 +8,11 @@ fn translate(name: &str, src: &str) -> Result<(), String> {
     let module = naga::front::wgsl::parse_str(src).map_err(|e| format!("parse: {}", e.emit_to_string(src)))?;
     // What every Vulkan, Metal and DX12 adapter offers (wgpu's downlevel "f16 in f32" covers
     // pack2x16float/unpack2x16float): the kernels must not need more.
-    let caps = Capabilities::SHADER_FLOAT16_IN_FLOAT32;
+    let mut caps = Capabilities::SHADER_FLOAT16_IN_FLOAT32;
+    // Subgroup variants are only chosen on devices with `wgpu::Features::SUBGROUP`.
+    if src.contains("subgroup") {
+        caps |= Capabilities::SUBGROUP;
+    }
     let info = Validator::new(ValidationFlags::all(), caps)
         .validate(&module)
         .map_err(|e| format!("validate: {}", e.emit_to_string(src)))?;

@@ -3,8 +3,8 @@
 
 use super::elementwise::{self as ew, FUNCS};
 use super::elementwise_vec as ewv;
-use super::{index, matmul, nn, reduce};
-use crate::op::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
+use super::{index, matmul, nn, reduce, rowwise};
+use crate::op::{BinaryOp, CmpOp, UnaryOp};
 use crate::DType;
 
 /// The dtypes the GPU stores.
@@ -96,10 +96,7 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
             );
             push(format!("gather:{dt}:{ids}"), ew::source("ss", &[dt, ids], dt, &index::gather_body(ids), FUNCS));
         }
-        for op in ReduceOp::ALL {
-            push(format!("reduce:{}:{dt}", op.name()), reduce::reduce_source(op, dt));
-        }
-        push(format!("cumsum:{dt}"), reduce::cumsum_source(dt));
+        reduce::catalog(dt, &mut push);
         if dt != DType::Bool {
             push(format!("matmul:{dt}"), matmul::source(dt));
         }
@@ -113,8 +110,9 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
                 ew::source("sss", &[dt, dt, dt], dt, &nn::rope_body(interleaved), FUNCS),
             );
         }
-        push(format!("softmax:{dt}"), nn::softmax_source(dt));
-        push(format!("norm:{dt}"), nn::norm_source(dt, dt, dt));
+        push(format!("cumsum:{dt}"), reduce::cumsum_source(dt));
+        rowwise::catalog(rowwise::Family::Softmax, dt, &mut push);
+        rowwise::catalog(rowwise::Family::Norm, dt, &mut push);
         push(format!("attention:{dt}"), nn::attention_source(dt));
     }
     for size in [1, 2, 4, 8] {

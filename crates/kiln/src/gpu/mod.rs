@@ -16,6 +16,7 @@ mod nn;
 mod pool;
 mod profile;
 mod reduce;
+mod rowwise;
 mod transfer;
 pub use bandwidth::copy_bandwidth;
 pub use catalog::kernel_catalog;
@@ -23,6 +24,8 @@ mod wgsl;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod variant_tests;
 
 pub use context::{list_adapters, AdapterSummary, GpuContext};
 pub use pool::MemoryStats;

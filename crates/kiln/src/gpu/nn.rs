@@ -1,4 +1,4 @@
-//! Softmax, RMSNorm/LayerNorm, RoPE and attention launchers.
+//! Softmax, RMSNorm/LayerNorm (kernels in `rowwise.rs`), RoPE and attention launchers.
 
 use super::elementwise::{Elementwise, FUNCS};
 use super::kernels::render;
@@ -7,19 +7,7 @@ use super::{BackendStorage, GpuStorage};
 use crate::op::AttentionParams;
 use crate::{DType, Error, Layout, Result};
 
-const SOFTMAX: &str = include_str!("softmax.wgsl");
-const NORM: &str = include_str!("norm.wgsl");
 const ATTENTION: &str = include_str!("attention.wgsl");
-const ROW_SUM: &str = include_str!("row_sum.wgsl");
-
-pub(crate) fn softmax_source(dt: DType) -> String {
-    render(SOFTMAX, &[("PRELUDE", PRELUDE), ("LOADERS", &loader("ld0", "in0", dt)), ("REDUCE_SUM", ROW_SUM)])
-}
-
-pub(crate) fn norm_source(dt: DType, w: DType, b: DType) -> String {
-    let loaders = loader("ld0", "in0", dt) + &loader("ld1", "in1", w) + &loader("ld2", "in2", b);
-    render(NORM, &[("PRELUDE", PRELUDE), ("LOADERS", &loaders), ("REDUCE_SUM", ROW_SUM)])
-}
 
 pub(crate) fn attention_source(dt: DType) -> String {
     let loaders = loader("ld0", "in0", dt) + &loader("ld1", "in1", dt) + &loader("ld2", "in2", dt);
@@ -69,13 +57,7 @@ fn launch(
 }
 
 pub(crate) fn softmax_last(s: &GpuStorage, l: &Layout, log: bool) -> Result<GpuStorage> {
-    let (copy, off, rows, k) = rows(s, l)?;
-    let src = copy.as_ref().unwrap_or(s);
-    let out = GpuStorage::alloc(&s.ctx, DType::F32, rows * k)?;
-    let dt = s.dtype;
-    let params = [rows as u32, k as u32, off as u32, log as u32];
-    launch(s, format!("softmax:{dt}"), || softmax_source(dt), &[out.buffer.raw(), src.buffer.raw()], 1, &params, rows)?;
-    out.finish(dt)
+    super::rowwise::softmax_last(s, l, log)
 }
 
 pub(crate) fn norm(
@@ -87,34 +69,7 @@ pub(crate) fn norm(
     eps: f64,
     rms: bool,
 ) -> Result<GpuStorage> {
-    let (copy, off, rows, k) = rows(s, l)?;
-    let src = copy.as_ref().unwrap_or(s);
-    let out = GpuStorage::alloc(&s.ctx, DType::F32, rows * k)?;
-    let dt = s.dtype;
-    let (bs, bl) = b.unwrap_or((w, wl));
-    let st = |l: &Layout| l.strides().first().copied().unwrap_or(0) as u32;
-    let params = [
-        rows as u32,
-        k as u32,
-        off as u32,
-        rms as u32,
-        (eps as f32).to_bits(),
-        wl.offset() as u32,
-        st(wl),
-        bl.offset() as u32,
-        st(bl),
-        b.is_some() as u32,
-    ];
-    launch(
-        s,
-        format!("norm:{dt}:{}:{}", w.dtype, bs.dtype),
-        || norm_source(dt, w.dtype, bs.dtype),
-        &[out.buffer.raw(), src.buffer.raw(), w.buffer.raw(), bs.buffer.raw()],
-        3,
-        &params,
-        rows,
-    )?;
-    out.finish(dt)
+    super::rowwise::norm(s, l, w, wl, b, eps, rms)
 }
 
 pub(crate) fn rope(

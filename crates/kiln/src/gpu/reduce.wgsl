@@ -1,49 +1,39 @@
-// Row reductions: one workgroup per chunk of a row of a contiguous (rows, k) view; the result of
-// each chunk is one word of a 4-byte output (the caller casts it to the final dtype, or reduces the
-// chunk results again). Chunks keep every loop short (software rasterisers cap loop iterations).
-// Params: p[0] rows * chunks, p[1] k, p[2] input offset, p[3] chunk length, p[4] chunks per row.
+// Row reductions over a contiguous (rows, k) view. A segment of T lanes (T = p[5], a power of two up
+// to 256) reduces one chunk of one row, so a workgroup holds 256 / T segments: short rows share a
+// workgroup and long rows are split into chunks whose results a second dispatch reduces again.
+// The input is bound as 16-byte packs; the VEC variant reads whole packs where rows start on one,
+// the other reads element by element (both coalesced: consecutive lanes, consecutive addresses).
+// Params: p[0] segments (rows * chunks), p[1] k, p[2] input offset (elements), p[3] chunk length
+// (a whole number of packs), p[4] chunks per row, p[5] T, p[6] word offset of the indices of a
+// (value, index) input or 0, p[7] word offset where a (value, index) output puts its indices, or 0
+// to write only the result (the index for argmax/argmin).
 @group(0) @binding(0) var<storage, read_write> dst: array<u32>;
-@group(0) @binding(1) var<storage, read> in0: array<u32>;
+@group(0) @binding(1) var<storage, read> src: array<vec4<u32>>;
 @group(1) @binding(0) var<storage, read> p: array<u32, 64>;
 {{PRELUDE}}
+fn rd(i: u32) -> u32 { return src[i >> 2u][i & 3u]; }
 {{LOADERS}}
-{{FUNCS}}
+{{COMBINE}}
 var<workgroup> sv: array<{{CT}}, 256>;
 var<workgroup> si: array<u32, 256>;
 
-// Whether (w, j) replaces (v, i) as the running result.
-fn better(v: {{CT}}, i: u32, w: {{CT}}, j: u32) -> bool {
-    {{BETTER}}
-}
-
 @compute @workgroup_size(256)
-fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
-        @builtin(num_workgroups) nw: vec3<u32>) {
-    let row = wid.x + wid.y * nw.x;
-    if (row >= p[0]) { return; }
-    let k = p[1];
-    let r = row / p[4];
-    let start = (row % p[4]) * p[3];
-    let len = min(p[3], k - start);
-    let base = p[2] + r * k + start;
-    var acc: {{CT}} = {{IDENT}};
-    var idx = 0xffffffffu;
-    for (var j = lid.x; j < len; j += 256u) {
-        let v = ld0(base + j);
-        if (better(acc, idx, v, start + j)) { acc = v; idx = start + j; }
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nw: vec3<u32>{{SG_ARGS}}) {
+    let t = p[5];
+    let g = {{LANE}};
+    let seg = (wid.x + wid.y * nw.x) * (256u / t) + g / t;
+    let lane = g % t;
+    var a = Acc({{IDENT}}, 0xffffffffu);
+    if (seg < p[0]) {
+        let k = p[1];
+        let start = (seg % p[4]) * p[3];
+        let len = min(p[3], k - start);
+        let base = p[2] + (seg / p[4]) * k + start;
+{{BODY}}
     }
-    sv[lid.x] = acc;
-    si[lid.x] = idx;
-    workgroupBarrier();
-    for (var s = 128u; s > 0u; s = s >> 1u) {
-        if (lid.x < s) {
-            let a = sv[lid.x];
-            let b = sv[lid.x + s];
-            if (better(a, si[lid.x], b, si[lid.x + s])) { sv[lid.x] = b; si[lid.x] = si[lid.x + s]; }
-        }
-        workgroupBarrier();
-    }
-    if (lid.x == 0u) {
-        {{WRITE}}
+{{REDUCE}}
+    if (seg < p[0] && lane == 0u) {
+{{WRITE}}
     }
 }

@@ -247,6 +247,137 @@ fn norms_nan_empty_and_errors(dev: &Device) {
     assert_err(s.rms_norm(&w4, 1e-5), &["rms_norm", "rank"]);
 }
 
+/// Row lengths from 1 to past what fits in registers (33000), at offsets that break 16-byte packs
+/// and word alignment, whole packs, whole words only (f16/bf16 rows of 8n + 2) and odd f16/bf16
+/// rows, in every layout.
+const LONG_ROWS: [(usize, usize); 18] = [
+    (3, 1),
+    (5, 7),
+    (4, 8),
+    (3, 255),
+    (3, 257),
+    (3, 500),
+    (2, 1002),
+    (2, 1025),
+    (2, 2048),
+    (2, 4095),
+    (2, 4096),
+    (2, 4098),
+    (1, 8192),
+    (1, 16385),
+    (1, 32768),
+    (1, 33000),
+    (2, 33001),
+    (1, 33002),
+];
+
+/// `vals` (rows * k + 1 values) as a (rows, k) tensor from element 1 of its storage: a contiguous
+/// view at an odd offset.
+fn shifted(vals: &[f64], rows: usize, k: usize, dtype: DType, dev: &Device) -> Tensor {
+    tensor(vals, &[rows * k + 1], dtype, dev).narrow(0, 1, rows * k).unwrap().reshape((rows, k)).unwrap()
+}
+
+fn softmax_row_lengths(dev: &Device) {
+    for dtype in supported(dev, &FLOATS) {
+        for (i, &(rows, k)) in LONG_ROWS.iter().enumerate() {
+            let vals = values(rows * k + 1, dtype, 300 + i as u64, 3.0);
+            let r = RefArray::new(vec![rows, k], vals[1..].to_vec());
+            let mut views = vec![("offset 1".to_string(), shifted(&vals, rows, k, dtype, dev))];
+            for kind in ALL_LAYOUTS {
+                views.push((format!("{kind:?}"), tensor_in(&vals[1..], &[rows, k], dtype, kind, dev)));
+            }
+            for (name, x) in &views {
+                for log in [false, true] {
+                    let got = if log { x.log_softmax(-1) } else { x.softmax(-1) }.unwrap();
+                    let ctx = format!("softmax log={log} {dtype} ({rows}, {k}) {name}");
+                    assert_close(&got, &ref_softmax(&r, 1, log), 4.0, &ctx);
+                }
+            }
+        }
+    }
+}
+
+fn norms_row_lengths(dev: &Device) {
+    for dtype in supported(dev, &FLOATS) {
+        for (i, &(rows, k)) in LONG_ROWS.iter().enumerate() {
+            let vals = round_to(
+                &values(rows * k + 1, dtype, 400 + i as u64, 2.0).iter().map(|v| v + 3.0).collect::<Vec<_>>(),
+                dtype,
+            );
+            let w = values(k + 1, dtype, 500 + i as u64, 1.0);
+            let b = values(k + 1, dtype, 600 + i as u64, 1.0);
+            let r = RefArray::new(vec![rows, k], vals[1..].to_vec());
+            let mut views = vec![("offset 1".to_string(), shifted(&vals, rows, k, dtype, dev))];
+            for kind in ALL_LAYOUTS {
+                views.push((format!("{kind:?}"), tensor_in(&vals[1..], &[rows, k], dtype, kind, dev)));
+            }
+            // Weight and bias: aligned, at offset 1, and strided.
+            let wfull = tensor(&w, &[k + 1], dtype, dev);
+            let bfull = tensor(&b, &[k + 1], dtype, dev);
+            let params = [
+                ("w aligned", wfull.narrow(0, 0, k).unwrap(), bfull.narrow(0, 0, k).unwrap(), 0),
+                ("w offset 1", wfull.narrow(0, 1, k).unwrap(), bfull.narrow(0, 1, k).unwrap(), 1),
+            ];
+            for (name, x) in &views {
+                for (pname, wt, bt, o) in &params {
+                    let (wr, br) = (&w[*o..*o + k], &b[*o..*o + k]);
+                    let ctx = format!("{dtype} ({rows}, {k}) {name} {pname}");
+                    assert_close(
+                        &x.rms_norm(wt, 1e-5).unwrap(),
+                        &ref_rms(&r, wr, 1e-5),
+                        4.0,
+                        &format!("rms_norm {ctx}"),
+                    );
+                    assert_close(
+                        &x.layer_norm(wt, Some(bt), 1e-5).unwrap(),
+                        &ref_layer(&r, wr, Some(br), 1e-5),
+                        8.0,
+                        &format!("layer_norm {ctx}"),
+                    );
+                }
+            }
+            let ws = tensor_in(&w[..k], &[k], dtype, Layouts::Stepped, dev);
+            let x = &views[1].1;
+            let ctx = format!("{dtype} ({rows}, {k}) strided weight");
+            assert_close(&x.layer_norm(&ws, None, 1e-5).unwrap(), &ref_layer(&r, &w[..k], None, 1e-5), 8.0, &ctx);
+        }
+    }
+}
+
+/// Special values in rows that fit in registers and in rows that do not.
+fn softmax_norm_special_long(dev: &Device) {
+    let (inf, nan) = (f64::INFINITY, f64::NAN);
+    for k in [4096usize, 33000] {
+        let mut rows = vec![values(k, DType::F32, 7, 1.0); 5];
+        rows[0][..k / 2].iter_mut().for_each(|v| *v = -inf);
+        rows[1][k - 3] = nan;
+        rows[2] = vec![-inf; k];
+        rows[3][k / 3] = inf;
+        rows[4][0] = -inf;
+        rows[4][k - 1] = -inf;
+        for dtype in supported(dev, &FLOATS) {
+            let flat = round_to(&rows.concat(), dtype);
+            let r = RefArray::new(vec![5, k], flat.clone());
+            let x = tensor(&flat, &[5, k], dtype, dev);
+            for log in [false, true] {
+                let got = if log { x.log_softmax(-1) } else { x.softmax(-1) }.unwrap();
+                assert_close(&got, &ref_softmax(&r, 1, log), 4.0, &format!("softmax special {dtype} k={k} log={log}"));
+            }
+            // Norms: only the NaN and +inf rows are special (-inf rows are all NaN as well).
+            let w = values(k, dtype, 8, 1.0);
+            let wt = tensor(&w, &[k], dtype, dev);
+            assert_close(
+                &x.rms_norm(&wt, 1e-5).unwrap(),
+                &ref_rms(&r, &w, 1e-5),
+                4.0,
+                &format!("rms special {dtype} k={k}"),
+            );
+            let got = x.layer_norm(&wt, None, 1e-5).unwrap();
+            assert_close(&got, &ref_layer(&r, &w, None, 1e-5), 8.0, &format!("layer special {dtype} k={k}"));
+        }
+    }
+}
+
 fn silu_mul_matches_reference(dev: &Device) {
     let cases: [(&[usize], &[usize]); 6] = [
         (&[1], &[1]),
@@ -322,6 +453,9 @@ backend_tests!(
     rms_norm_matches_reference,
     layer_norm_matches_reference,
     norms_nan_empty_and_errors,
+    softmax_row_lengths,
+    norms_row_lengths,
+    softmax_norm_special_long,
     silu_mul_matches_reference,
     fused_matches_composed_nn,
 );

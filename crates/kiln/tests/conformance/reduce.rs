@@ -237,6 +237,145 @@ fn nan_and_inf(dev: &Device) {
     }
 }
 
+/// Sum, max and min (argmax and argmin for one axis) of `x` over `axes` against the reference.
+fn check_reductions(x: &Tensor, rx: &RefArray, axes: &[usize], ctx: &str) {
+    let ia: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
+    let n_red: usize = axes.iter().map(|&a| rx.shape[a]).product();
+    let s = x.sum(&ia, false).unwrap();
+    assert_close(&s, &ref_reduce(rx, axes, false, &r_sum), (n_red as f64).sqrt(), &format!("sum {ctx}"));
+    assert_exact(&x.max(&ia, false).unwrap(), &ref_reduce(rx, axes, false, &r_max), &format!("max {ctx}"));
+    assert_exact(&x.min(&ia, true).unwrap(), &ref_reduce(rx, axes, true, &r_min), &format!("min {ctx}"));
+    if let [a] = axes {
+        let am = x.argmax(*a as isize, false).unwrap();
+        assert_exact(&am, &ref_reduce(rx, axes, false, &|g| r_arg(g, true)), &format!("argmax {ctx}"));
+        let am = x.argmin(*a as isize, true).unwrap();
+        assert_exact(&am, &ref_reduce(rx, axes, true, &|g| r_arg(g, false)), &format!("argmin {ctx}"));
+    }
+}
+
+/// Values for the boundary tests: normals, rounded on odd seeds so ties are common (argmax and
+/// argmin must keep the first index across lanes, chunks and passes).
+fn boundary_values(n: usize, dtype: DType, seed: u64) -> Vec<f64> {
+    let v = random_values(n, dtype, seed);
+    let v = if seed % 2 == 1 { v.iter().map(|x| x.round()).collect() } else { v };
+    round_to(&v, dtype)
+}
+
+/// Lengths around workgroup (256), pack and chunk boundaries through every path: all elements (with
+/// an offset that breaks 16-byte alignment), rows from one lane per row to rows split in chunks,
+/// and columns (tall and wide, the rows split across workgroups), in every memory layout.
+fn reduce_boundary_sizes(dev: &Device) {
+    let mut seed = 500;
+    let dtypes = [DType::F32, DType::F16, DType::BF16, DType::I32, DType::U8];
+    for dtype in supported(dev, &dtypes) {
+        for n in [1usize, 255, 256, 257, 4095, 4097, 70001] {
+            seed += 1;
+            let vals = boundary_values(n + 1, dtype, seed);
+            let full = tensor(&vals, &[n + 1], dtype, dev);
+            for (start, x) in [(0, full.narrow(0, 0, n).unwrap()), (1, full.narrow(0, 1, n).unwrap())] {
+                let rx = RefArray::new(vec![n], vals[start..start + n].to_vec());
+                check_reductions(&x, &rx, &[0], &format!("{dtype} all of {n} from {start}"));
+            }
+        }
+        for k in [1usize, 3, 4, 5, 8, 31, 33, 255, 256, 257, 1023, 1025, 4095, 4096, 4097, 70001] {
+            let rows = (60000 / k).clamp(2, 300);
+            seed += 1;
+            let n = rows * k;
+            let vals = boundary_values(n + 1, dtype, seed);
+            let rx = RefArray::new(vec![rows, k], vals[1..].to_vec());
+            // A contiguous view at offset 1 (no 16-byte packs) and the usual layouts.
+            let shifted = tensor(&vals, &[n + 1], dtype, dev).narrow(0, 1, n).unwrap().reshape((rows, k)).unwrap();
+            let mut views = vec![("offset 1".to_string(), shifted)];
+            for kind in ALL_LAYOUTS {
+                views.push((format!("{kind:?}"), tensor_in(&rx.data, &[rows, k], dtype, kind, dev)));
+            }
+            for (name, x) in &views {
+                for axes in [[1usize], [0]] {
+                    check_reductions(x, &rx, &axes, &format!("{dtype} ({rows}, {k}) {name} axis {}", axes[0]));
+                }
+            }
+        }
+    }
+    // Tall and wide column reductions (axis 0), several passes over the row ranges.
+    for dtype in supported(dev, &[DType::F32, DType::F16, DType::BF16, DType::I32]) {
+        for shape in [[70001usize, 3], [3, 70001], [1025, 257], [257, 1025], [4097, 64], [3000, 72]] {
+            seed += 1;
+            let n = shape[0] * shape[1];
+            let vals = boundary_values(n, dtype, seed);
+            let rx = RefArray::new(shape.to_vec(), vals.clone());
+            let x = tensor(&vals, &shape, dtype, dev);
+            check_reductions(&x, &rx, &[0], &format!("{dtype} {shape:?} axis 0"));
+            check_reductions(&x, &rx, &[0, 1], &format!("{dtype} {shape:?} all"));
+        }
+    }
+}
+
+/// Float products around the same boundaries (values near 1 in magnitude).
+fn prod_boundary_sizes(dev: &Device) {
+    for dtype in supported(dev, &[DType::F32, DType::F16]) {
+        for (seed, shape) in [[2usize, 255], [2, 257], [3, 4097], [2, 70001], [4097, 8], [257, 5]].iter().enumerate() {
+            let n = shape[0] * shape[1];
+            let vals = round_to(&prod_values(n, dtype, seed as u64), dtype);
+            let rx = RefArray::new(shape.to_vec(), vals.clone());
+            let x = tensor(&vals, shape, dtype, dev);
+            for axes in [vec![1usize], vec![0], vec![0, 1]] {
+                let ia: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
+                let n_red: usize = axes.iter().map(|&a| shape[a]).product();
+                let expected = ref_reduce(&rx, &axes, false, &r_prod);
+                assert_close(
+                    &x.prod(&ia, false).unwrap(),
+                    &expected,
+                    n_red as f64,
+                    &format!("prod {dtype} {shape:?} {axes:?}"),
+                );
+            }
+        }
+    }
+}
+
+/// Reductions over several axes that are not adjacent in memory (one pass per group of axes), in
+/// every layout.
+fn reduce_axis_groups(dev: &Device) {
+    let shape = [6usize, 5, 7, 9];
+    for dtype in supported(dev, &[DType::F32, DType::BF16, DType::I32]) {
+        let n: usize = shape.iter().product();
+        let vals = boundary_values(n, dtype, 41);
+        let rx = RefArray::new(shape.to_vec(), vals.clone());
+        for kind in ALL_LAYOUTS {
+            let x = tensor_in(&vals, &shape, dtype, kind, dev);
+            for axes in [vec![0usize, 2], vec![1, 3], vec![0, 3], vec![0, 1, 3], vec![1, 2]] {
+                check_reductions(&x, &rx, &axes, &format!("{dtype} {kind:?} {axes:?}"));
+            }
+        }
+    }
+}
+
+/// NaN and infinities in long rows and columns: in a later chunk or row range than the first,
+/// with ties for argmax/argmin.
+fn nan_and_inf_long(dev: &Device) {
+    for dtype in supported(dev, &FLOATS) {
+        let (rows, k) = (4, 20000);
+        let mut vals = boundary_values(rows * k, dtype, 3);
+        vals[15000] = f64::NAN;
+        vals[k + 19999] = f64::INFINITY;
+        vals[2 * k + 7] = f64::NEG_INFINITY;
+        vals[2 * k + 12000] = f64::NAN;
+        vals[3 * k + 100] = f64::INFINITY;
+        vals[3 * k + 17000] = f64::INFINITY;
+        let rx = RefArray::new(vec![rows, k], vals.clone());
+        for kind in ALL_LAYOUTS {
+            let x = tensor_in(&vals, &[rows, k], dtype, kind, dev);
+            for axes in [vec![1usize], vec![0], vec![0, 1]] {
+                check_reductions(&x, &rx, &axes, &format!("{dtype} {kind:?} {axes:?}"));
+            }
+            // Columns: the transpose reduced over its first axis.
+            let xt = x.t().unwrap();
+            let rt = RefArray::new(vec![k, rows], (0..rows * k).map(|i| vals[(i % rows) * k + i / rows]).collect());
+            check_reductions(&xt, &rt, &[0], &format!("{dtype} {kind:?} transposed axis 0"));
+        }
+    }
+}
+
 fn argmax_argmin(dev: &Device) {
     let mut seed = 100;
     for dtype in supported(dev, &all_dtypes()) {
@@ -348,6 +487,61 @@ fn cumsum(dev: &Device) {
     assert_eq!(e.dims(), &[0, 3]);
 }
 
+/// Reference inclusive prefix sums of `rx` along `axis`.
+fn ref_cumsum(rx: &RefArray, axis: usize) -> RefArray {
+    let mut expected = rx.clone();
+    let stride: usize = rx.shape[axis + 1..].iter().product();
+    for i in 0..rx.data.len() {
+        if !(i / stride).is_multiple_of(rx.shape[axis]) {
+            expected.data[i] += expected.data[i - stride];
+        }
+    }
+    expected
+}
+
+/// Long rows (several levels of block scans), many short rows, views and every float dtype.
+fn cumsum_long_and_many(dev: &Device) {
+    let cases: [(&[usize], usize); 9] = [
+        (&[200003], 0),
+        (&[2, 70001], 1),
+        (&[70001, 2], 0),
+        (&[3, 1025], 1),
+        (&[5000, 3], 1),
+        (&[3, 5000], 0),
+        (&[2, 3, 1500], 1),
+        (&[257, 4], 1),
+        (&[4, 4097], 1),
+    ];
+    let mut seed = 700;
+    for dtype in supported(dev, &FLOATS) {
+        for (shape, axis) in cases {
+            let n: usize = shape.iter().product();
+            if dtype != DType::F32 && n > 100000 {
+                continue;
+            }
+            seed += 1;
+            let vals = round_to(&random_values(n, dtype, seed), dtype);
+            let rx = RefArray::new(shape.to_vec(), vals.clone());
+            let expected = ref_cumsum(&rx, axis);
+            for kind in ALL_LAYOUTS {
+                let x = tensor_in(&vals, shape, dtype, kind, dev);
+                let ctx = format!("cumsum {dtype} {shape:?} {kind:?} axis {axis}");
+                // Running sums drift by about eps(f32) * |running sum| * sqrt(k) ~ 1e-7 * k, and
+                // cross zero: an absolute term for that, the dtype's relative one for the rest.
+                let (atol, rtol) = tol(dtype);
+                let atol = atol + 1e-7 * shape[axis] as f64;
+                assert_close_tol(&x.cumsum(axis as isize).unwrap(), &expected, atol, 2.0 * rtol, &ctx);
+            }
+        }
+    }
+    // Infinities and NaN carry to the end of their row only.
+    let vals = vec![1.0, f64::INFINITY, 2.0, 3.0, f64::NAN, 1.0, -1.0, 2.0, 3.0];
+    let x = tensor(&vals, &[3, 3], DType::F32, dev);
+    let rx = RefArray::new(vec![3, 3], vals);
+    assert_close(&x.cumsum(1).unwrap(), &ref_cumsum(&rx, 1), 1.0, "cumsum with inf and nan");
+    assert_close(&x.cumsum(0).unwrap(), &ref_cumsum(&rx, 0), 1.0, "cumsum with inf and nan, axis 0");
+}
+
 fn empty_reductions(dev: &Device) {
     for dtype in supported(dev, &[DType::F32, DType::I32, DType::BF16]) {
         let x = Tensor::zeros((0, 3), dtype, dev).unwrap();
@@ -393,6 +587,11 @@ fn reduce_errors(dev: &Device) {
 backend_tests!(
     sum_prod_max_min,
     large_reductions,
+    reduce_boundary_sizes,
+    prod_boundary_sizes,
+    reduce_axis_groups,
+    nan_and_inf_long,
+    cumsum_long_and_many,
     sum_accuracy_16m,
     nan_and_inf,
     argmax_argmin,
