@@ -2,7 +2,7 @@
 //! translation test (naga turns each into Metal and DX12 shaders on any machine).
 
 use super::elementwise::{self as ew, FUNCS};
-use super::{index, matmul, nn, reduce};
+use super::{attention, index, matmul, nn, reduce};
 use crate::op::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 use crate::DType;
 
@@ -77,11 +77,11 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
         }
         push(format!("softmax:{dt}"), nn::softmax_source(dt));
         push(format!("norm:{dt}"), nn::norm_source(dt, dt, dt));
-        push(format!("attention:{dt}"), nn::attention_source(dt));
     }
     for size in [1, 2, 4, 8] {
         push(format!("copy_into:{size}"), index::copy_into_source(size));
     }
     push("fill".into(), index::fill_source());
+    out.extend(attention::catalog());
     out
 }
