@@ -45,6 +45,8 @@ pub(crate) struct FlashConfig {
     nv: usize,
     /// `d == dp`: loads need no bound check on the head axis.
     exact: bool,
+    /// q, k and v read as whole aligned 4-element granules.
+    vec: bool,
 }
 
 impl FlashConfig {
@@ -71,19 +73,19 @@ impl FlashConfig {
     }
 
     fn key(self) -> String {
-        format!("{}:{}:{}:{}", self.dp, self.dc, self.nv, self.exact)
+        format!("{}:{}:{}:{}:{}", self.dp, self.dc, self.nv, self.exact, self.vec)
     }
 }
 
 /// The prefill variant for head sizes `d`, `dv` within `limit` bytes of workgroup memory: the
 /// queries resident if they fit, else staged in the largest chunk of 64, 32 or 16 columns that
 /// divides the head size rounded to 16.
-pub(crate) fn flash_config(d: usize, dv: usize, limit: usize) -> Option<FlashConfig> {
+pub(crate) fn flash_config(d: usize, dv: usize, vec: bool, limit: usize) -> Option<FlashConfig> {
     let nv = dv.div_ceil(32).clamp(1, 4);
     let d4 = d.div_ceil(4) * 4;
     let d16 = d.div_ceil(16) * 16;
-    let resident = FlashConfig { dp: d4, dc: d4, nv, exact: d == d4 };
-    let chunked = [64, 32, 16].map(|dc| FlashConfig { dp: d16, dc, nv, exact: d == d16 });
+    let resident = FlashConfig { dp: d4, dc: d4, nv, exact: d == d4, vec };
+    let chunked = [64, 32, 16].map(|dc| FlashConfig { dp: d16, dc, nv, exact: d == d16, vec });
     std::iter::once(resident).chain(chunked.into_iter().filter(|c| c.dp % c.dc == 0)).find(|c| c.smem_bytes() <= limit)
 }
 
@@ -180,17 +182,15 @@ pub(crate) fn flash_source(dt: DType, out: DType, c: FlashConfig) -> String {
             "{ind}s{i} += vec4<f32>(dot(qa{i}, ka0), dot(qa{i}, ka1), dot(qa{i}, ka2), dot(qa{i}, ka3));"
         ))
     );
-    let nvl = 8 * nv;
-    let v_load = lines(0..nvl, |k| {
+    // 32 keys x 8nv granules of values: 2nv per invocation.
+    let v_load = lines(0..2 * nv, |k| {
         format!(
-            "        var vx{k} = 0.0; {{ let e = t + {}u; let key = e / DVC; let c = e % DVC; \
-             if (j0 + key < kstop && col0 + c < dv) {{ vx{k} = ld2(vbase + (j0 + key) * vst + (col0 + c) * vse); }} }}",
+            "        var vx{k} = vec4<f32>(0.0); {{ let e = t + {}u; let key = e / VS; let c = col0 + 4u * (e % VS); \
+             if (j0 + key < kstop && c < dv) {{ vx{k} = ldv4(vbase + (j0 + key) * vst, c, vse, dv); }} }}",
             128 * k
         )
     });
-    let v_store = lines(0..nvl, |k| {
-        format!("        {{ let e = t + {}u; sm[VB + (e / DVC) * VS + (e % DVC) / 4u][e % 4u] = vx{k}; }}", 128 * k)
-    });
+    let v_store = lines(0..2 * nv, |k| format!("        sm[VB + t + {}u] = vx{k};", 128 * k));
     let softmax_a = format!(
         "        if (masked) {{\n            let kk = vec4<u32>(j0 + kg, j0 + kg + 8u, j0 + kg + 16u, j0 + kg + 24u);\n{}        }}\n{}",
         lines(rows.clone(), |i| format!(
@@ -258,7 +258,7 @@ pub(crate) fn flash_source(dt: DType, out: DType, c: FlashConfig) -> String {
             ))
         )
     });
-    let loaders = loader("ld0", "in0", dt) + &loader("ld1", "in1", dt) + &loader("ld2", "in2", dt);
+    let (loaders, arrays) = granule_loaders(dt, [c.vec; 3]);
     let finish = "fn finish(o: vec4<f32>, l: f32, bad: bool, vis: u32) -> vec4<f32> {\n    \
                   if (bad) { return vec4<f32>(nan_f32()); }\n    \
                   if (l == 0.0) { return select(vec4<f32>(0.0), vec4<f32>(nan_f32()), vis > 0u); }\n    \
@@ -267,6 +267,9 @@ pub(crate) fn flash_source(dt: DType, out: DType, c: FlashConfig) -> String {
     render(
         FLASH,
         &[
+            ("Q_ARRAY", arrays[0]),
+            ("K_ARRAY", arrays[1]),
+            ("V_ARRAY", arrays[2]),
             ("PRELUDE", PRELUDE),
             ("LOADERS", &loaders),
             ("STORE", &(store_fns(out) + finish)),
@@ -297,21 +300,13 @@ pub(crate) fn flash_source(dt: DType, out: DType, c: FlashConfig) -> String {
     )
 }
 
-/// `fn ldk4(row, c, se, n)` / `fn ldv4`: the 4-element granule at column `c` of the key / value row
-/// starting at element `row` (columns past `n` read as 0), and the array type of their bindings.
-fn granule_loaders(dt: DType, vec: bool) -> (String, &'static str) {
-    if !vec {
-        let mut s = loader("ld1", "in1", dt) + &loader("ld2", "in2", dt);
-        for (f, l) in [("ldk4", "ld1"), ("ldv4", "ld2")] {
-            let _ = writeln!(
-                s,
-                "fn {f}(row: u32, c: u32, se: u32, n: u32) -> vec4<f32> {{ var o = vec4<f32>(0.0); \
-                 for (var k = 0u; k < 4u; k++) {{ if (c + k < n) {{ o[k] = {l}(row + (c + k) * se); }} }} return o; }}"
-            );
-        }
-        return (s, "array<u32>");
-    }
-    let (ty, body) = match dt {
+/// `fn ldq4(row, c, se, n)`, `ldk4`, `ldv4`: the 4-element granule at column `c` of the query / key /
+/// value row starting at element `row` (columns past `n` read as 0), from bindings 1, 2, 3, and the
+/// array types of those bindings. A binding marked in `vec` is read as whole aligned granules (unit
+/// last stride, rows at multiples of 4 elements, `n` a multiple of 4); the others element by element
+/// (then `ld0`, `ld1`, `ld2` exist too).
+fn granule_loaders(dt: DType, vec: [bool; 3]) -> (String, [&'static str; 3]) {
+    let (vec_ty, body) = match dt {
         DType::F16 => ("array<vec2<u32>>", "return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));"),
         DType::BF16 => (
             "array<vec2<u32>>",
@@ -320,13 +315,26 @@ fn granule_loaders(dt: DType, vec: bool) -> (String, &'static str) {
         ),
         _ => ("array<vec4<u32>>", "return bitcast<vec4<f32>>(w);"),
     };
-    let s = lines([("ldk4", "in1"), ("ldv4", "in2")], |(f, b)| {
-        format!(
-            "fn {f}(row: u32, c: u32, se: u32, n: u32) -> vec4<f32> {{ if (c >= n) {{ return vec4<f32>(0.0); }} \
-             let w = {b}[(row + c) >> 2u]; {body} }}"
-        )
-    });
-    (s, ty)
+    let mut s = String::new();
+    let mut types = ["array<u32>"; 3];
+    for (i, f) in ["ldq4", "ldk4", "ldv4"].into_iter().enumerate() {
+        if vec[i] {
+            types[i] = vec_ty;
+            let _ = writeln!(
+                s,
+                "fn {f}(row: u32, c: u32, se: u32, n: u32) -> vec4<f32> {{ if (c >= n) {{ return vec4<f32>(0.0); }} \
+                 let w = in{i}[(row + c) >> 2u]; {body} }}"
+            );
+        } else {
+            s += &loader(&format!("ld{i}"), &format!("in{i}"), dt);
+            let _ = writeln!(
+                s,
+                "fn {f}(row: u32, c: u32, se: u32, n: u32) -> vec4<f32> {{ var o = vec4<f32>(0.0); \
+                 for (var k = 0u; k < 4u; k++) {{ if (c + k < n) {{ o[k] = ld{i}(row + (c + k) * se); }} }} return o; }}"
+            );
+        }
+    }
+    (s, types)
 }
 
 /// The decode kernel for storage dtype `dt`, final output dtype `out`.
@@ -408,13 +416,12 @@ pub(crate) fn decode_source(dt: DType, out: DType, c: DecodeConfig) -> String {
         );
         s
     });
-    let (granules, kv_array) = granule_loaders(dt, c.vec);
-    let loaders = loader("ld0", "in0", dt) + &granules;
+    let (loaders, arrays) = granule_loaders(dt, [false, c.vec, c.vec]);
     let n = |x: usize| x.to_string();
     render(
         DECODE,
         &[
-            ("KV_ARRAY", kv_array),
+            ("KV_ARRAY", arrays[1]),
             ("PRELUDE", PRELUDE),
             ("LOADERS", &loaders),
             ("STORE", &store_fns(out)),
@@ -449,9 +456,11 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
         let mut flash = Vec::new();
         for (d, dv) in [(64, 64), (128, 128), (80, 80), (256, 256)] {
             for limit in [32 * 1024, 48 * 1024] {
-                if let Some(c) = flash_config(d, dv, limit) {
-                    if !flash.contains(&c) {
-                        flash.push(c);
+                for vec in [true, false] {
+                    if let Some(c) = flash_config(d, dv, vec && d % 4 == 0 && dv % 4 == 0, limit) {
+                        if !flash.contains(&c) {
+                            flash.push(c);
+                        }
                     }
                 }
             }
@@ -584,7 +593,8 @@ pub(crate) fn attention(
         )?;
         (part.map(|s| (nsplit, s)), c)
     } else {
-        let cfg = flash_config(d, dv, limit).ok_or_else(too_small)?;
+        let vec = granular(q, ql) && granular(k, kl) && granular(v, vl);
+        let cfg = flash_config(d, dv, vec, limit).ok_or_else(too_small)?;
         let nqb = tq.div_ceil(64);
         let ndv = dv.div_ceil(32 * cfg.nv);
         let base = b * hq * nqb * ndv;
@@ -616,8 +626,6 @@ pub(crate) fn attention(
         (part.map(|s| (nsplit, s)), c)
     };
     if let Some((nsplit, part)) = nsplit {
-        let ncq = dv.div_ceil(4);
-        let threads = rows * ncq;
         let cp = [
             rows as u32,
             dv as u32,
@@ -627,19 +635,10 @@ pub(crate) fn attention(
             tk as u32,
             p.causal as u32,
             (2 * rows * nsplit) as u32,
-            ncq as u32,
-            threads as u32,
+            dv.div_ceil(4) as u32,
         ];
         let bufs = [out.buffer.raw(), part.buffer.raw()];
-        dispatch(
-            q,
-            format!("attention_combine:{out_dt}"),
-            || combine_source(out_dt),
-            &bufs,
-            &cp,
-            threads.div_ceil(64),
-            64,
-        )?;
+        dispatch(q, format!("attention_combine:{out_dt}"), || combine_source(out_dt), &bufs, &cp, rows, 1)?;
     }
     out.finish(dt)
 }

@@ -18,9 +18,9 @@
 // p[14] workgroups, p[15] start of the partial rows, p[16..21] q offset and b/h/t/e strides,
 // p[21..26] the same for k, p[26..31] for v.
 @group(0) @binding(0) var<storage, read_write> dst: array<u32>;
-@group(0) @binding(1) var<storage, read> in0: array<u32>;
-@group(0) @binding(2) var<storage, read> in1: array<u32>;
-@group(0) @binding(3) var<storage, read> in2: array<u32>;
+@group(0) @binding(1) var<storage, read> in0: {{Q_ARRAY}};
+@group(0) @binding(2) var<storage, read> in1: {{K_ARRAY}};
+@group(0) @binding(3) var<storage, read> in2: {{V_ARRAY}};
 @group(1) @binding(0) var<storage, read> p: array<u32, 64>;
 {{PRELUDE}}
 {{LOADERS}}
@@ -54,9 +54,6 @@ fn visible(i: u32, tq: u32, tk: u32, causal: bool) -> u32 {
     return u32(clamp(i32(i) + 1 + i32(tk) - i32(tq), 0, i32(tk)));
 }
 
-// Writes element c (of DC) of staged row `row` in the region at `base`.
-fn put(base: u32, row: u32, c: u32, x: f32) { sm[base + row * CS + c / 4u][c % 4u] = x; }
-
 @compute @workgroup_size(128)
 fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nw: vec3<u32>) {
@@ -87,11 +84,11 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     let rg = t / 8u; let kg = t % 8u;
 {{DECLARE}}
     if (QRES) {
-        for (var e = t; e < 64u * DC; e += 128u) {
-            let row = e / DC; let c = e % DC;
-            var x = 0.0;
-            if (q0 + row < tq && (EXACT_D || c < d)) { x = ld0(qbase + (q0 + row) * qst + c * qse) * scale; }
-            put(QB, row, c, x);
+        for (var e = t; e < 16u * DC; e += 128u) {
+            let row = e / (DC / 4u); let c4 = e % (DC / 4u);
+            var x = vec4<f32>(0.0);
+            if (q0 + row < tq && (EXACT_D || 4u * c4 < d)) { x = ldq4(qbase + (q0 + row) * qst, 4u * c4, qse, d) * scale; }
+            sm[QB + row * CS + c4] = x;
         }
     }
     for (var j0 = kbeg; j0 < kend; j0 += 32u) {
@@ -100,20 +97,18 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
             workgroupBarrier();
             let cb = ch * DC;
             if (!QRES) {
-                for (var e = t; e < 64u * DC; e += 128u) {
-                    let row = e / DC; let c = e % DC;
-                    var x = 0.0;
-                    if (q0 + row < tq && (EXACT_D || cb + c < d)) {
-                        x = ld0(qbase + (q0 + row) * qst + (cb + c) * qse) * scale;
-                    }
-                    put(QB, row, c, x);
+                for (var e = t; e < 16u * DC; e += 128u) {
+                    let row = e / (DC / 4u); let c4 = e % (DC / 4u); let c = cb + 4u * c4;
+                    var x = vec4<f32>(0.0);
+                    if (q0 + row < tq && (EXACT_D || c < d)) { x = ldq4(qbase + (q0 + row) * qst, c, qse, d) * scale; }
+                    sm[QB + row * CS + c4] = x;
                 }
             }
-            for (var e = t; e < 32u * DC; e += 128u) {
-                let key = e / DC; let c = e % DC;
-                var x = 0.0;
-                if (j0 + key < kstop && (EXACT_D || cb + c < d)) { x = ld1(kbase + (j0 + key) * kst + (cb + c) * kse); }
-                put(KB, key, c, x);
+            for (var e = t; e < 8u * DC; e += 128u) {
+                let key = e / (DC / 4u); let c4 = e % (DC / 4u); let c = cb + 4u * c4;
+                var x = vec4<f32>(0.0);
+                if (j0 + key < kstop && (EXACT_D || c < d)) { x = ldk4(kbase + (j0 + key) * kst, c, kse, d); }
+                sm[KB + key * CS + c4] = x;
             }
             workgroupBarrier();
             for (var c4 = 0u; c4 < DC / 4u; c4++) {
