@@ -409,7 +409,7 @@ pub(crate) fn decode_source(dt: DType, out: DType, c: DecodeConfig) -> String {
              let grow = (b * hq + h) * tq + i;\n                let n = min(4u, dv - c);\n                \
              if (partial) {{\n                    let pr = grow * nsplit + s;\n                    \
              if (c4 == 0u) {{ dst[2u * pr] = bitcast<u32>(select(mx[x], nan_f32(), bad[x])); dst[2u * pr + 1u] = bitcast<u32>(lsum[x]); }}\n                    \
-             put_raw(p[14] + pr * dv + c, o, n);\n                \
+             put_raw(p[15] + pr * dv + c, o, n);\n                \
              }} else {{\n                    \
              store4(grow * dv + c, finish(o, lsum[x], bad[x], visible(i, tq, tk, causal)), n);\n                }}\n            \
              }}\n        }}\n        workgroupBarrier();\n    }}\n"
@@ -491,7 +491,7 @@ fn view_words(l: &Layout) -> [u32; 5] {
     [l.offset() as u32, s[0] as u32, s[1] as u32, s[2] as u32, s[3] as u32]
 }
 
-/// Whether a key/value view can be read in aligned 4-element granules.
+/// Whether a view can be read in aligned 4-element granules (`granule_loaders`).
 fn granular(s: &GpuStorage, l: &Layout) -> bool {
     let st = l.strides();
     let e = l.dims()[3];
@@ -501,6 +501,7 @@ fn granular(s: &GpuStorage, l: &Layout) -> bool {
         && s.buffer.size() % 16 == 0
 }
 
+/// Records `groups` workgroups of `wg` invocations of kernel `key` (folded past the grid limit).
 fn dispatch(
     ctx: &GpuStorage,
     key: String,
@@ -567,31 +568,19 @@ pub(crate) fn attention(
         op: "attention",
         msg: format!("d={d}, dv={dv} need more workgroup memory than the adapter's {limit} bytes"),
     };
-    let (nsplit, c_keys) = if tq <= DECODE_MAX_TQ {
+    // Either kernel: its variant, the blocks per head (query blocks or row chunks), the value
+    // chunks, and the workgroups and keys per split it would take without splitting.
+    enum Kernel {
+        Decode(DecodeConfig),
+        Flash(FlashConfig),
+    }
+    let (kernel, blocks, ndv, base, c) = if tq <= DECODE_MAX_TQ {
         let group = hq / hkv;
         let vec = granular(k, kl) && granular(v, vl);
         let cfg = decode_config(d, dv, group * tq, vec, limit).ok_or_else(too_small)?;
         let nrc = (group * tq).div_ceil(cfg.r);
         let base = b * hkv * nrc;
-        let c = split_keys(tk, base, 16, MIN_DECODE_SPLIT);
-        let nsplit = tk.div_ceil(c);
-        let groups = base * nsplit;
-        params[9..14].copy_from_slice(&[nrc as u32, nsplit as u32, c as u32, (nsplit > 1) as u32, groups as u32]);
-        params[14] = (2 * rows * nsplit) as u32;
-        let part = if nsplit > 1 { Some(GpuStorage::alloc(ctx, DType::F32, rows * nsplit * (2 + dv))?) } else { None };
-        let dst = part.as_ref().unwrap_or(&out);
-        let o = if nsplit > 1 { DType::F32 } else { out_dt };
-        let bufs = [dst.buffer.raw(), q.buffer.raw(), k.buffer.raw(), v.buffer.raw()];
-        dispatch(
-            q,
-            format!("attention_decode:{dt}:{o}:{}", cfg.key()),
-            || decode_source(dt, o, cfg),
-            &bufs,
-            &params,
-            groups,
-            1,
-        )?;
-        (part.map(|s| (nsplit, s)), c)
+        (Kernel::Decode(cfg), nrc, 1, base, split_keys(tk, base, 16, MIN_DECODE_SPLIT))
     } else {
         let vec = granular(q, ql) && granular(k, kl) && granular(v, vl);
         let cfg = flash_config(d, dv, vec, limit).ok_or_else(too_small)?;
@@ -599,44 +588,31 @@ pub(crate) fn attention(
         let ndv = dv.div_ceil(32 * cfg.nv);
         let base = b * hq * nqb * ndv;
         let c = if base >= TARGET_GROUPS { tk } else { split_keys(tk, base, 32, MIN_FLASH_SPLIT) };
-        let nsplit = tk.div_ceil(c);
-        let groups = base * nsplit;
-        params[9..15].copy_from_slice(&[
-            nqb as u32,
-            ndv as u32,
-            nsplit as u32,
-            c as u32,
-            (nsplit > 1) as u32,
-            groups as u32,
-        ]);
-        params[15] = (2 * rows * nsplit) as u32;
-        let part = if nsplit > 1 { Some(GpuStorage::alloc(ctx, DType::F32, rows * nsplit * (2 + dv))?) } else { None };
-        let dst = part.as_ref().unwrap_or(&out);
-        let o = if nsplit > 1 { DType::F32 } else { out_dt };
-        let bufs = [dst.buffer.raw(), q.buffer.raw(), k.buffer.raw(), v.buffer.raw()];
-        dispatch(
-            q,
-            format!("attention_flash:{dt}:{o}:{}", cfg.key()),
-            || flash_source(dt, o, cfg),
-            &bufs,
-            &params,
-            groups,
-            1,
-        )?;
-        (part.map(|s| (nsplit, s)), c)
+        (Kernel::Flash(cfg), nqb, ndv, base, c)
     };
-    if let Some((nsplit, part)) = nsplit {
-        let cp = [
-            rows as u32,
-            dv as u32,
-            nsplit as u32,
-            c_keys as u32,
-            tq as u32,
-            tk as u32,
-            p.causal as u32,
-            (2 * rows * nsplit) as u32,
-            dv.div_ceil(4) as u32,
-        ];
+    let nsplit = tk.div_ceil(c);
+    let groups = base * nsplit;
+    let part_start = 2 * rows * nsplit;
+    params[9..16]
+        .copy_from_slice(&[blocks, ndv, nsplit, c, (nsplit > 1) as usize, groups, part_start].map(|x| x as u32));
+    // With split keys the kernel writes f32 partial rows and the combine kernel the output.
+    let part =
+        if nsplit > 1 { Some(GpuStorage::alloc(ctx, DType::F32, part_start + rows * nsplit * dv)?) } else { None };
+    let dst = part.as_ref().unwrap_or(&out);
+    let o = if nsplit > 1 { DType::F32 } else { out_dt };
+    let bufs = [dst.buffer.raw(), q.buffer.raw(), k.buffer.raw(), v.buffer.raw()];
+    match kernel {
+        Kernel::Decode(cfg) => {
+            let key = format!("attention_decode:{dt}:{o}:{}", cfg.key());
+            dispatch(q, key, || decode_source(dt, o, cfg), &bufs, &params, groups, 1)?;
+        }
+        Kernel::Flash(cfg) => {
+            let key = format!("attention_flash:{dt}:{o}:{}", cfg.key());
+            dispatch(q, key, || flash_source(dt, o, cfg), &bufs, &params, groups, 1)?;
+        }
+    }
+    if let Some(part) = part {
+        let cp = [rows, dv, nsplit, c, tq, tk, p.causal as usize, part_start, dv.div_ceil(4)].map(|x| x as u32);
         let bufs = [out.buffer.raw(), part.buffer.raw()];
         dispatch(q, format!("attention_combine:{out_dt}"), || combine_source(out_dt), &bufs, &cp, rows, 1)?;
     }

@@ -12,8 +12,8 @@
 // else (max, sum) and unnormalised rows for attention_combine.wgsl.
 //
 // Params: p[0] b, p[1] hq, p[2] hkv, p[3] tq, p[4] tk, p[5] d, p[6] dv, p[7] scale bits, p[8] causal,
-// p[9] row chunks per head, p[10] splits, p[11] keys per split, p[12] partial, p[13] workgroups,
-// p[14] start of the partial rows, p[16..21] q offset and b/h/t/e strides, p[21..26] the same for k,
+// p[9] row chunks per head, p[11] splits, p[12] keys per split, p[13] partial, p[14] workgroups,
+// p[15] start of the partial rows, p[16..21] q offset and b/h/t/e strides, p[21..26] the same for k,
 // p[26..31] for v.
 @group(0) @binding(0) var<storage, read_write> dst: array<u32>;
 @group(0) @binding(1) var<storage, read> in0: array<u32>;
@@ -52,17 +52,18 @@ fn finish(o: vec4<f32>, l: f32, bad: bool, vis: u32) -> vec4<f32> {
 fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nw: vec3<u32>) {
     let g = wid.x + wid.y * nw.x;
-    if (g >= p[13]) { return; }
+    if (g >= p[14]) { return; }
     let hq = p[1]; let hkv = p[2]; let tq = p[3]; let tk = p[4]; let d = p[5]; let dv = p[6];
     let scale = bitcast<f32>(p[7]); let causal = p[8] == 1u;
-    let nrc = p[9]; let nsplit = p[10]; let partial = p[12] == 1u;
-    let s = g % nsplit;
-    var r = g / nsplit;
-    let rc = r % nrc; r /= nrc;
+    let nrc = p[9]; let nsplit = p[11]; let partial = p[13] == 1u;
+    // Row chunks of one key/value head and split are neighbours, so the second reads hit L2.
+    let rc = g % nrc;
+    var r = g / nrc;
+    let s = r % nsplit; r /= nsplit;
     let hk = r % hkv; let b = r / hkv;
     let group = hq / hkv;
-    let kbeg = s * p[11];
-    let kstop = min(kbeg + p[11], tk);
+    let kbeg = s * p[12];
+    let kstop = min(kbeg + p[12], tk);
     // Row x of this chunk is query i of head hk * group + x / tq; rows past the group are idle.
     var lim: array<u32, R>;
     var kend = 0u;
