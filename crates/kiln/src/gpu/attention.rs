@@ -86,7 +86,9 @@ pub(crate) fn flash_config(d: usize, dv: usize, vec: bool, limit: usize) -> Opti
     let d16 = d.div_ceil(16) * 16;
     let resident = FlashConfig { dp: d4, dc: d4, nv, exact: d == d4, vec };
     let chunked = [64, 32, 16].map(|dc| FlashConfig { dp: d16, dc, nv, exact: d == d16, vec });
-    std::iter::once(resident).chain(chunked.into_iter().filter(|c| c.dp % c.dc == 0)).find(|c| c.smem_bytes() <= limit)
+    std::iter::once(resident)
+        .chain(chunked.into_iter().filter(|c| c.dp.is_multiple_of(c.dc)))
+        .find(|c| c.smem_bytes() <= limit)
 }
 
 /// Shape of one decode kernel variant: 16 key slots x 8 column groups of 128 invocations.
@@ -457,7 +459,7 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
         for (d, dv) in [(64, 64), (128, 128), (80, 80), (256, 256)] {
             for limit in [32 * 1024, 48 * 1024] {
                 for vec in [true, false] {
-                    if let Some(c) = flash_config(d, dv, vec && d % 4 == 0 && dv % 4 == 0, limit) {
+                    if let Some(c) = flash_config(d, dv, vec && d.is_multiple_of(4) && dv.is_multiple_of(4), limit) {
                         if !flash.contains(&c) {
                             flash.push(c);
                         }
@@ -496,9 +498,9 @@ fn granular(s: &GpuStorage, l: &Layout) -> bool {
     let st = l.strides();
     let e = l.dims()[3];
     (st[3] == 1 || e <= 1)
-        && e % 4 == 0
-        && [l.offset(), st[0], st[1], st[2]].iter().all(|x| x % 4 == 0)
-        && s.buffer.size() % 16 == 0
+        && e.is_multiple_of(4)
+        && [l.offset(), st[0], st[1], st[2]].iter().all(|x| x.is_multiple_of(4))
+        && s.buffer.size().is_multiple_of(16)
 }
 
 /// Records `groups` workgroups of `wg` invocations of kernel `key` (folded past the grid limit).
@@ -547,7 +549,7 @@ pub(crate) fn attention(
     let limit = ctx.limits.max_compute_workgroup_storage_size as usize;
     let rows = b * hq * tq;
     // f16/bf16 rows of even length are written packed by the kernels; others as f32, then cast.
-    let out_dt = if dt != DType::F32 && dv % 2 == 0 { dt } else { DType::F32 };
+    let out_dt = if dt != DType::F32 && dv.is_multiple_of(2) { dt } else { DType::F32 };
     let out = GpuStorage::alloc(ctx, out_dt, rows * dv)?;
     let mut params = vec![0u32; 31];
     params[..9].copy_from_slice(&[
