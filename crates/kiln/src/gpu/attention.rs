@@ -82,8 +82,8 @@ impl FlashConfig {
 /// divides the head size rounded to 16.
 pub(crate) fn flash_config(d: usize, dv: usize, vec: bool, limit: usize) -> Option<FlashConfig> {
     let nv = dv.div_ceil(32).clamp(1, 4);
-    let d4 = d.div_ceil(4) * 4;
-    let d16 = d.div_ceil(16) * 16;
+    let d4 = d.div_ceil(4).max(1) * 4;
+    let d16 = d.div_ceil(16).max(1) * 16;
     let resident = FlashConfig { dp: d4, dc: d4, nv, exact: d == d4, vec };
     let chunked = [64, 32, 16].map(|dc| FlashConfig { dp: d16, dc, nv, exact: d == d16, vec });
     std::iter::once(resident)
@@ -177,9 +177,8 @@ pub(crate) fn flash_source(dt: DType, out: DType, c: FlashConfig) -> String {
         )
     });
     let s_body = format!(
-        "{}{}{}",
+        "{}{}",
         lines(rows.clone(), |i| format!("{ind}let qa{i} = sm[qr{i} + c4]; let ka{i} = sm[kr{i} + c4];")),
-        "",
         lines(rows.clone(), |i| format!(
             "{ind}s{i} += vec4<f32>(dot(qa{i}, ka0), dot(qa{i}, ka1), dot(qa{i}, ka2), dot(qa{i}, ka3));"
         ))

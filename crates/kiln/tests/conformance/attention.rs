@@ -16,7 +16,7 @@ use kiln::{composed, DType, Device, KvCache, Tensor};
 fn ref_sdpa(q: &RefArray, k: &RefArray, v: &RefArray, causal: bool, scale: Option<f64>) -> RefArray {
     let (b, hq, tq, d) = (q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
     let (hkv, tk, dv) = (k.shape[1], k.shape[2], v.shape[3]);
-    let scale = scale.unwrap_or(1.0 / (d as f64).sqrt());
+    let scale = scale.unwrap_or(if d == 0 { 1.0 } else { 1.0 / (d as f64).sqrt() });
     let mut out = vec![0.0; b * hq * tq * dv];
     let mut scores = vec![0.0; tk];
     for bi in 0..b {
@@ -142,8 +142,8 @@ fn sdpa_nan_propagation(dev: &Device) {
 /// Shapes that pick every GPU kernel variant: sequence lengths 1 to 5000, head sizes 64, 128 and odd
 /// ones (40, 80), grouped-query attention (8 query heads over 2), query lengths different from key
 /// lengths, the decode kernel (query length <= 8) with and without split keys, the prefill kernel
-/// with resident and staged queries, split keys and value chunks (dv 256).
-const SHAPES: [Case; 16] = [
+/// with resident and staged queries, split keys and value chunks (dv 256), and head size 0.
+const SHAPES: [Case; 18] = [
     (1, 8, 2, 1, 1, 64, 64, true, None),
     (1, 8, 2, 2, 2, 128, 128, true, None),
     (1, 8, 2, 33, 33, 64, 64, true, None),
@@ -160,6 +160,8 @@ const SHAPES: [Case; 16] = [
     (1, 2, 2, 5, 3, 64, 64, true, None),
     (1, 1, 1, 65, 300, 64, 256, false, None),
     (1, 2, 1, 100, 1000, 128, 128, false, None),
+    (1, 2, 1, 9, 5, 0, 4, false, None),
+    (1, 2, 1, 1, 5, 0, 4, true, None),
 ];
 
 /// Keys and values as a KV cache hands them out: the first `tk` positions of a longer buffer, viewed
