@@ -1,69 +1,141 @@
-// Scaled dot-product attention, one workgroup of 64 per query row, online softmax over key blocks of
-// 64 (flash-attention style, O(d) memory per row). q (b, hq, tq, d), k (b, hkv, tk, d),
-// v (b, hkv, tk, dv) contiguous; output (b, hq, tq, dv) in f32. d, dv <= 256.
-// Params: p[0] rows (b*hq*tq), p[1] hq, p[2] hkv, p[3] tq, p[4] tk, p[5] d, p[6] dv, p[7] scale bits,
-// p[8] causal, p[9..12] q/k/v offsets.
+// Scaled dot-product attention, flash-attention style (prefill). One workgroup of 128 invocations
+// per (batch, query head, block of 64 queries, chunk of up to 128 value columns, split of the keys).
+// It walks its keys in tiles of 32: the scores of the 64x32 tile are computed from query and key
+// chunks of DC head columns staged in workgroup memory (the queries stay resident when DC == DP),
+// masked, turned into probabilities with a running max and sum per query (online softmax) and
+// multiplied into the 64 x DVC output block held in registers. Scores never leave the workgroup;
+// causal tiles past a block's last visible key are never visited.
+//
+// Invocation t owns rows rg + 16i (rg = t / 8, i < 4) of the block, keys kg + 8j (kg = t % 8, j < 4)
+// of each tile and value columns 4(kg + 8n) .. +4 (n < NV) of its chunk: 4x4 scores and 4 x 4NV
+// outputs, with every workgroup-memory read a vec4 that the 8 lanes of a row group share.
+//
+// q (b, hq, tq, d), k (b, hkv, tk, d), v (b, hkv, tk, dv): any strides. Output (b, hq, tq, dv)
+// contiguous through store4 (final), or per split: (max, sum) pairs then unnormalised rows (partial,
+// merged by attention_combine.wgsl).
+// Params: p[0] b, p[1] hq, p[2] hkv, p[3] tq, p[4] tk, p[5] d, p[6] dv, p[7] scale bits, p[8] causal,
+// p[9] query blocks, p[10] value chunks, p[11] splits, p[12] keys per split, p[13] partial,
+// p[14] workgroups, p[15] start of the partial rows, p[16..21] q offset and b/h/t/e strides,
+// p[21..26] the same for k, p[26..31] for v.
 @group(0) @binding(0) var<storage, read_write> dst: array<u32>;
-@group(0) @binding(1) var<storage, read> in0: array<u32>;
-@group(0) @binding(2) var<storage, read> in1: array<u32>;
-@group(0) @binding(3) var<storage, read> in2: array<u32>;
+@group(0) @binding(1) var<storage, read> in0: {{Q_ARRAY}};
+@group(0) @binding(2) var<storage, read> in1: {{K_ARRAY}};
+@group(0) @binding(3) var<storage, read> in2: {{V_ARRAY}};
 @group(1) @binding(0) var<storage, read> p: array<u32, 64>;
 {{PRELUDE}}
 {{LOADERS}}
-var<workgroup> qs: array<f32, 256>;
-var<workgroup> sc: array<f32, 64>;
+{{STORE}}
 
-@compute @workgroup_size(64)
-fn main(@builtin(local_invocation_id) lid3: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+const DC: u32 = {{DC}}u;
+const NCH: u32 = {{NCH}}u;
+const QRES: bool = {{QRES}};
+const EXACT_D: bool = {{EXACT_D}};
+const DVC: u32 = {{DVC}}u;
+// vec4 strides of a staged q/k row, v row and probability row, and the region starts.
+const CS: u32 = {{CS}}u;
+const VS: u32 = {{VS}}u;
+const PS: u32 = 9u;
+const QB: u32 = {{QB}}u;
+const KB: u32 = {{KB}}u;
+const VB: u32 = {{VB}}u;
+const PB: u32 = {{PB}}u;
+const RB: u32 = {{RB}}u;
+var<workgroup> sm: array<vec4<f32>, {{TOTAL}}>;
+
+fn nan4(v: vec4<f32>) -> bool {
+    return any((bitcast<vec4<u32>>(v) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u));
+}
+
+fn max4(v: vec4<f32>) -> f32 { return max(max(v.x, v.y), max(v.z, v.w)); }
+
+// Keys query i may see: all, or j <= i + tk - tq with causal masking.
+fn visible(i: u32, tq: u32, tk: u32, causal: bool) -> u32 {
+    if (!causal) { return tk; }
+    return u32(clamp(i32(i) + 1 + i32(tk) - i32(tq), 0, i32(tk)));
+}
+
+@compute @workgroup_size(128)
+fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nw: vec3<u32>) {
-    let lid = lid3.x;
-    let r = wid.x + wid.y * nw.x;
-    if (r >= p[0]) { return; }
+    let g = wid.x + wid.y * nw.x;
+    if (g >= p[14]) { return; }
     let hq = p[1]; let hkv = p[2]; let tq = p[3]; let tk = p[4]; let d = p[5]; let dv = p[6];
-    let i = r % tq;
-    let h = (r / tq) % hq;
-    let b = r / (tq * hq);
-    let hk = h / (hq / hkv);
-    let qbase = p[9] + r * d;
-    let kbase = p[10] + (b * hkv + hk) * tk * d;
-    let vbase = p[11] + (b * hkv + hk) * tk * dv;
-    let scale = bitcast<f32>(p[7]);
-    for (var c = lid; c < d; c += 64u) { qs[c] = ld0(qbase + c) * scale; }
-    workgroupBarrier();
-    var limit = tk;
-    if (p[8] == 1u) { limit = u32(clamp(i32(i) + i32(tk) - i32(tq) + 1, 0, i32(tk))); }
-    var m = -inf_f32();
-    var l = 0.0;
-    var acc = array<f32, 4>(0.0, 0.0, 0.0, 0.0);
-    for (var kb = 0u; kb < limit; kb += 64u) {
-        let j = kb + lid;
-        var s = -inf_f32();
-        if (j < limit) {
-            s = 0.0;
-            for (var c = 0u; c < d; c++) { s += qs[c] * ld1(kbase + j * d + c); }
+    let scale = bitcast<f32>(p[7]); let causal = p[8] == 1u;
+    let nqb = p[9]; let ndv = p[10]; let nsplit = p[11]; let partial = p[13] == 1u;
+    // The query block varies slowest, last blocks (the most keys under causal masking) first.
+    let inner = p[0] * hq * nsplit * ndv;
+    let qb = nqb - 1u - g / inner;
+    var r = g % inner;
+    let dvc = r % ndv; r /= ndv;
+    let s = r % nsplit; let bh = r / nsplit;
+    let h = bh % hq; let b = bh / hq; let hk = h / (hq / hkv);
+    let q0 = qb * 64u;
+    let kbeg = s * p[12];
+    let kstop = min(kbeg + p[12], tk);
+    let kend = min(kstop, visible(min(q0 + 63u, tq - 1u), tq, tk, causal));
+    if (kbeg >= kend) { return; }
+    // Tiles from j0 on need masking: some key is past the first row's limit or the split's end.
+    let lim_first = min(visible(q0, tq, tk, causal), kstop);
+
+    let qbase = p[16] + b * p[17] + h * p[18]; let qst = p[19]; let qse = p[20];
+    let kbase = p[21] + b * p[22] + hk * p[23]; let kst = p[24]; let kse = p[25];
+    let vbase = p[26] + b * p[27] + hk * p[28]; let vst = p[29]; let vse = p[30];
+    let col0 = dvc * DVC;
+    let rg = t / 8u; let kg = t % 8u;
+{{DECLARE}}
+    if (QRES) {
+        for (var e = t; e < 16u * DC; e += 128u) {
+            let row = e / (DC / 4u); let c4 = e % (DC / 4u);
+            var x = vec4<f32>(0.0);
+            if (q0 + row < tq && (EXACT_D || 4u * c4 < d)) { x = ldq4(qbase + (q0 + row) * qst, 4u * c4, qse, d) * scale; }
+            sm[QB + row * CS + c4] = x;
         }
-        sc[lid] = s;
-        workgroupBarrier();
-        var bm = -inf_f32();
-        for (var t = 0u; t < 64u; t++) { bm = max(bm, sc[t]); }
-        let mn = max(m, bm);
-        let corr = exp(m - mn);
-        l *= corr;
-        for (var c = 0u; c < 4u; c++) { acc[c] *= corr; }
-        let cnt = min(64u, limit - kb);
-        for (var t = 0u; t < cnt; t++) {
-            let w = exp(sc[t] - mn);
-            l += w;
-            for (var c = 0u; c < 4u; c++) {
-                let col = lid + 64u * c;
-                if (col < dv) { acc[c] += w * ld2(vbase + (kb + t) * dv + col); }
+    }
+    for (var j0 = kbeg; j0 < kend; j0 += 32u) {
+        var s0 = vec4<f32>(0.0); var s1 = vec4<f32>(0.0); var s2 = vec4<f32>(0.0); var s3 = vec4<f32>(0.0);
+        for (var ch = 0u; ch < NCH; ch++) {
+            workgroupBarrier();
+            let cb = ch * DC;
+            if (!QRES) {
+                for (var e = t; e < 16u * DC; e += 128u) {
+                    let row = e / (DC / 4u); let c4 = e % (DC / 4u); let c = cb + 4u * c4;
+                    var x = vec4<f32>(0.0);
+                    if (q0 + row < tq && (EXACT_D || c < d)) { x = ldq4(qbase + (q0 + row) * qst, c, qse, d) * scale; }
+                    sm[QB + row * CS + c4] = x;
+                }
+            }
+            for (var e = t; e < 8u * DC; e += 128u) {
+                let key = e / (DC / 4u); let c4 = e % (DC / 4u); let c = cb + 4u * c4;
+                var x = vec4<f32>(0.0);
+                if (j0 + key < kstop && (EXACT_D || c < d)) { x = ldk4(kbase + (j0 + key) * kst, c, kse, d); }
+                sm[KB + key * CS + c4] = x;
+            }
+            workgroupBarrier();
+            for (var c4 = 0u; c4 < DC / 4u; c4++) {
+{{S_BODY}}
             }
         }
-        m = mn;
+        // This tile's values, loaded now so the loads overlap the softmax; stored after the barrier.
+{{V_LOAD}}
+        let masked = j0 + 32u > lim_first;
+{{SOFTMAX_A}}
         workgroupBarrier();
+{{SOFTMAX_B}}
+{{V_STORE}}
+        workgroupBarrier();
+        if (masked) {
+            // A probability of exactly 0 is a masked key: skip it so a NaN value there stays out.
+            for (var j4 = 0u; j4 < 8u; j4++) {
+{{O_BODY_MASKED}}
+            }
+        } else {
+            for (var j4 = 0u; j4 < 8u; j4++) {
+{{O_BODY}}
+            }
+        }
     }
-    for (var c = 0u; c < 4u; c++) {
-        let col = lid + 64u * c;
-        if (col < dv) { dst[r * dv + col] = bitcast<u32>(select(acc[c] / l, 0.0, l == 0.0)); }
-    }
+    // Each invocation summed the probabilities of its own keys: add up the 8 of each row.
+{{SUM_L}}
+    workgroupBarrier();
+{{OUTPUT}}
 }

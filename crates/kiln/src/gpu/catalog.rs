@@ -3,7 +3,7 @@
 
 use super::elementwise::{self as ew, FUNCS};
 use super::elementwise_vec as ewv;
-use super::{index, matmul, nn, reduce, rowwise};
+use super::{attention, index, matmul, nn, reduce, rowwise};
 use crate::op::{BinaryOp, CmpOp, UnaryOp};
 use crate::DType;
 
@@ -113,12 +113,12 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
         push(format!("cumsum:{dt}"), reduce::cumsum_source(dt));
         rowwise::catalog(rowwise::Family::Softmax, dt, &mut push);
         rowwise::catalog(rowwise::Family::Norm, dt, &mut push);
-        push(format!("attention:{dt}"), nn::attention_source(dt));
     }
     for size in [1, 2, 4, 8] {
         push(format!("copy_into:{size}"), index::copy_into_source(size));
     }
     push("fill".into(), index::fill_source());
     push("bandwidth:copy".into(), super::bandwidth::SOURCE.to_string());
+    out.extend(attention::catalog());
     out
 }

@@ -2,6 +2,7 @@
 //! per `.wgsl` file, specialised by text substitution and cached per device), a caching buffer pool
 //! with statistics, batched submission, timestamp profiling and custom kernels.
 
+mod attention;
 mod bandwidth;
 mod catalog;
 mod context;
@@ -276,7 +277,7 @@ impl BackendStorage for GpuStorage {
     fn attention(&self, l: &Layout, k: &Self, kl: &Layout, v: &Self, vl: &Layout, p: AttentionParams) -> Result<Self> {
         self.same_ctx("attention", k)?;
         self.same_ctx("attention", v)?;
-        nn::attention(self, l, k, kl, v, vl, p)
+        attention::attention(self, l, k, kl, v, vl, p)
     }
 
     fn silu_mul(&self, l: &Layout, up: &Self, ul: &Layout) -> Result<Self> {

@@ -1,18 +1,8 @@
-//! Softmax, RMSNorm/LayerNorm (kernels in `rowwise.rs`), RoPE and attention launchers.
+//! Softmax, RMSNorm/LayerNorm (kernels in `rowwise.rs`) and RoPE launchers.
 
 use super::elementwise::{Elementwise, FUNCS};
-use super::kernels::render;
-use super::wgsl::{self, loader, PRELUDE};
 use super::{BackendStorage, GpuStorage};
-use crate::op::AttentionParams;
-use crate::{DType, Error, Layout, Result};
-
-const ATTENTION: &str = include_str!("attention.wgsl");
-
-pub(crate) fn attention_source(dt: DType) -> String {
-    let loaders = loader("ld0", "in0", dt) + &loader("ld1", "in1", dt) + &loader("ld2", "in2", dt);
-    render(ATTENTION, &[("PRELUDE", PRELUDE), ("LOADERS", &loaders)])
-}
+use crate::{Layout, Result};
 
 pub(crate) fn rope_body(interleaved: bool) -> String {
     if interleaved {
@@ -39,21 +29,6 @@ fn rows(s: &GpuStorage, l: &Layout) -> Result<(Option<GpuStorage>, usize, usize,
     } else {
         Ok((Some(s.copy_contiguous(l)?), 0, rows, k))
     }
-}
-
-fn launch(
-    s: &GpuStorage,
-    key: String,
-    src: impl FnOnce() -> String,
-    bufs: &[&wgpu::Buffer],
-    inputs: usize,
-    params: &[u32],
-    groups: usize,
-) -> Result<()> {
-    let ctx = &s.ctx;
-    let kernel = ctx.pipelines.get(ctx, &key, inputs, src)?;
-    let grid = wgsl::grid(groups, 1, ctx.limits.max_compute_workgroups_per_dimension);
-    ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(ctx, &kernel, bufs, params, grid)
 }
 
 pub(crate) fn softmax_last(s: &GpuStorage, l: &Layout, log: bool) -> Result<GpuStorage> {
@@ -100,61 +75,4 @@ pub(crate) fn rope(
         raw: Some(n),
     }
     .run()
-}
-
-pub(crate) fn attention(
-    q: &GpuStorage,
-    ql: &Layout,
-    k: &GpuStorage,
-    kl: &Layout,
-    v: &GpuStorage,
-    vl: &Layout,
-    p: AttentionParams,
-) -> Result<GpuStorage> {
-    let (b, hq, tq, d) = (ql.dims()[0], ql.dims()[1], ql.dims()[2], ql.dims()[3]);
-    let (hkv, tk, dv) = (kl.dims()[1], kl.dims()[2], vl.dims()[3]);
-    if d > 256 || dv > 256 {
-        return Err(Error::Gpu {
-            op: "attention",
-            msg: format!("head sizes up to 256 are supported, got d={d}, dv={dv}"),
-        });
-    }
-    let cont = |s: &GpuStorage, l: &Layout| -> Result<(Option<GpuStorage>, usize)> {
-        if l.is_contiguous() {
-            Ok((None, l.offset()))
-        } else {
-            Ok((Some(s.copy_contiguous(l)?), 0))
-        }
-    };
-    let (qc, qo) = cont(q, ql)?;
-    let (kc, ko) = cont(k, kl)?;
-    let (vc, vo) = cont(v, vl)?;
-    let rows = b * hq * tq;
-    let out = GpuStorage::alloc(&q.ctx, DType::F32, rows * dv)?;
-    let params = [
-        rows as u32,
-        hq as u32,
-        hkv as u32,
-        tq as u32,
-        tk as u32,
-        d as u32,
-        dv as u32,
-        (p.scale as f32).to_bits(),
-        p.causal as u32,
-        qo as u32,
-        ko as u32,
-        vo as u32,
-    ];
-    let dt = q.dtype;
-    let (qs, ks, vs) = (qc.as_ref().unwrap_or(q), kc.as_ref().unwrap_or(k), vc.as_ref().unwrap_or(v));
-    launch(
-        q,
-        format!("attention:{dt}"),
-        || attention_source(dt),
-        &[out.buffer.raw(), qs.buffer.raw(), ks.buffer.raw(), vs.buffer.raw()],
-        3,
-        &params,
-        rows,
-    )?;
-    out.finish(dt)
 }

@@ -11,33 +11,43 @@ use crate::common::*;
 use kiln::{composed, DType, Device, KvCache, Tensor};
 
 /// Reference attention: for each query, the softmax of the scaled scores of its visible keys, then
-/// the weighted sum of values; a query with no visible key gets zeros.
+/// the weighted sum of values; a query with no visible key gets zeros. Flat indexing: the long cases
+/// run it over a million score entries.
 fn ref_sdpa(q: &RefArray, k: &RefArray, v: &RefArray, causal: bool, scale: Option<f64>) -> RefArray {
     let (b, hq, tq, d) = (q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
     let (hkv, tk, dv) = (k.shape[1], k.shape[2], v.shape[3]);
-    let scale = scale.unwrap_or(1.0 / (d as f64).sqrt());
+    let scale = scale.unwrap_or(if d == 0 { 1.0 } else { 1.0 / (d as f64).sqrt() });
     let mut out = vec![0.0; b * hq * tq * dv];
+    let mut scores = vec![0.0; tk];
     for bi in 0..b {
         for h in 0..hq {
             let kh = h / (hq / hkv);
+            let kb = (bi * hkv + kh) * tk;
             for i in 0..tq {
                 let visible = if causal { (i + 1 + tk).saturating_sub(tq).min(tk) } else { tk };
                 if visible == 0 {
                     continue;
                 }
-                let scores: Vec<f64> = (0..visible)
-                    .map(|j| (0..d).map(|e| q.get(&[bi, h, i, e]) * k.get(&[bi, kh, j, e])).sum::<f64>() * scale)
-                    .collect();
-                let m =
-                    scores
-                        .iter()
-                        .fold(f64::NEG_INFINITY, |a, &s| if a.is_nan() || s.is_nan() { f64::NAN } else { a.max(s) });
-                let w: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
-                let sum: f64 = w.iter().sum();
-                for e in 0..dv {
-                    let o = (0..visible).map(|j| w[j] * v.get(&[bi, kh, j, e])).sum::<f64>() / sum;
-                    out[((bi * hq + h) * tq + i) * dv + e] = o;
+                let qr = &q.data[((bi * hq + h) * tq + i) * d..][..d];
+                for (j, s) in scores[..visible].iter_mut().enumerate() {
+                    let kr = &k.data[(kb + j) * d..][..d];
+                    *s = qr.iter().zip(kr).map(|(a, b)| a * b).sum::<f64>() * scale;
                 }
+                let m = scores[..visible].iter().fold(f64::NEG_INFINITY, |a, &s| {
+                    if a.is_nan() || s.is_nan() {
+                        f64::NAN
+                    } else {
+                        a.max(s)
+                    }
+                });
+                let w: Vec<f64> = scores[..visible].iter().map(|s| (s - m).exp()).collect();
+                let sum: f64 = w.iter().sum();
+                let o = &mut out[((bi * hq + h) * tq + i) * dv..][..dv];
+                for (j, &wj) in w.iter().enumerate() {
+                    let vr = &v.data[(kb + j) * dv..][..dv];
+                    o.iter_mut().zip(vr).for_each(|(a, &x)| *a += wj * x);
+                }
+                o.iter_mut().for_each(|a| *a /= sum);
             }
         }
     }
@@ -126,6 +136,113 @@ fn sdpa_nan_propagation(dev: &Device) {
         assert_close(&q.sdpa(&k, &v, true, None).unwrap(), &expected, 8.0, "sdpa nan causal");
         let expected = ref_sdpa(&inp.q, &inp.k, &inp.v, false, None);
         assert_close(&q.sdpa(&k, &v, false, None).unwrap(), &expected, 8.0, "sdpa nan full");
+    }
+}
+
+/// Shapes that pick every GPU kernel variant: sequence lengths 1 to 5000, head sizes 64, 128 and odd
+/// ones (40, 80), grouped-query attention (8 query heads over 2), query lengths different from key
+/// lengths, the decode kernel (query length <= 8) with and without split keys, the prefill kernel
+/// with resident and staged queries, split keys and value chunks (dv 256), and head size 0.
+const SHAPES: [Case; 18] = [
+    (1, 8, 2, 1, 1, 64, 64, true, None),
+    (1, 8, 2, 2, 2, 128, 128, true, None),
+    (1, 8, 2, 33, 33, 64, 64, true, None),
+    (2, 4, 4, 65, 65, 128, 128, false, None),
+    (1, 8, 2, 130, 130, 80, 80, true, None),
+    (1, 2, 1, 40, 130, 40, 40, true, None),
+    (1, 2, 1, 1030, 1030, 64, 64, true, None),
+    (1, 8, 2, 1, 5000, 128, 128, true, None),
+    (1, 4, 4, 1, 5000, 64, 64, false, None),
+    (1, 8, 2, 3, 700, 64, 64, true, None),
+    (1, 2, 1, 8, 300, 80, 80, true, None),
+    (1, 4, 2, 2, 1100, 40, 24, false, Some(0.2)),
+    (1, 2, 1, 70, 20, 64, 64, true, None),
+    (1, 2, 2, 5, 3, 64, 64, true, None),
+    (1, 1, 1, 65, 300, 64, 256, false, None),
+    (1, 2, 1, 100, 1000, 128, 128, false, None),
+    (1, 2, 1, 9, 5, 0, 4, false, None),
+    (1, 2, 1, 1, 5, 0, 4, true, None),
+];
+
+/// Keys and values as a KV cache hands them out: the first `tk` positions of a longer buffer, viewed
+/// from position 3 on (the rest holds NaN, which must stay unread).
+fn cache_view(r: &RefArray, dtype: DType, dev: &Device) -> Tensor {
+    let (b, h, t, e) = (r.shape[0], r.shape[1], r.shape[2], r.shape[3]);
+    let total = t + 3 + 5;
+    let mut stored = vec![f64::NAN; b * h * total * e];
+    for bi in 0..b {
+        for hi in 0..h {
+            for ti in 0..t {
+                for x in 0..e {
+                    stored[((bi * h + hi) * total + ti + 3) * e + x] = r.data[((bi * h + hi) * t + ti) * e + x];
+                }
+            }
+        }
+    }
+    let view = tensor(&stored, &[b, h, total, e], dtype, dev).narrow(2, 3, t).unwrap();
+    assert!(!view.is_contiguous() || b * h == 1);
+    view
+}
+
+fn sdpa_shapes(dev: &Device) {
+    for dtype in supported(dev, &[DType::F32, DType::F16, DType::BF16]) {
+        for (ci, c) in SHAPES.iter().enumerate() {
+            let inp = inputs(c, dtype, 1500 + 10 * ci as u64);
+            let expected = ref_sdpa(&inp.q, &inp.k, &inp.v, c.7, c.8);
+            // Sums of up to 5000 terms in f32: twice the tolerance of the short cases.
+            let ctx = |what: &str| format!("sdpa {c:?} {dtype} {what}");
+            let q = to_tensor(&inp.q, dtype, Layouts::Contiguous, dev);
+            let (k, v) = (
+                to_tensor(&inp.k, dtype, Layouts::Contiguous, dev),
+                to_tensor(&inp.v, dtype, Layouts::Contiguous, dev),
+            );
+            assert_close(&q.sdpa(&k, &v, c.7, c.8).unwrap(), &expected, 16.0, &ctx("contiguous"));
+            let (k, v) = (cache_view(&inp.k, dtype, dev), cache_view(&inp.v, dtype, dev));
+            assert_close(&q.sdpa(&k, &v, c.7, c.8).unwrap(), &expected, 16.0, &ctx("cache views"));
+            if dtype == DType::F32 {
+                // Element-wise loads: every other element of a wider buffer.
+                let (q, k, v) = (
+                    to_tensor(&inp.q, dtype, Layouts::Stepped, dev),
+                    to_tensor(&inp.k, dtype, Layouts::Stepped, dev),
+                    to_tensor(&inp.v, dtype, Layouts::Stepped, dev),
+                );
+                assert_close(&q.sdpa(&k, &v, c.7, c.8).unwrap(), &expected, 16.0, &ctx("stepped"));
+            }
+        }
+    }
+}
+
+/// NaN inputs on the prefill and the split decode paths: a NaN key poisons the queries that see it,
+/// a NaN value likewise (but not the queries that the causal mask hides it from, even when the tile
+/// holding it is shared with queries that do see it), a NaN query only its own row.
+fn sdpa_nan_rows(dev: &Device) {
+    let cases: [(Case, usize, usize, usize); 3] = [
+        ((1, 2, 1, 40, 45, 64, 64, true, None), 20, 30, 3),
+        ((1, 2, 1, 100, 100, 40, 40, true, None), 70, 40, 90),
+        ((1, 8, 2, 1, 600, 64, 64, true, None), 400, 100, 0),
+    ];
+    for dtype in supported(dev, &[DType::F32, DType::F16, DType::BF16]) {
+        for (c, nan_key, nan_value, nan_query) in cases {
+            let (d, dv, tq) = (c.5, c.6, c.3);
+            let mut inp = inputs(&c, dtype, 1900);
+            inp.k.data[nan_key * d + 1] = f64::NAN;
+            inp.v.data[nan_value * dv + 2] = f64::NAN;
+            inp.q.data[(tq + nan_query) * d] = f64::NAN; // head 1
+            for causal in [true, false] {
+                let expected = ref_sdpa(&inp.q, &inp.k, &inp.v, causal, None);
+                assert!(expected.data.iter().any(|v| v.is_nan()));
+                if causal && tq > 1 {
+                    assert!(expected.data.iter().any(|v| !v.is_nan()));
+                }
+                let (q, k, v) = (
+                    to_tensor(&inp.q, dtype, Layouts::Contiguous, dev),
+                    to_tensor(&inp.k, dtype, Layouts::Contiguous, dev),
+                    to_tensor(&inp.v, dtype, Layouts::Contiguous, dev),
+                );
+                let got = q.sdpa(&k, &v, causal, None).unwrap();
+                assert_close(&got, &expected, 16.0, &format!("sdpa nan {c:?} causal {causal} {dtype}"));
+            }
+        }
     }
 }
 
@@ -277,7 +394,9 @@ fn kv_cache_errors(dev: &Device) {
 
 backend_tests!(
     sdpa_matches_reference,
+    sdpa_shapes,
     sdpa_nan_propagation,
+    sdpa_nan_rows,
     sdpa_errors,
     fused_matches_composed_sdpa,
     kv_cache_decode_equals_full_attention,

@@ -1,0 +1,89 @@
+// Merges the per-split partial rows of split-K attention (attention.wgsl, attention_decode.wgsl):
+// for output row r, split s holds (max m, sum l) at words 2(r * splits + s) and the unnormalised
+// value sums from p[7] + (r * splits + s) * dv. The result is sum_s e^(m_s - M) acc_s / sum_s
+// e^(m_s - M) l_s with M the largest m_s; only the splits holding a key the row may see are read.
+//
+// One workgroup of 64 per row: invocation t takes column quad t % Q (Q = p[8] quads per row) and the
+// splits s = t / Q, s + L, ... (L = 64 / Q lanes), four at a time so their loads are in flight
+// together, keeping a running (max, sum, values); then the L lanes of each quad are merged.
+// Params: p[0] rows, p[1] dv, p[2] splits, p[3] keys per split, p[4] tq, p[5] tk, p[6] causal,
+// p[7] start of the partial rows, p[8] column quads per row (<= 64).
+@group(0) @binding(0) var<storage, read_write> dst: array<u32>;
+@group(0) @binding(1) var<storage, read> in0: array<u32>;
+@group(1) @binding(0) var<storage, read> p: array<u32, 64>;
+{{PRELUDE}}
+{{STORE}}
+
+var<workgroup> part: array<vec4<f32>, 64>;
+var<workgroup> ml: array<vec2<f32>, 64>;
+
+fn visible(i: u32, tq: u32, tk: u32, causal: bool) -> u32 {
+    if (!causal) { return tk; }
+    return u32(clamp(i32(i) + 1 + i32(tk) - i32(tq), 0, i32(tk)));
+}
+
+// Folds split `s` (when `s < ns`) of row `row` into the running (m, l, o).
+struct Acc { m: f32, l: f32, o: vec4<f32>, bad: bool }
+
+fn fold(a: Acc, m: f32, l: f32, o: vec4<f32>) -> Acc {
+    var r = a;
+    r.bad = r.bad || is_nan(m);
+    if (!(m > -inf_f32())) { return r; }
+    if (m > r.m) {
+        let f = exp(r.m - m);
+        r.l *= f; r.o *= f; r.m = m;
+    }
+    let w = exp(m - r.m);
+    r.l += w * l; r.o += w * o;
+    return r;
+}
+
+@compute @workgroup_size(64)
+fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nw: vec3<u32>) {
+    let row = wid.x + wid.y * nw.x;
+    if (row >= p[0]) { return; }
+    let dv = p[1]; let nsplit = p[2]; let nq = p[8];
+    let lanes = 64u / nq;
+    let q = t % nq; let lane = t / nq;
+    let c = 4u * q;
+    let n = min(4u, dv - c);
+    let vis = visible(row % p[4], p[4], p[5], p[6] == 1u);
+    let ns = min(nsplit, (vis + p[3] - 1u) / p[3]);
+    var a = Acc(-inf_f32(), 0.0, vec4<f32>(0.0), false);
+    if (lane < lanes) {
+        for (var s = lane; s < ns; s += 4u * lanes) {
+            var mv = vec4<f32>(-inf_f32()); var lv = vec4<f32>(0.0);
+            var o0 = vec4<f32>(0.0); var o1 = vec4<f32>(0.0); var o2 = vec4<f32>(0.0); var o3 = vec4<f32>(0.0);
+            for (var u = 0u; u < 4u; u++) {
+                let su = s + u * lanes;
+                if (su < ns) {
+                    let pr = row * nsplit + su;
+                    mv[u] = bitcast<f32>(in0[2u * pr]);
+                    lv[u] = bitcast<f32>(in0[2u * pr + 1u]);
+                    var x = vec4<f32>(0.0);
+                    for (var k = 0u; k < n; k++) { x[k] = bitcast<f32>(in0[p[7] + pr * dv + c + k]); }
+                    if (u == 0u) { o0 = x; } else if (u == 1u) { o1 = x; } else if (u == 2u) { o2 = x; } else { o3 = x; }
+                }
+            }
+            a = fold(a, mv.x, lv.x, o0);
+            a = fold(a, mv.y, lv.y, o1);
+            a = fold(a, mv.z, lv.z, o2);
+            a = fold(a, mv.w, lv.w, o3);
+        }
+    }
+    part[t] = a.o;
+    ml[t] = vec2<f32>(select(a.m, nan_f32(), a.bad), a.l);
+    workgroupBarrier();
+    if (lane == 0u) {
+        var b = Acc(-inf_f32(), 0.0, vec4<f32>(0.0), false);
+        for (var k = 0u; k < lanes; k++) { let e = ml[k * nq + q]; b = fold(b, e.x, e.y, part[k * nq + q]); }
+        var out = b.o / b.l;
+        if (b.bad) {
+            out = vec4<f32>(nan_f32());
+        } else if (b.l == 0.0) {
+            out = select(vec4<f32>(0.0), vec4<f32>(nan_f32()), vis > 0u);
+        }
+        store4(row * dv + c, out, n);
+    }
+}

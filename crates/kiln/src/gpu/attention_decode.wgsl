@@ -1,0 +1,115 @@
+// Scaled dot-product attention for short query lengths (decode): split-K over the keys. One
+// workgroup of 128 invocations per (batch, key/value head, chunk of R query rows, split of the keys);
+// the R rows are the query heads that share the key/value head (grouped-query attention) times the
+// queries, so each key and value is read once for all of them.
+//
+// Invocation t is key slot t / 8 (16 slots) and column group cg = t % 8. Each step takes 16 keys, one
+// per slot: the 8 invocations of a slot read interleaved 4-element granules cg + 8n of its key and of
+// its value row (8 lanes cover 128 contiguous bytes of f32), the partial dot products with the
+// resident queries go through workgroup memory to be summed, and each invocation keeps its own
+// running max, sum and weighted value sum (online softmax) for its 4NV value columns. At the end the
+// 16 slots are merged in workgroup memory and the rows written: final rows when there is one split,
+// else (max, sum) and unnormalised rows for attention_combine.wgsl.
+//
+// Params: p[0] b, p[1] hq, p[2] hkv, p[3] tq, p[4] tk, p[5] d, p[6] dv, p[7] scale bits, p[8] causal,
+// p[9] row chunks per head, p[11] splits, p[12] keys per split, p[13] partial, p[14] workgroups,
+// p[15] start of the partial rows, p[16..21] q offset and b/h/t/e strides, p[21..26] the same for k,
+// p[26..31] for v.
+@group(0) @binding(0) var<storage, read_write> dst: array<u32>;
+@group(0) @binding(1) var<storage, read> in0: array<u32>;
+@group(0) @binding(2) var<storage, read> in1: {{KV_ARRAY}};
+@group(0) @binding(3) var<storage, read> in2: {{KV_ARRAY}};
+@group(1) @binding(0) var<storage, read> p: array<u32, 64>;
+{{PRELUDE}}
+{{LOADERS}}
+{{STORE}}
+
+const R: u32 = {{R}}u;
+const RR: u32 = {{RR}}u;
+const DP4: u32 = {{DP4}}u;
+const DV4: u32 = {{DV4}}u;
+const EXACT_D: bool = {{EXACT_D}};
+// Regions (vec4): the queries and the partial dot products while walking the keys; the slots'
+// (max, sum) and their value sums at the end.
+const QB: u32 = 0u;
+const PB: u32 = R * DP4;
+const MB: u32 = 0u;
+const SB: u32 = 16u * R;
+var<workgroup> sm: array<vec4<f32>, {{TOTAL}}>;
+
+fn visible(i: u32, tq: u32, tk: u32, causal: bool) -> u32 {
+    if (!causal) { return tk; }
+    return u32(clamp(i32(i) + 1 + i32(tk) - i32(tq), 0, i32(tk)));
+}
+
+fn finish(o: vec4<f32>, l: f32, bad: bool, vis: u32) -> vec4<f32> {
+    if (bad) { return vec4<f32>(nan_f32()); }
+    if (l == 0.0) { return select(vec4<f32>(0.0), vec4<f32>(nan_f32()), vis > 0u); }
+    return o / l;
+}
+
+@compute @workgroup_size(128)
+fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(num_workgroups) nw: vec3<u32>) {
+    let g = wid.x + wid.y * nw.x;
+    if (g >= p[14]) { return; }
+    let hq = p[1]; let hkv = p[2]; let tq = p[3]; let tk = p[4]; let d = p[5]; let dv = p[6];
+    let scale = bitcast<f32>(p[7]); let causal = p[8] == 1u;
+    let nrc = p[9]; let nsplit = p[11]; let partial = p[13] == 1u;
+    // Row chunks of one key/value head and split are neighbours, so the second reads hit L2.
+    let rc = g % nrc;
+    var r = g / nrc;
+    let s = r % nsplit; r /= nsplit;
+    let hk = r % hkv; let b = r / hkv;
+    let group = hq / hkv;
+    let kbeg = s * p[12];
+    let kstop = min(kbeg + p[12], tk);
+    // Row x of this chunk is query i of head hk * group + x / tq; rows past the group are idle.
+    var lim: array<u32, R>;
+    var kend = 0u;
+    for (var x = 0u; x < R; x++) {
+        let gr = rc * R + x;
+        lim[x] = 0u;
+        if (gr < group * tq) { lim[x] = min(visible(gr % tq, tq, tk, causal), kstop); }
+        kend = max(kend, lim[x]);
+    }
+    if (kbeg >= kend) { return; }
+
+    let kbase = p[21] + b * p[22] + hk * p[23]; let kst = p[24]; let kse = p[25];
+    let vbase = p[26] + b * p[27] + hk * p[28]; let vst = p[29]; let vse = p[30];
+    for (var e = t; e < R * DP4 * 4u; e += 128u) {
+        let x = e / (DP4 * 4u); let c = e % (DP4 * 4u);
+        let gr = rc * R + x;
+        var q = 0.0;
+        if (gr < group * tq && (EXACT_D || c < d)) {
+            let h = hk * group + gr / tq;
+            q = ld0(p[16] + b * p[17] + h * p[18] + (gr % tq) * p[19] + c * p[20]) * scale;
+        }
+        sm[QB + x * DP4 + c / 4u][c % 4u] = q;
+    }
+    workgroupBarrier();
+    let slot = t / 8u; let cg = t % 8u;
+{{DECLARE}}
+    var buf = 0u;
+    for (var j0 = kbeg; j0 < kend; j0 += 16u) {
+        let key = j0 + slot;
+        let kin = key < kend;
+{{LOAD}}
+{{PARTIAL_DOTS}}
+        workgroupBarrier();
+{{UPDATE}}
+        buf = 1u - buf;
+    }
+    // Merge the 16 slots: every invocation rescales its sums to the rows' common max, then the
+    // value sums are added up through workgroup memory, RR rows at a time.
+    workgroupBarrier();
+    if (cg == 0u) {
+{{WRITE_ML}}
+    }
+    workgroupBarrier();
+    var mx: array<f32, R>;
+    var lsum: array<f32, R>;
+    var bad: array<bool, R>;
+{{MERGE_ML}}
+{{ROUNDS}}
+}
