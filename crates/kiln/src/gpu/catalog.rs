@@ -63,8 +63,8 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
             push(format!("reduce:{}:{dt}", op.name()), reduce::reduce_source(op, dt));
         }
         push(format!("cumsum:{dt}"), reduce::cumsum_source(dt));
-        if dt != DType::Bool {
-            push(format!("matmul:{dt}"), matmul::source(dt));
+        for (name, src) in matmul::variants(dt) {
+            push(name, src);
         }
     }
     for dt in FLOATS {
@@ -83,5 +83,6 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
         push(format!("copy_into:{size}"), index::copy_into_source(size));
     }
     push("fill".into(), index::fill_source());
+    push("matmul_splitk".into(), matmul::splitk_source());
     out
 }

@@ -2,6 +2,7 @@
 //! per `.wgsl` file, specialised by text substitution and cached per device), a caching buffer pool
 //! with statistics, batched submission, timestamp profiling and custom kernels.
 
+pub(crate) mod autotune;
 mod catalog;
 mod context;
 mod custom;
@@ -10,6 +11,9 @@ mod exec;
 mod index;
 mod kernels;
 mod matmul;
+mod matmul_plan;
+mod matmul_skinny;
+mod matmul_tiled;
 mod nn;
 mod pool;
 mod profile;
@@ -18,6 +22,8 @@ mod transfer;
 pub use catalog::kernel_catalog;
 mod wgsl;
 
+#[cfg(test)]
+mod matmul_tests;
 #[cfg(test)]
 mod tests;
 
