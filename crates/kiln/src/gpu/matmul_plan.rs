@@ -73,8 +73,9 @@ fn tiles(p: &Problem, t: &Tile) -> usize {
 
 /// The plan without autotune. Integers: naive. Up to 64 rows: skinny (streams B once); else up to
 /// 64 columns: skinny on the transposed problem. Otherwise tiled: 128x128 when that gives at least
-/// 192 tiles (one full wave of 2 per SM on an H200 and more), else 128x64 likewise, else 64x64 with
-/// K split until about 256 workgroups run. Tiles the adapter cannot run are skipped; naive if none fit.
+/// 192 tiles (about a full wave on an H200's 132 SMs, and more), else its 8-deep variant where only
+/// that fits the adapter, else 128x64 likewise, else 64x64 with K split until about 256 workgroups
+/// run. Tiles the adapter cannot run are skipped; naive if none fit.
 pub(crate) fn heuristic(p: &Problem, limits: &wgpu::Limits) -> Plan {
     if !is_float(p.dt) {
         return Plan::NAIVE;
@@ -86,9 +87,11 @@ pub(crate) fn heuristic(p: &Problem, limits: &wgpu::Limits) -> Plan {
         return Plan::skinny(true, 0);
     }
     let fit: Vec<Tile> = TILES.iter().copied().filter(|t| t.fits(limits)).collect();
-    for t in &fit[..fit.len().min(2)] {
-        if t.bm == 128 && tiles(p, t) >= TILES_ENOUGH {
-            return Plan::tiled(*t, 1);
+    for name in ["128x128", "128x128k8", "128x64"] {
+        if let Some(t) = fit.iter().find(|t| t.name == name) {
+            if tiles(p, t) >= TILES_ENOUGH {
+                return Plan::tiled(*t, 1);
+            }
         }
     }
     match fit.iter().find(|t| t.name == "64x64").or(fit.last()) {
@@ -190,6 +193,52 @@ pub(crate) fn tune_key(p: &Problem) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{DType, Layout};
+
+    fn problem(dt: DType, m: usize, k: usize, n: usize) -> Problem {
+        Problem::new(dt, &Layout::contiguous([m, k]), &Layout::contiguous([k, n])).unwrap()
+    }
+
+    fn limits(workgroup_bytes: u32) -> wgpu::Limits {
+        wgpu::Limits { max_compute_workgroup_storage_size: workgroup_bytes, ..wgpu::Limits::default() }
+    }
+
+    #[test]
+    fn heuristic_choices() {
+        let h200 = limits(48 << 10);
+        let name = |p: Plan| p.encode();
+        assert_eq!(name(heuristic(&problem(DType::F32, 4096, 4096, 4096), &h200)), "tiled:128x128:s1");
+        assert_eq!(name(heuristic(&problem(DType::F32, 2048, 2048, 2048), &h200)), "tiled:128x128:s1");
+        assert_eq!(name(heuristic(&problem(DType::F32, 1024, 1024, 1024), &h200)), "tiled:64x64:s0");
+        assert_eq!(name(heuristic(&problem(DType::F16, 1, 4096, 4096), &h200)), "skinny:s0");
+        assert_eq!(name(heuristic(&problem(DType::F32, 64, 4096, 11008), &h200)), "skinny:s0");
+        assert_eq!(name(heuristic(&problem(DType::BF16, 4096, 4096, 3), &h200)), "skinny:s0:t");
+        assert_eq!(name(heuristic(&problem(DType::I32, 4096, 4096, 4096), &h200)), "naive:s1");
+        // Apple's 32 KiB still takes the largest tile; WebGPU's default 16 KiB the 8-deep one.
+        assert_eq!(name(heuristic(&problem(DType::F32, 4096, 4096, 4096), &limits(32 << 10))), "tiled:128x128:s1");
+        assert_eq!(name(heuristic(&problem(DType::F32, 4096, 4096, 4096), &limits(16 << 10))), "tiled:128x128k8:s1");
+        assert_eq!(name(heuristic(&problem(DType::F32, 4096, 4096, 4096), &limits(4 << 10))), "naive:s1");
+    }
+
+    #[test]
+    fn splits_fill_the_gpu_within_bounds() {
+        let h200 = limits(48 << 10);
+        // 1 x 4096 @ 4096 x 4096: 16 column blocks, split 64 ways into 1024 workgroups.
+        let p = problem(DType::F32, 1, 4096, 4096);
+        assert_eq!(chunking(&p, &heuristic(&p, &h200)), (64, 64));
+        // Split-K of a few big tiles; huge K keeps every loop under lavapipe's cap.
+        let p = problem(DType::F32, 128, 1 << 20, 128);
+        let (chunk, splits) = chunking(&p, &Plan::tiled(TILES[0], 0));
+        assert!(chunk % 16 == 0 && chunk / 16 <= 32768 && splits * chunk >= p.k && splits > 1, "{chunk} {splits}");
+        let (chunk, splits) = chunking(&p, &Plan::skinny(false, 1));
+        assert!(chunk / 16 <= 32768 && (splits - 1) * chunk < p.k, "{chunk} {splits}");
+        assert_eq!(chunking(&p, &Plan::NAIVE), (1 << 20, 1));
+        // Candidates are distinct and include the heuristic's choice.
+        let p = problem(DType::F32, 300, 500, 40);
+        let c = candidates(&p, &h200);
+        assert_eq!(c[0], heuristic(&p, &h200));
+        assert!(c.contains(&Plan::NAIVE) && c.iter().any(|p| p.swap));
+    }
 
     #[test]
     fn plans_round_trip() {

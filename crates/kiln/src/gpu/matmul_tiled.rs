@@ -23,9 +23,12 @@ pub(crate) struct Tile {
 }
 
 /// Every configuration, largest first. The heuristic and autotune choose among those that fit the
-/// adapter's workgroup limits (the largest needs 32 KiB of workgroup memory, Apple's limit).
-pub(crate) const TILES: [Tile; 5] = [
+/// adapter's workgroup limits (the largest needs 32 KiB of workgroup memory, Apple's limit). The
+/// 8-deep 128x128 variant halves the workgroup memory and the registers holding the next slice, at
+/// twice the barriers: an autotune candidate.
+pub(crate) const TILES: [Tile; 6] = [
     Tile { name: "128x128", bm: 128, bn: 128, bk: 16, tm: 8, tn: 8 },
+    Tile { name: "128x128k8", bm: 128, bn: 128, bk: 8, tm: 8, tn: 8 },
     Tile { name: "128x64", bm: 128, bn: 64, bk: 16, tm: 8, tn: 8 },
     Tile { name: "64x64", bm: 64, bn: 64, bk: 16, tm: 8, tn: 8 },
     Tile { name: "64x64t4", bm: 64, bn: 64, bk: 16, tm: 4, tn: 4 },
