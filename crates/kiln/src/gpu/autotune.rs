@@ -94,7 +94,8 @@ fn caches() -> MutexGuard<'static, HashMap<Option<PathBuf>, TuneCache>> {
 /// The cached winner for `key`.
 pub(crate) fn lookup(path: Option<&Path>, key: &str) -> Option<String> {
     let mut caches = caches();
-    let cache = caches.entry(path.map(Path::to_path_buf)).or_insert_with(|| path.map(TuneCache::load).unwrap_or_default());
+    let cache =
+        caches.entry(path.map(Path::to_path_buf)).or_insert_with(|| path.map(TuneCache::load).unwrap_or_default());
     cache.get(key).cloned()
 }
 

@@ -89,9 +89,7 @@ impl Mode {
 pub(crate) fn vec_loader(name: &str, buf: &str, dt: DType) -> String {
     let body = match dt {
         DType::F32 => format!("return {buf}[e >> 2u];"),
-        DType::F16 => format!(
-            "let w = {buf}[e >> 2u]; return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));"
-        ),
+        DType::F16 => format!("let w = {buf}[e >> 2u]; return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));"),
         DType::BF16 => format!(
             "let w = {buf}[e >> 2u]; return vec4<f32>(bitcast<f32>(w.x << 16u), bitcast<f32>(w.x & 0xffff0000u), \
              bitcast<f32>(w.y << 16u), bitcast<f32>(w.y & 0xffff0000u));"
@@ -119,7 +117,7 @@ pub(crate) struct Operand {
 impl Operand {
     /// How a kernel loads it.
     pub(crate) fn mode(&self) -> Mode {
-        let aligned = |other: usize| self.off % 4 == 0 && other % 4 == 0 && self.batch.iter().all(|s| s % 4 == 0);
+        let aligned = |other: usize| [self.off, other].iter().chain(&self.batch).all(|s| s.is_multiple_of(4));
         if self.sk == 1 && aligned(self.so) {
             Mode::K4
         } else if self.so == 1 && aligned(self.sk) {

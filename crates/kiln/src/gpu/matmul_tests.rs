@@ -52,7 +52,14 @@ struct Mat {
     vals: Vec<f64>,
 }
 
-fn mat(c: &Arc<GpuContext>, dt: DType, batch: usize, rows: usize, cols: usize, lay: Lay, bcast: bool, seed: u64) -> Mat {
+fn mat(
+    c: &Arc<GpuContext>,
+    dt: DType,
+    (batch, rows, cols): (usize, usize, usize),
+    lay: Lay,
+    bcast: bool,
+    seed: u64,
+) -> Mat {
     let pad = |x: usize| x.div_ceil(4) * 4;
     let (off, rs, cs, per) = match lay {
         Lay::Rows => (0, pad(cols), 1, pad(cols) * rows),
@@ -125,8 +132,8 @@ fn every_tile_with_every_load_mode() {
         let mut seen = Vec::new();
         for la in LAYS {
             for lb in LAYS {
-                let a = mat(&c, DType::F32, 1, m, k, la, false, 1);
-                let b = mat(&c, DType::F32, 1, k, n, lb, false, 2);
+                let a = mat(&c, DType::F32, (1, m, k), la, false, 1);
+                let b = mat(&c, DType::F32, (1, k, n), lb, false, 2);
                 seen.push(modes(&a, &b, DType::F32));
                 check(&a, &b, DType::F32, Choice::Force(Plan::tiled(*t, 1)), &format!("{} {la:?} {lb:?}", t.name));
             }
@@ -145,24 +152,24 @@ fn tiles_on_odd_shapes_splits_batches_and_half_types() {
     let shapes = [(1, 1, 1), (7, 13, 5), (65, 129, 67), (130, 257, 70)];
     for t in TILES.iter().filter(|t| t.fits(&c.limits)) {
         for (i, &(m, k, n)) in shapes.iter().enumerate() {
-            let a = mat(&c, DType::F32, 1, m, k, LAYS[i % 4], false, 3);
-            let b = mat(&c, DType::F32, 1, k, n, LAYS[(i + 1) % 4], false, 4);
+            let a = mat(&c, DType::F32, (1, m, k), LAYS[i % 4], false, 3);
+            let b = mat(&c, DType::F32, (1, k, n), LAYS[(i + 1) % 4], false, 4);
             for splits in [1, 3] {
                 let plan = Plan::tiled(*t, splits);
                 check(&a, &b, DType::F32, Choice::Force(plan), &format!("{} {m}x{k}x{n} s{splits}", t.name));
             }
         }
         // Batched, with B broadcast over the batch, and transposed (C^T = B^T A^T).
-        let a = mat(&c, DType::F32, 3, 33, 20, Lay::Rows, false, 5);
-        let b = mat(&c, DType::F32, 3, 20, 41, Lay::ColsOdd, true, 6);
+        let a = mat(&c, DType::F32, (3, 33, 20), Lay::Rows, false, 5);
+        let b = mat(&c, DType::F32, (3, 20, 41), Lay::ColsOdd, true, 6);
         for swap in [false, true] {
             let plan = Plan { kernel: Kernel::Tiled(*t), swap, splits: 2 };
             check(&a, &b, DType::F32, Choice::Force(plan), &format!("{} batched swap={swap}", t.name));
         }
         for dt in [DType::F16, DType::BF16] {
             for (la, lb) in [(Lay::Rows, Lay::Rows), (Lay::Cols, Lay::Cols), (Lay::RowsOdd, Lay::ColsOdd)] {
-                let a = mat(&c, dt, 2, 37, 45, la, false, 7);
-                let b = mat(&c, dt, 2, 45, 19, lb, false, 8);
+                let a = mat(&c, dt, (2, 37, 45), la, false, 7);
+                let b = mat(&c, dt, (2, 45, 19), lb, false, 8);
                 check(&a, &b, dt, Choice::Force(Plan::tiled(*t, 1)), &format!("{} {dt} {la:?} {lb:?}", t.name));
             }
         }
@@ -177,8 +184,8 @@ fn every_skinny_variant() {
         for la in [Lay::Rows, Lay::RowsOdd] {
             for lb in LAYS {
                 let (k, n) = if i % 2 == 0 { (301, 37) } else { (37, 301) };
-                let a = mat(&c, DType::F32, 1, m, k, la, false, 9 + i as u64);
-                let b = mat(&c, DType::F32, 1, k, n, lb, false, 10);
+                let a = mat(&c, DType::F32, (1, m, k), la, false, 9 + i as u64);
+                let b = mat(&c, DType::F32, (1, k, n), lb, false, 10);
                 let p = Problem::new(DType::F32, &a.layout, &b.layout).unwrap();
                 seen.push(Skinny::for_problem(&p));
                 for splits in [0, 1, 5] {
@@ -193,14 +200,14 @@ fn every_skinny_variant() {
     }
     for dt in [DType::F16, DType::BF16] {
         for (la, lb) in [(Lay::Rows, Lay::Rows), (Lay::Rows, Lay::Cols), (Lay::RowsOdd, Lay::ColsOdd)] {
-            let a = mat(&c, dt, 3, 3, 130, la, false, 11);
-            let b = mat(&c, dt, 3, 130, 9, lb, true, 12);
+            let a = mat(&c, dt, (3, 3, 130), la, false, 11);
+            let b = mat(&c, dt, (3, 130, 9), lb, true, 12);
             check(&a, &b, dt, Choice::Force(Plan::skinny(false, 0)), &format!("skinny {dt} {la:?} {lb:?}"));
         }
     }
     // Few columns, many rows: the transposed problem.
-    let a = mat(&c, DType::F32, 2, 150, 70, Lay::Rows, false, 13);
-    let b = mat(&c, DType::F32, 2, 70, 3, Lay::Cols, false, 14);
+    let a = mat(&c, DType::F32, (2, 150, 70), Lay::Rows, false, 13);
+    let b = mat(&c, DType::F32, (2, 70, 3), Lay::Cols, false, 14);
     for splits in [0, 1, 2] {
         check(&a, &b, DType::F32, Choice::Force(Plan::skinny(true, splits)), &format!("skinny transposed s{splits}"));
     }
@@ -209,16 +216,16 @@ fn every_skinny_variant() {
 #[test]
 fn naive_and_the_heuristic() {
     let Some(c) = ctx() else { return };
-    let a = mat(&c, DType::F32, 2, 21, 34, Lay::ColsOdd, false, 15);
-    let b = mat(&c, DType::F32, 2, 34, 17, Lay::Rows, false, 16);
+    let a = mat(&c, DType::F32, (2, 21, 34), Lay::ColsOdd, false, 15);
+    let b = mat(&c, DType::F32, (2, 34, 17), Lay::Rows, false, 16);
     for swap in [false, true] {
         let plan = Plan { swap, ..Plan::NAIVE };
         check(&a, &b, DType::F32, Choice::Force(plan), &format!("naive swap={swap}"));
     }
     check(&a, &b, DType::F32, Choice::Heuristic, "heuristic");
     // Integers take the naive kernel whatever the plan says.
-    let a = mat(&c, DType::I32, 1, 9, 70, Lay::Rows, false, 17);
-    let b = mat(&c, DType::I32, 1, 70, 5, Lay::Cols, false, 18);
+    let a = mat(&c, DType::I32, (1, 9, 70), Lay::Rows, false, 17);
+    let b = mat(&c, DType::I32, (1, 70, 5), Lay::Cols, false, 18);
     check(&a, &b, DType::I32, Choice::Force(Plan::tiled(TILES[4], 2)), "i32 forced tiled");
 }
 
@@ -228,8 +235,8 @@ fn autotune_picks_a_correct_plan_and_writes_its_cache() {
     let dir = std::env::temp_dir().join(format!("kiln-matmul-autotune-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let path = dir.join("autotune-v1.json");
-    let a = mat(&c, DType::F32, 1, 70, 50, Lay::Rows, false, 19);
-    let b = mat(&c, DType::F32, 1, 50, 90, Lay::Rows, false, 20);
+    let a = mat(&c, DType::F32, (1, 70, 50), Lay::Rows, false, 19);
+    let b = mat(&c, DType::F32, (1, 50, 90), Lay::Rows, false, 20);
     check(&a, &b, DType::F32, Choice::Tune(Some(path.clone())), "autotuned");
     let cache = super::autotune::TuneCache::load(&path);
     let p = Problem::new(DType::F32, &a.layout, &b.layout).unwrap();

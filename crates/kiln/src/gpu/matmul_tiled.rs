@@ -196,22 +196,14 @@ fn side_code(tile: &Tile, s: &Side, setup: &mut String, load: &mut String, st0: 
             Mode::K1 => {
                 let parts: Vec<String> = (0..4)
                     .map(|j| {
-                        format!(
-                            "select(0.0, {ld}({x}a{c} + (k + {j}u) * {sk}), ok && k + {j}u < kend)",
-                            ld = s.ld
-                        )
+                        format!("select(0.0, {ld}({x}a{c} + (k + {j}u) * {sk}), ok && k + {j}u < kend)", ld = s.ld)
                     })
                     .collect();
                 format!("let k = kt + {x}k{c}; let ok = {x}g{c} < {ext}; {x}r{c} = vec4<f32>({});", parts.join(", "))
             }
             Mode::O1 => {
                 let parts: Vec<String> = (0..4)
-                    .map(|j| {
-                        format!(
-                            "select(0.0, {ld}(e + {j}u * {so}), ok && {x}g{c} + {j}u < {ext})",
-                            ld = s.ld
-                        )
-                    })
+                    .map(|j| format!("select(0.0, {ld}(e + {j}u * {so}), ok && {x}g{c} + {j}u < {ext})", ld = s.ld))
                     .collect();
                 format!(
                     "let k = kt + {x}k{c}; let ok = k < kend; let e = {x}a{c} + k * {sk}; {x}r{c} = vec4<f32>({});",

@@ -102,8 +102,7 @@ fn matmul_large(dev: &Device) {
 /// not multiples of 4, in transposed and strided layouts, f32 and the half types.
 fn matmul_tile_edges(dev: &Device) {
     use Layouts::{Contiguous as C, Stepped as S, Transposed as T};
-    let sizes =
-        [(1, 301, 37), (2, 37, 301), (13, 130, 67), (64, 67, 130), (65, 129, 67), (130, 70, 257), (300, 33, 5)];
+    let sizes = [(1, 301, 37), (2, 37, 301), (13, 130, 67), (64, 67, 130), (65, 129, 67), (130, 70, 257), (300, 33, 5)];
     let mut seed = 700;
     // The CPU's f16 product of few rows (gemm's f16 path) loses accuracy beyond these tolerances
     // ((1, 301) @ (301, 37) is off by 0.08): f16 is checked on the GPU only until that is fixed.
