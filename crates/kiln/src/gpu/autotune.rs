@@ -4,8 +4,9 @@
 //! name, driver and the kernel's bucket key. Off by default, so tests and normal use take each op's
 //! fixed heuristic; on with `KILN_AUTOTUNE=1` or `Device::set_autotune(true)` (`kiln bench`).
 //!
-//! Timing: a warm-up run (which also compiles), then the best of a few runs, each recorded and
-//! waited for between `synchronize`s. A candidate that fails (compile error, limits) is skipped.
+//! Timing: a warm-up run (which also compiles), then the best of a few measurements between
+//! `synchronize`s (host wall time, several runs per measurement for short kernels). A candidate
+//! that fails (compile error, limits) is skipped.
 
 use super::context::GpuContext;
 use crate::Result;
@@ -116,22 +117,27 @@ pub(crate) fn session() -> MutexGuard<'static, ()> {
     S.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The best wall time in seconds of `runs` runs of `record` (which records GPU work), each waited
-/// for, after one warm-up run. Stops early once a run takes longer than `cutoff` seconds.
+/// The best time in seconds of one run of `record` (which records GPU work): after a warm-up run
+/// (which also compiles), `runs` measurements, each of enough runs back to back (up to 64) to take
+/// about 2 ms between `synchronize`s, so that submitting and waiting do not swamp short kernels.
+/// Stops early once a measurement exceeds `cutoff` seconds per run.
 pub(crate) fn time(ctx: &GpuContext, runs: usize, cutoff: f64, mut record: impl FnMut() -> Result<()>) -> Result<f64> {
-    let sync = || ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).synchronize(ctx);
-    record()?;
-    sync()?;
-    let mut best = f64::INFINITY;
-    for _ in 0..runs.max(1) {
+    let mut measure = |reps: usize| -> Result<f64> {
         let start = Instant::now();
-        record()?;
-        sync()?;
-        let t = start.elapsed().as_secs_f64();
-        best = best.min(t);
-        if t > cutoff {
+        for _ in 0..reps {
+            record()?;
+        }
+        ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).synchronize(ctx)?;
+        Ok(start.elapsed().as_secs_f64() / reps as f64)
+    };
+    measure(1)?;
+    let mut best = measure(1)?;
+    let reps = ((2e-3 / best).ceil() as usize).clamp(1, 64);
+    for _ in 0..runs {
+        if best > cutoff {
             break;
         }
+        best = best.min(measure(reps)?);
     }
     Ok(best)
 }

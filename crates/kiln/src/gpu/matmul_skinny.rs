@@ -20,7 +20,7 @@ pub(crate) struct Skinny {
     pub(crate) rows: u32,
     /// B read along k (`matmul_skinny_k`) rather than along n.
     pub(crate) along_k: bool,
-    /// Vector loads of A (along k only) and of B.
+    /// Vector loads of A (along k) and of B.
     pub(crate) a_vec: bool,
     pub(crate) b_vec: bool,
 }
@@ -34,7 +34,7 @@ impl Skinny {
         let bm = p.b.mode();
         let along_k = bm.along_k();
         let rows = (p.m.next_power_of_two() as u32).min(8);
-        Skinny { dt: p.dt, rows, along_k, a_vec: along_k && p.a.mode() == Mode::K4, b_vec: bm.is_vec() }
+        Skinny { dt: p.dt, rows, along_k, a_vec: p.a.mode() == Mode::K4, b_vec: bm.is_vec() }
     }
 
     /// Output columns one workgroup covers.
@@ -66,9 +66,10 @@ impl Skinny {
         let mut out = Vec::new();
         for rows in ROWS {
             for b_vec in [false, true] {
-                out.push(Skinny { dt, rows, along_k: false, a_vec: false, b_vec });
                 for a_vec in [false, true] {
-                    out.push(Skinny { dt, rows, along_k: true, a_vec, b_vec });
+                    for along_k in [false, true] {
+                        out.push(Skinny { dt, rows, along_k, a_vec, b_vec });
+                    }
                 }
             }
         }
@@ -95,19 +96,19 @@ pub(crate) fn source(s: &Skinny) -> String {
     }
     let b_elem = if s.b_vec { Mode::O4.elem(dt) } else { "u32" };
     let a_elem = if s.a_vec { Mode::K4.elem(dt) } else { "u32" };
+    loaders += &if s.a_vec {
+        "fn lda(e: u32, k: u32, sak: u32) -> vec4<f32> { return lv0(e + k); }\n".to_string()
+    } else {
+        "fn lda(e: u32, k: u32, sak: u32) -> vec4<f32> { return vec4<f32>(ld0(e + k * sak), \
+         ld0(e + (k + 1u) * sak), ld0(e + (k + 2u) * sak), ld0(e + (k + 3u) * sak)); }\n"
+            .to_string()
+    };
     let template = if s.along_k {
         loaders += &if s.b_vec {
             "fn ldb(e: u32, k: u32, sbk: u32) -> vec4<f32> { return lv1(e + k); }\n".to_string()
         } else {
             "fn ldb(e: u32, k: u32, sbk: u32) -> vec4<f32> { return vec4<f32>(ld1(e + k * sbk), \
              ld1(e + (k + 1u) * sbk), ld1(e + (k + 2u) * sbk), ld1(e + (k + 3u) * sbk)); }\n"
-                .to_string()
-        };
-        loaders += &if s.a_vec {
-            "fn lda(e: u32, k: u32, sak: u32) -> vec4<f32> { return lv0(e + k); }\n".to_string()
-        } else {
-            "fn lda(e: u32, k: u32, sak: u32) -> vec4<f32> { return vec4<f32>(ld0(e + k * sak), \
-             ld0(e + (k + 1u) * sak), ld0(e + (k + 2u) * sak), ld0(e + (k + 3u) * sak)); }\n"
                 .to_string()
         };
         for c in 0..4 {
@@ -143,13 +144,9 @@ pub(crate) fn source(s: &Skinny) -> String {
         };
         for i in 0..rows {
             writeln!(setup, "    var acc{i} = vec4<f32>();").unwrap();
-            writeln!(body, "        acc{i} = fma(vec4<f32>(ld0(ar{i} + k * sak)), b0, acc{i});").unwrap();
-            for j in 1..4 {
-                writeln!(
-                    body,
-                    "        acc{i} = fma(vec4<f32>(select(0.0, ld0(ar{i} + q{j} * sak), v{j})), b{j}, acc{i});"
-                )
-                .unwrap();
+            writeln!(body, "        let a{i} = select(vec4<f32>(), lda(ar{i}, k, sak), ok);").unwrap();
+            for (j, comp) in ["x", "y", "z", "w"].iter().enumerate() {
+                writeln!(body, "        acc{i} = fma(vec4<f32>(a{i}.{comp}), b{j}, acc{i});").unwrap();
             }
             writeln!(finish, "    if (kl > 0u) {{ red[(kl - 1u) * 64u + nl] = acc{i}; }}").unwrap();
             finish += "    workgroupBarrier();\n";

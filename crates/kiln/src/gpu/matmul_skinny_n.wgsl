@@ -1,17 +1,20 @@
 // Matmul for few output rows with B read along n (x @ W with W stored (K, N)): each invocation owns
 // 4 consecutive columns of {{MT}} rows and reads its B vectors straight from memory (a warp reads
-// whole contiguous row segments), four k at a time for loads in flight. A workgroup is 64 column
-// lanes x 4 k lanes (256 columns); the k lanes are summed through workgroup memory at the end. K is
+// whole contiguous row segments), four consecutive k at a time (loads in flight; one vector load
+// of A per row where A allows). A workgroup is 64 column lanes x 4 k lanes (256 columns, 16 k per
+// step); the k lanes are summed through workgroup memory at the end. K is
 // split over workgroups (grid y) when the grid is small; row blocks of {{MT}} vary fastest in grid x
 // so that the blocks reading one slice of B run together. Params: see matmul.rs.
 @group(0) @binding(0) var<storage, read_write> dst: array<u32>;
-@group(0) @binding(1) var<storage, read> in0: array<u32>;
+@group(0) @binding(1) var<storage, read> in0: array<{{A_ELEM}}>;
 @group(0) @binding(2) var<storage, read> in1: array<{{B_ELEM}}>;
 @group(1) @binding(0) var<storage, read> p: array<u32, 64>;
 {{PRELUDE}}
 {{LOADERS}}
 {{BASES}}
 var<workgroup> red: array<vec4<f32>, 192>;
+
+const I4 = vec4<u32>(0u, 1u, 2u, 3u);
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
@@ -30,17 +33,12 @@ fn main(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: v
     let sbn = p[8];
     let bcol = base.y + n0 * sbn;
 {{SETUP}}
-    for (var k = kbeg + kl; k < kend; k += 16u) {
-        let v1 = k + 4u < kend;
-        let v2 = k + 8u < kend;
-        let v3 = k + 12u < kend;
-        let q1 = select(k, k + 4u, v1);
-        let q2 = select(k, k + 8u, v2);
-        let q3 = select(k, k + 12u, v3);
+    for (var k = kbeg + 4u * kl; k < kend; k += 16u) {
+        let ok = vec4<u32>(k) + I4 < vec4<u32>(kend);
         let b0 = ldb(bcol + k * sbk, sbn);
-        let b1 = select(vec4<f32>(), ldb(bcol + q1 * sbk, sbn), v1);
-        let b2 = select(vec4<f32>(), ldb(bcol + q2 * sbk, sbn), v2);
-        let b3 = select(vec4<f32>(), ldb(bcol + q3 * sbk, sbn), v3);
+        let b1 = select(vec4<f32>(), ldb(bcol + select(k, k + 1u, ok.y) * sbk, sbn), ok.y);
+        let b2 = select(vec4<f32>(), ldb(bcol + select(k, k + 2u, ok.z) * sbk, sbn), ok.z);
+        let b3 = select(vec4<f32>(), ldb(bcol + select(k, k + 3u, ok.w) * sbk, sbn), ok.w);
 {{BODY}}
     }
     let cbase = base.z + wid.y * p[27];
