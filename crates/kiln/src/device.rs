@@ -185,6 +185,15 @@ impl Device {
         }
     }
 
+    /// Turns autotuning on or off for this GPU (default: `KILN_AUTOTUNE=1`): ops with several kernel
+    /// configurations time them once per shape bucket and cache the winner on disk
+    /// (`$KILN_CACHE_DIR` or `~/.cache/kiln`). Off, they take a fixed heuristic. A no-op on the CPU.
+    pub fn set_autotune(&self, on: bool) {
+        if let Some(c) = self.gpu_context() {
+            gpu::autotune::set_enabled(c, on);
+        }
+    }
+
     /// Turns per-kernel GPU timing on or off (also `KILN_PROFILE=1`).
     pub fn set_profiling(&self, on: bool) -> Result<()> {
         if let Some(c) = self.gpu_context() {

@@ -97,8 +97,8 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
             push(format!("gather:{dt}:{ids}"), ew::source("ss", &[dt, ids], dt, &index::gather_body(ids), FUNCS));
         }
         reduce::catalog(dt, &mut push);
-        if dt != DType::Bool {
-            push(format!("matmul:{dt}"), matmul::source(dt));
+        for (name, src) in matmul::variants(dt) {
+            push(name, src);
         }
     }
     for dt in FLOATS {
@@ -119,6 +119,7 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
     }
     push("fill".into(), index::fill_source());
     push("bandwidth:copy".into(), super::bandwidth::SOURCE.to_string());
+    push("matmul_splitk".into(), matmul::splitk_source());
     out.extend(attention::catalog());
     out
 }

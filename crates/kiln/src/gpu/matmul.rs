@@ -1,76 +1,399 @@
-//! Batched matmul: a 16x16 tiled kernel over strided operands (the performance issue replaces it with
-//! register-blocked and cooperative-matrix variants).
+//! Batched matmul on the GPU: the problem as the kernels see it (strides normalised, batch dims
+//! merged, each operand's layout mode), the shared parameter block, and the launch of each plan:
+//! - `tiled` (matmul_tiled.rs): register-blocked, workgroup-memory tiles; float dtypes;
+//! - `skinny` (matmul_skinny.rs): few output rows, streams B once; float dtypes;
+//! - `naive` (matmul.wgsl): one output per invocation, 16x16 tiles; every numeric dtype (integers
+//!   accumulate exactly in i32/u32), and the fallback when no tile fits the adapter.
+//!
+//! Any plan may run on the transposed problem (C^T = B^T A^T, written through transposed output
+//! strides) and split K over workgroups (partial products summed by `matmul_splitk.wgsl`). Which plan
+//! runs is `matmul_plan.rs`'s heuristic, or autotune's cached winner when it is on.
+//!
+//! Params of every matmul kernel: p[0] M, p[1] N, p[2] K, p[3] A offset, p[4] B offset, p[5] A row
+//! stride, p[6] A k stride, p[7] B k stride, p[8] B column stride, p[9] batch rank (<= 4),
+//! p[10..14] batch dims, p[14..18] A batch strides, p[18..22] B batch strides, p[22] C row stride,
+//! p[23] C column stride, p[24] C batch stride, p[25] K splits, p[26] K per split, p[27] elements
+//! between the splits' partial outputs, p[28] first batch of this dispatch, p[29] row blocks.
 
+use super::autotune;
 use super::kernels::render;
+use super::matmul_plan::{self, Kernel, Plan};
+use super::matmul_skinny::{self as skinny, Skinny};
+use super::matmul_tiled::{self as tiled, Tile};
 use super::wgsl::{self, loader, PRELUDE};
 use super::{compute_dtype, GpuStorage};
 use crate::layout::collapse;
 use crate::{DType, Error, Layout, Result};
+use std::path::{Path, PathBuf};
 
-const MATMUL: &str = include_str!("matmul.wgsl");
+const NAIVE: &str = include_str!("matmul.wgsl");
+const SPLITK: &str = include_str!("matmul_splitk.wgsl");
 
-/// The tiled matmul kernel for `dt`.
-pub(crate) fn source(dt: DType) -> String {
+/// `fn bases(batch) -> vec3<u32>`: the element offsets of A and B and the output offset of one batch.
+pub(crate) const BASES: &str = r#"
+fn bases(bi: u32) -> vec3<u32> {
+    var a = p[3];
+    var b = p[4];
+    var rem = bi;
+    for (var d = p[9]; d > 0u; d--) {
+        let i = d - 1u;
+        let idx = rem % p[10u + i];
+        rem /= p[10u + i];
+        a += idx * p[14u + i];
+        b += idx * p[18u + i];
+    }
+    return vec3<u32>(a, b, bi * p[24]);
+}
+"#;
+
+/// How a kernel loads one operand: four elements at a time along k or along the operand's outer
+/// axis (its rows for A, columns for B), as one vector load (unit stride on that axis, 4-element
+/// alignment of the offset and of every other stride) or as four scalar loads (any strides).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Mode {
+    K4,
+    O4,
+    K1,
+    O1,
+}
+
+impl Mode {
+    pub(crate) const ALL: [Mode; 4] = [Mode::K4, Mode::O4, Mode::K1, Mode::O1];
+
+    pub(crate) fn is_vec(self) -> bool {
+        matches!(self, Mode::K4 | Mode::O4)
+    }
+    pub(crate) fn along_k(self) -> bool {
+        matches!(self, Mode::K4 | Mode::K1)
+    }
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Mode::K4 => "k4",
+            Mode::O4 => "o4",
+            Mode::K1 => "k1",
+            Mode::O1 => "o1",
+        }
+    }
+    /// The element type the operand's binding is declared with.
+    pub(crate) fn elem(self, dt: DType) -> &'static str {
+        match (self.is_vec(), dt) {
+            (false, _) => "u32",
+            (true, DType::F32) => "vec4<f32>",
+            (true, _) => "vec2<u32>",
+        }
+    }
+}
+
+/// `fn {name}(e: u32) -> vec4<f32>`: elements e..e+4 (e a multiple of 4) of float `dt` from the
+/// vector-typed binding `buf`.
+pub(crate) fn vec_loader(name: &str, buf: &str, dt: DType) -> String {
+    let body = match dt {
+        DType::F32 => format!("return {buf}[e >> 2u];"),
+        DType::F16 => format!("let w = {buf}[e >> 2u]; return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));"),
+        DType::BF16 => format!(
+            "let w = {buf}[e >> 2u]; return vec4<f32>(bitcast<f32>(w.x << 16u), bitcast<f32>(w.x & 0xffff0000u), \
+             bitcast<f32>(w.y << 16u), bitcast<f32>(w.y & 0xffff0000u));"
+        ),
+        _ => unreachable!("vector loads are only generated for float dtypes"),
+    };
+    format!("fn {name}(e: u32) -> vec4<f32> {{ {body} }}\n")
+}
+
+/// Whether `dt` takes the float kernels (tiled, skinny); integers take the naive kernel.
+pub(crate) fn is_float(dt: DType) -> bool {
+    matches!(dt, DType::F32 | DType::F16 | DType::BF16)
+}
+
+/// One operand: element offset, stride along its outer axis (rows of A, columns of B) and along k,
+/// and its merged batch strides. Strides of length-1 axes are 0.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Operand {
+    pub(crate) off: usize,
+    pub(crate) so: usize,
+    pub(crate) sk: usize,
+    pub(crate) batch: [usize; 4],
+}
+
+impl Operand {
+    /// How a kernel loads it.
+    pub(crate) fn mode(&self) -> Mode {
+        let aligned = |other: usize| [self.off, other].iter().chain(&self.batch).all(|s| s.is_multiple_of(4));
+        if self.sk == 1 && aligned(self.so) {
+            Mode::K4
+        } else if self.so == 1 && aligned(self.sk) {
+            Mode::O4
+        } else if self.sk <= self.so {
+            Mode::K1
+        } else {
+            Mode::O1
+        }
+    }
+}
+
+/// A batched product C[b] (m x n) = A[b] (m x k) @ B[b] (k x n) as the kernels see it. `swapped`
+/// problems compute C^T = B^T A^T: the output is then written with transposed strides.
+#[derive(Debug, Clone)]
+pub(crate) struct Problem {
+    pub(crate) dt: DType,
+    pub(crate) m: usize,
+    pub(crate) n: usize,
+    pub(crate) k: usize,
+    pub(crate) batch: usize,
+    /// Merged batch dims (empty when `batch` is 1).
+    pub(crate) bdims: Vec<usize>,
+    pub(crate) a: Operand,
+    pub(crate) b: Operand,
+    pub(crate) swapped: bool,
+}
+
+impl Problem {
+    pub(crate) fn new(dt: DType, al: &Layout, bl: &Layout) -> Result<Problem> {
+        let rank = al.rank();
+        let (m, k) = (al.dims()[rank - 2], al.dims()[rank - 1]);
+        let n = bl.dims()[rank - 1];
+        let batch_dims = &al.dims()[..rank - 2];
+        let batch: usize = batch_dims.iter().product();
+        let (bd, bs) = collapse(batch_dims, &[&al.strides()[..rank - 2], &bl.strides()[..rank - 2]]);
+        if bd.len() > 4 {
+            return Err(Error::Gpu {
+                op: "matmul",
+                msg: format!("batch dims {batch_dims:?} do not merge into 4 or fewer"),
+            });
+        }
+        let batched = batch > 1;
+        let strides = |s: &[usize]| {
+            let mut out = [0; 4];
+            if batched {
+                out[..s.len()].copy_from_slice(s);
+            }
+            out
+        };
+        let z = |len: usize, s: usize| if len == 1 { 0 } else { s };
+        let (sa, sb) = (al.strides(), bl.strides());
+        let a = Operand { off: al.offset(), so: z(m, sa[rank - 2]), sk: z(k, sa[rank - 1]), batch: strides(&bs[0]) };
+        let b = Operand { off: bl.offset(), so: z(n, sb[rank - 1]), sk: z(k, sb[rank - 2]), batch: strides(&bs[1]) };
+        let bdims = if batched { bd } else { vec![] };
+        Ok(Problem { dt, m, n, k, batch, bdims, a, b, swapped: false })
+    }
+
+    /// The same product computed as C^T = B^T A^T.
+    pub(crate) fn transposed(&self) -> Problem {
+        Problem { m: self.n, n: self.m, a: self.b, b: self.a, swapped: !self.swapped, ..self.clone() }
+    }
+
+    /// The parameter block (see the module docs) for `splits` splits of `kchunk` and `mblocks`.
+    fn params(&self, splits: usize, kchunk: usize, mblocks: usize) -> Vec<u32> {
+        let len = self.batch * self.m * self.n;
+        // The output is (batch, M, N) of the original product: transposed strides when swapped.
+        let (som, son) = if self.swapped { (1, self.m) } else { (self.n, 1) };
+        let mut p = vec![0u32; 30];
+        for (i, v) in [self.m, self.n, self.k, self.a.off, self.b.off, self.a.so, self.a.sk, self.b.sk, self.b.so]
+            .into_iter()
+            .enumerate()
+        {
+            p[i] = v as u32;
+        }
+        p[9] = self.bdims.len() as u32;
+        for (i, &d) in self.bdims.iter().enumerate() {
+            p[10 + i] = d as u32;
+            p[14 + i] = self.a.batch[i] as u32;
+            p[18 + i] = self.b.batch[i] as u32;
+        }
+        p[22] = som as u32;
+        p[23] = son as u32;
+        p[24] = (self.m * self.n) as u32;
+        p[25] = splits as u32;
+        p[26] = kchunk as u32;
+        p[27] = if splits > 1 { len as u32 } else { 0 };
+        p[29] = mblocks as u32;
+        p
+    }
+}
+
+/// How `matmul_with` picks its plan.
+pub(crate) enum Choice {
+    /// The fixed heuristic (the default).
+    Heuristic,
+    /// The cached autotune winner for this device and shape bucket, benchmarked now if there is
+    /// none; the cache file is this path (`None`: memory only).
+    Tune(Option<PathBuf>),
+    /// This plan (tests).
+    #[allow(dead_code)]
+    Force(Plan),
+}
+
+/// The naive kernel for `dt`.
+pub(crate) fn naive_source(dt: DType) -> String {
     let loaders = loader("ld0", "in0", dt) + &loader("ld1", "in1", dt);
-    render(MATMUL, &[("PRELUDE", PRELUDE), ("LOADERS", &loaders), ("CT", wgsl::ct(dt))])
+    render(NAIVE, &[("PRELUDE", PRELUDE), ("LOADERS", &loaders), ("BASES", BASES), ("CT", wgsl::ct(dt))])
+}
+
+/// `(key, WGSL)` of every matmul kernel variant of `dt`, for the catalog: naive (all numeric
+/// dtypes); for floats every tile configuration with every pair of load modes, and every skinny
+/// variant.
+pub(crate) fn variants(dt: DType) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    if dt == DType::Bool {
+        return out;
+    }
+    out.push((format!("matmul:{dt}"), naive_source(dt)));
+    if !is_float(dt) {
+        return out;
+    }
+    for t in &tiled::TILES {
+        for am in Mode::ALL {
+            for bm in Mode::ALL {
+                out.push((tiled_key(t, dt, am, bm), tiled::source(t, dt, am, bm)));
+            }
+        }
+    }
+    for s in Skinny::all(dt) {
+        out.push((s.key(), skinny::source(&s)));
+    }
+    out
+}
+
+fn tiled_key(t: &Tile, dt: DType, am: Mode, bm: Mode) -> String {
+    format!("matmul_tiled:{}:{dt}:{}:{}", t.name, am.name(), bm.name())
+}
+
+/// The kernel summing split-K partial products.
+pub(crate) fn splitk_source() -> String {
+    SPLITK.to_string()
 }
 
 pub(crate) fn matmul(a: &GpuStorage, al: &Layout, b: &GpuStorage, bl: &Layout) -> Result<GpuStorage> {
-    let rank = al.rank();
-    let (m, k) = (al.dims()[rank - 2], al.dims()[rank - 1]);
-    let n = bl.dims()[rank - 1];
-    let batch_dims = &al.dims()[..rank - 2];
-    let batch: usize = batch_dims.iter().product();
-    let (bd, bs) = collapse(batch_dims, &[&al.strides()[..rank - 2], &bl.strides()[..rank - 2]]);
-    if bd.len() > 4 {
-        return Err(Error::Gpu {
-            op: "matmul",
-            msg: format!("batch dims {batch_dims:?} do not merge into 4 or fewer"),
-        });
-    }
+    let choice = if autotune::enabled(&a.ctx) { Choice::Tune(autotune::default_path()) } else { Choice::Heuristic };
+    matmul_with(a, al, b, bl, choice)
+}
+
+/// `a @ b` with the plan `choice` gives.
+pub(crate) fn matmul_with(
+    a: &GpuStorage,
+    al: &Layout,
+    b: &GpuStorage,
+    bl: &Layout,
+    choice: Choice,
+) -> Result<GpuStorage> {
     let ctx = a.ctx.clone();
+    let p = Problem::new(a.dtype, al, bl)?;
     let acc = compute_dtype(a.dtype);
-    let out = GpuStorage::alloc(&ctx, acc, batch * m * n)?;
-    if batch * m * n == 0 {
-        return out.finish(a.dtype);
+    let len = p.batch * p.m * p.n;
+    if len == 0 {
+        return GpuStorage::alloc(&ctx, acc, 0)?.finish(a.dtype);
     }
-    if k == 0 {
+    let out = GpuStorage::alloc(&ctx, acc, len)?;
+    if p.k == 0 {
         super::index::fill_words(&out, &[0])?;
         return out.finish(a.dtype);
     }
-    let max = ctx.limits.max_compute_workgroups_per_dimension;
-    if batch > max as usize {
-        return Err(Error::Gpu { op: "matmul", msg: format!("{batch} batches exceed the grid limit of {max}") });
+    let plan = match choice {
+        Choice::Heuristic => matmul_plan::heuristic(&p, &ctx.limits),
+        Choice::Force(plan) => plan,
+        Choice::Tune(path) => tuned_plan(&p, path.as_deref(), a, b, &out)?,
+    };
+    run(&p, plan, a, b, &out)?;
+    out.finish(a.dtype)
+}
+
+/// The autotuned plan for `p`: the cached winner of its shape bucket on this device, else the
+/// fastest candidate now (timed into `out`), remembered in `path`.
+fn tuned_plan(p: &Problem, path: Option<&Path>, a: &GpuStorage, b: &GpuStorage, out: &GpuStorage) -> Result<Plan> {
+    let ctx = &a.ctx;
+    if !is_float(p.dt) {
+        return Ok(Plan::NAIVE);
     }
-    let dt = a.dtype;
-    let key = format!("matmul:{dt}");
-    let kernel = ctx.pipelines.get(&ctx, &key, 2, || source(dt))?;
-    let s = |l: &Layout, i: usize| l.strides()[i] as u32;
-    let mut params = vec![
-        m as u32,
-        n as u32,
-        k as u32,
-        al.offset() as u32,
-        bl.offset() as u32,
-        s(al, rank - 2),
-        s(al, rank - 1),
-        s(bl, rank - 2),
-        s(bl, rank - 1),
-        if batch > 1 { bd.len() as u32 } else { 0 },
-    ];
-    params.resize(22, 0);
-    if batch > 1 {
-        for (i, &d) in bd.iter().enumerate() {
-            params[10 + i] = d as u32;
-            params[14 + i] = bs[0][i] as u32;
-            params[18 + i] = bs[1][i] as u32;
+    let key = format!("{}|{}", autotune::device_key(ctx), matmul_plan::tune_key(p));
+    let cached = || autotune::lookup(path, &key).and_then(|s| Plan::decode(&s));
+    if let Some(plan) = cached() {
+        return Ok(plan);
+    }
+    let _session = autotune::session();
+    if let Some(plan) = cached() {
+        return Ok(plan);
+    }
+    let mut best: Option<(f64, Plan)> = None;
+    for plan in matmul_plan::candidates(p, &ctx.limits) {
+        let cutoff = best.map_or(f64::INFINITY, |(t, _)| 4.0 * t);
+        // A candidate that fails (compile error, limits) is skipped.
+        if let Ok(t) = autotune::time(ctx, 3, cutoff, || run(p, plan, a, b, out)) {
+            if best.is_none_or(|(bt, _)| t < bt) {
+                best = Some((t, plan));
+            }
         }
     }
-    let groups = [n.div_ceil(16) as u32, m.div_ceil(16) as u32, batch as u32];
-    if groups[0] > max || groups[1] > max {
-        return Err(Error::Gpu { op: "matmul", msg: format!("a {m}x{n} output exceeds the grid limit") });
+    let plan = best.map_or_else(|| matmul_plan::heuristic(p, &ctx.limits), |(_, plan)| plan);
+    autotune::record(path, &key, &plan.encode());
+    Ok(plan)
+}
+
+/// Records the dispatches of `plan` computing `p` (operands `a`, `b`) into `out`, the contiguous
+/// (batch, M, N) output in the compute dtype. Plans a dtype cannot take fall back to the naive
+/// kernel, tile configurations the adapter cannot run to the heuristic.
+pub(crate) fn run(p: &Problem, plan: Plan, a: &GpuStorage, b: &GpuStorage, out: &GpuStorage) -> Result<()> {
+    let ctx = &a.ctx;
+    let plan = match plan.kernel {
+        _ if !is_float(p.dt) => Plan::NAIVE,
+        Kernel::Tiled(t) if !t.fits(&ctx.limits) => matmul_plan::heuristic(p, &ctx.limits),
+        _ => plan,
+    };
+    let (p, a, b) = if plan.swap { (p.transposed(), b, a) } else { (p.clone(), a, b) };
+    let (kchunk, splits) = matmul_plan::chunking(&p, &plan);
+    let part = if splits > 1 { Some(GpuStorage::alloc(ctx, DType::F32, splits * out.len)?) } else { None };
+    let dst = part.as_ref().unwrap_or(out);
+    let bufs = [dst.buffer.raw(), a.buffer.raw(), b.buffer.raw()];
+    let max = ctx.limits.max_compute_workgroups_per_dimension as usize;
+    let too_big = || Error::Gpu {
+        op: "matmul",
+        msg: format!("a {}x{} output (batch {}) exceeds the grid limit of {max}", p.m, p.n, p.batch),
+    };
+    // (kernel key, source, grid x, grid y, batches per z step, row blocks)
+    let (key, src, gx, gy, zstep, mblocks): (String, Box<dyn FnOnce() -> String>, usize, usize, usize, usize) =
+        match plan.kernel {
+            Kernel::Naive => {
+                let dt = p.dt;
+                (format!("matmul:{dt}"), Box::new(move || naive_source(dt)), p.n.div_ceil(16), p.m.div_ceil(16), 1, 0)
+            }
+            Kernel::Tiled(t) => {
+                let (dt, am, bm) = (p.dt, p.a.mode(), p.b.mode());
+                let key = tiled_key(&t, dt, am, bm);
+                let gx = p.n.div_ceil(t.bn as usize);
+                (key, Box::new(move || tiled::source(&t, dt, am, bm)), gx, p.m.div_ceil(t.bm as usize), splits, 0)
+            }
+            Kernel::Skinny => {
+                let s = Skinny::for_problem(&p);
+                let key = s.key();
+                let mblocks = p.m.div_ceil(s.rows as usize);
+                let gx = p.n.div_ceil(s.cols_per_group() as usize) * mblocks;
+                (key, Box::new(move || skinny::source(&s)), gx, splits, 1, mblocks)
+            }
+        };
+    if gx > max || gy > max || zstep > max {
+        return Err(too_big());
     }
-    let bufs = [out.buffer.raw(), a.buffer.raw(), b.buffer.raw()];
-    ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(&ctx, &kernel, &bufs, &params, groups)?;
-    out.finish(a.dtype)
+    let kernel = ctx.pipelines.get(ctx, &key, 2, src)?;
+    let mut params = p.params(splits, kchunk, mblocks);
+    let per_dispatch = max / zstep;
+    let mut first = 0;
+    while first < p.batch {
+        let count = per_dispatch.min(p.batch - first);
+        params[28] = first as u32;
+        let groups = [gx as u32, gy as u32, (count * zstep) as u32];
+        ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(ctx, &kernel, &bufs, &params, groups)?;
+        first += count;
+    }
+    if let Some(part) = &part {
+        let kernel = ctx.pipelines.get(ctx, "matmul_splitk", 1, splitk_source)?;
+        let len = out.len;
+        let groups = wgsl::grid(len, 256, max as u32);
+        let bufs = [out.buffer.raw(), part.buffer.raw()];
+        ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(
+            ctx,
+            &kernel,
+            &bufs,
+            &[len as u32, splits as u32],
+            groups,
+        )?;
+    }
+    Ok(())
 }

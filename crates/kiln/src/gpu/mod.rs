@@ -3,6 +3,7 @@
 //! with statistics, batched submission, timestamp profiling and custom kernels.
 
 mod attention;
+pub(crate) mod autotune;
 mod bandwidth;
 mod catalog;
 mod context;
@@ -13,6 +14,9 @@ mod exec;
 mod index;
 mod kernels;
 mod matmul;
+mod matmul_plan;
+mod matmul_skinny;
+mod matmul_tiled;
 mod nn;
 mod pool;
 mod profile;
@@ -23,6 +27,8 @@ pub use bandwidth::copy_bandwidth;
 pub use catalog::kernel_catalog;
 mod wgsl;
 
+#[cfg(test)]
+mod matmul_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -1,0 +1,182 @@
+//! The skinny matmul kernels for few output rows (matrix-vector and small-batch LLM shapes), where
+//! the product is bound by streaming B: `matmul_skinny_n.wgsl` when B is read along n (its columns
+//! are the fast axis), `matmul_skinny_k.wgsl` when B is read along k. Both stream B exactly once per
+//! block of up to 8 rows and split K over workgroups to fill the GPU.
+
+use super::kernels::render;
+use super::matmul::{vec_loader, Mode, Problem, BASES};
+use super::wgsl::{loader, PRELUDE};
+use crate::DType;
+use std::fmt::Write;
+
+const SKINNY_N: &str = include_str!("matmul_skinny_n.wgsl");
+const SKINNY_K: &str = include_str!("matmul_skinny_k.wgsl");
+
+/// One skinny kernel variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Skinny {
+    pub(crate) dt: DType,
+    /// Output rows per workgroup (1, 2, 4 or 8).
+    pub(crate) rows: u32,
+    /// B read along k (`matmul_skinny_k`) rather than along n.
+    pub(crate) along_k: bool,
+    /// Vector loads of A (along k) and of B.
+    pub(crate) a_vec: bool,
+    pub(crate) b_vec: bool,
+}
+
+/// Output rows per workgroup.
+pub(crate) const ROWS: [u32; 4] = [1, 2, 4, 8];
+
+impl Skinny {
+    /// The variant for `p` (a float problem): B's layout picks the kernel, M the row block.
+    pub(crate) fn for_problem(p: &Problem) -> Skinny {
+        let bm = p.b.mode();
+        let along_k = bm.along_k();
+        let rows = (p.m.next_power_of_two() as u32).min(8);
+        Skinny { dt: p.dt, rows, along_k, a_vec: p.a.mode() == Mode::K4, b_vec: bm.is_vec() }
+    }
+
+    /// Output columns one workgroup covers.
+    pub(crate) fn cols_per_group(&self) -> u32 {
+        if self.along_k {
+            32
+        } else {
+            256
+        }
+    }
+
+    /// Granularity of a K split: the k one loop step of a workgroup covers.
+    pub(crate) fn k_step(&self) -> usize {
+        if self.along_k {
+            128
+        } else {
+            16
+        }
+    }
+
+    pub(crate) fn key(&self) -> String {
+        let kind = if self.along_k { "k" } else { "n" };
+        let v = |b: bool| if b { "v" } else { "s" };
+        format!("matmul_skinny_{kind}:{}:r{}:a{}:b{}", self.dt, self.rows, v(self.a_vec), v(self.b_vec))
+    }
+
+    /// Every variant of float `dt`, for the catalog.
+    pub(crate) fn all(dt: DType) -> Vec<Skinny> {
+        let mut out = Vec::new();
+        for rows in ROWS {
+            for b_vec in [false, true] {
+                for a_vec in [false, true] {
+                    for along_k in [false, true] {
+                        out.push(Skinny { dt, rows, along_k, a_vec, b_vec });
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The WGSL of variant `s`.
+pub(crate) fn source(s: &Skinny) -> String {
+    let dt = s.dt;
+    let mut loaders = loader("ld0", "in0", dt);
+    if s.a_vec {
+        loaders = vec_loader("lv0", "in0", dt);
+    }
+    if s.b_vec {
+        loaders += &vec_loader("lv1", "in1", dt);
+    } else {
+        loaders += &loader("ld1", "in1", dt);
+    }
+    let (mut setup, mut body, mut finish) = (String::new(), String::new(), String::new());
+    let rows = s.rows;
+    for i in 0..rows {
+        writeln!(setup, "    let ar{i} = base.x + min(m0 + {i}u, m - 1u) * sam;").unwrap();
+    }
+    let b_elem = if s.b_vec { Mode::O4.elem(dt) } else { "u32" };
+    let a_elem = if s.a_vec { Mode::K4.elem(dt) } else { "u32" };
+    loaders += &if s.a_vec {
+        "fn lda(e: u32, k: u32, sak: u32) -> vec4<f32> { return lv0(e + k); }\n".to_string()
+    } else {
+        "fn lda(e: u32, k: u32, sak: u32) -> vec4<f32> { return vec4<f32>(ld0(e + k * sak), \
+         ld0(e + (k + 1u) * sak), ld0(e + (k + 2u) * sak), ld0(e + (k + 3u) * sak)); }\n"
+            .to_string()
+    };
+    let template = if s.along_k {
+        loaders += &if s.b_vec {
+            "fn ldb(e: u32, k: u32, sbk: u32) -> vec4<f32> { return lv1(e + k); }\n".to_string()
+        } else {
+            "fn ldb(e: u32, k: u32, sbk: u32) -> vec4<f32> { return vec4<f32>(ld1(e + k * sbk), \
+             ld1(e + (k + 1u) * sbk), ld1(e + (k + 2u) * sbk), ld1(e + (k + 3u) * sbk)); }\n"
+                .to_string()
+        };
+        for c in 0..4 {
+            writeln!(setup, "    let bc{c} = base.y + min(n0 + {c}u, n - 1u) * sbn;").unwrap();
+            writeln!(body, "        let b{c} = select(vec4<f32>(), ldb(bc{c}, k, sbk), ok);").unwrap();
+        }
+        for i in 0..rows {
+            for c in 0..4 {
+                writeln!(setup, "    var acc{i}_{c} = 0.0;").unwrap();
+            }
+            writeln!(body, "        let a{i} = select(vec4<f32>(), lda(ar{i}, k, sak), ok);").unwrap();
+            for c in 0..4 {
+                writeln!(body, "        acc{i}_{c} += dot(a{i}, b{c});").unwrap();
+            }
+            writeln!(finish, "    red[tid] = vec4<f32>(acc{i}_0, acc{i}_1, acc{i}_2, acc{i}_3);").unwrap();
+            finish += "    workgroupBarrier();\n";
+            finish += "    for (var s = 16u; s > 0u; s >>= 1u) {\n";
+            finish += "        if (kl < s) { red[tid] += red[tid + s]; }\n";
+            finish += "        workgroupBarrier();\n    }\n";
+            writeln!(finish, "    if (kl == 0u && m0 + {i}u < m) {{").unwrap();
+            finish += "        let v = red[tid];\n";
+            store4(&mut finish, i);
+            finish += "    }\n";
+        }
+        SKINNY_K
+    } else {
+        loaders += &if s.b_vec {
+            "fn ldb(e: u32, sbn: u32) -> vec4<f32> { return lv1(e); }\n".to_string()
+        } else {
+            "fn ldb(e: u32, sbn: u32) -> vec4<f32> { return vec4<f32>(ld1(e), ld1(e + sbn), ld1(e + 2u * sbn), \
+             ld1(e + 3u * sbn)); }\n"
+                .to_string()
+        };
+        for i in 0..rows {
+            writeln!(setup, "    var acc{i} = vec4<f32>();").unwrap();
+            writeln!(body, "        let a{i} = select(vec4<f32>(), lda(ar{i}, k, sak), ok);").unwrap();
+            for (j, comp) in ["x", "y", "z", "w"].iter().enumerate() {
+                writeln!(body, "        acc{i} = fma(vec4<f32>(a{i}.{comp}), b{j}, acc{i});").unwrap();
+            }
+            writeln!(finish, "    if (kl > 0u) {{ red[(kl - 1u) * 64u + nl] = acc{i}; }}").unwrap();
+            finish += "    workgroupBarrier();\n";
+            writeln!(finish, "    if (kl == 0u && m0 + {i}u < m) {{").unwrap();
+            writeln!(finish, "        let v = acc{i} + red[nl] + red[64u + nl] + red[128u + nl];").unwrap();
+            store4(&mut finish, i);
+            finish += "    }\n    workgroupBarrier();\n";
+        }
+        SKINNY_N
+    };
+    render(
+        template,
+        &[
+            ("A_ELEM", a_elem),
+            ("B_ELEM", b_elem),
+            ("PRELUDE", PRELUDE),
+            ("LOADERS", &loaders),
+            ("BASES", BASES),
+            ("MT", &rows.to_string()),
+            ("SETUP", &setup),
+            ("BODY", &body),
+            ("FINISH", &finish),
+        ],
+    )
+}
+
+/// Stores `v` (columns n0..n0+4 of row m0 + i) where the columns exist.
+fn store4(out: &mut String, i: u32) {
+    writeln!(out, "        let o = cbase + (m0 + {i}u) * som + n0 * son;").unwrap();
+    for (j, comp) in ["x", "y", "z", "w"].iter().enumerate() {
+        writeln!(out, "        if (n0 + {j}u < n) {{ dst[o + {j}u * son] = bitcast<u32>(v.{comp}); }}").unwrap();
+    }
+}

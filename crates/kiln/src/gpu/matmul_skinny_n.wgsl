@@ -1,0 +1,48 @@
+// Matmul for few output rows with B read along n (x @ W with W stored (K, N)): each invocation owns
+// 4 consecutive columns of {{MT}} rows and reads its B vectors straight from memory (a warp reads
+// whole contiguous row segments), four consecutive k at a time (loads in flight; one vector load
+// of A per row where A allows). A workgroup is 64 column lanes x 4 k lanes (256 columns, 16 k per
+// step); the k lanes are summed through workgroup memory at the end. K is
+// split over workgroups (grid y) when the grid is small; row blocks of {{MT}} vary fastest in grid x
+// so that the blocks reading one slice of B run together. Params: see matmul.rs.
+@group(0) @binding(0) var<storage, read_write> dst: array<u32>;
+@group(0) @binding(1) var<storage, read> in0: array<{{A_ELEM}}>;
+@group(0) @binding(2) var<storage, read> in1: array<{{B_ELEM}}>;
+@group(1) @binding(0) var<storage, read> p: array<u32, 64>;
+{{PRELUDE}}
+{{LOADERS}}
+{{BASES}}
+var<workgroup> red: array<vec4<f32>, 192>;
+
+const I4 = vec4<u32>(0u, 1u, 2u, 3u);
+
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+    let m = p[0];
+    let n = p[1];
+    let nl = tid & 63u;
+    let kl = tid >> 6u;
+    let m0 = (wid.x % p[29]) * {{MT}}u;
+    let n0 = (wid.x / p[29]) * 256u + nl * 4u;
+    let base = bases(wid.z + p[28]);
+    let kbeg = wid.y * p[26];
+    let kend = min(p[2], kbeg + p[26]);
+    let sam = p[5];
+    let sak = p[6];
+    let sbk = p[7];
+    let sbn = p[8];
+    let bcol = base.y + n0 * sbn;
+{{SETUP}}
+    for (var k = kbeg + 4u * kl; k < kend; k += 16u) {
+        let ok = vec4<u32>(k) + I4 < vec4<u32>(kend);
+        let b0 = ldb(bcol + k * sbk, sbn);
+        let b1 = select(vec4<f32>(), ldb(bcol + select(k, k + 1u, ok.y) * sbk, sbn), ok.y);
+        let b2 = select(vec4<f32>(), ldb(bcol + select(k, k + 2u, ok.z) * sbk, sbn), ok.z);
+        let b3 = select(vec4<f32>(), ldb(bcol + select(k, k + 3u, ok.w) * sbk, sbn), ok.w);
+{{BODY}}
+    }
+    let cbase = base.z + wid.y * p[27];
+    let som = p[22];
+    let son = p[23];
+{{FINISH}}
+}
