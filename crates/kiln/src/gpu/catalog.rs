@@ -2,7 +2,7 @@
 //! translation test (naga turns each into Metal and DX12 shaders on any machine).
 
 use super::elementwise::{self as ew, FUNCS};
-use super::{index, matmul, nn, reduce};
+use super::{index, matmul, matmul_coop, nn, reduce};
 use crate::op::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 use crate::DType;
 
@@ -83,5 +83,7 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
         push(format!("copy_into:{size}"), index::copy_into_source(size));
     }
     push("fill".into(), index::fill_source());
+    // Cooperative-matrix f16 matmul (SPIR-V and, for 8x8, MSL only: naga's HLSL has no coop matrix).
+    out.extend(matmul_coop::catalog());
     out
 }

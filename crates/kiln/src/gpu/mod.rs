@@ -10,6 +10,7 @@ mod exec;
 mod index;
 mod kernels;
 mod matmul;
+pub mod matmul_coop;
 mod nn;
 mod pool;
 mod profile;

@@ -9,6 +9,7 @@ mod create;
 mod index;
 mod join;
 mod matmul;
+mod matmul_coop;
 mod nn;
 mod reduce;
 mod rope;
