@@ -3,7 +3,7 @@
 
 use super::elementwise::{self as ew, FUNCS};
 use super::elementwise_vec as ewv;
-use super::{attention, index, matmul, nn, reduce, rowwise};
+use super::{attention, index, matmul, matmul_coop, nn, reduce, rowwise};
 use crate::op::{BinaryOp, CmpOp, UnaryOp};
 use crate::DType;
 
@@ -121,5 +121,7 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
     push("bandwidth:copy".into(), super::bandwidth::SOURCE.to_string());
     push("matmul_splitk".into(), matmul::splitk_source());
     out.extend(attention::catalog());
+    // Cooperative-matrix f16 matmul (SPIR-V and, for 8x8, MSL only: naga's HLSL has no coop matrix).
+    out.extend(matmul_coop::catalog());
     out
 }

@@ -128,6 +128,8 @@ pub struct GpuContext {
     pub(crate) queue: wgpu::Queue,
     pub(crate) features: wgpu::Features,
     pub(crate) limits: wgpu::Limits,
+    /// The adapter's cooperative matrix configurations (empty without EXPERIMENTAL_COOPERATIVE_MATRIX).
+    pub(crate) coop_matrix: Vec<wgpu::CooperativeMatrixProperties>,
     pub(crate) pool: Pool,
     pub(crate) pipelines: Pipelines,
     pub(crate) exec: Mutex<Exec>,
@@ -174,6 +176,11 @@ impl GpuContext {
             wgpu::ExperimentalFeatures::disabled()
         };
         let limits = adapter.limits();
+        let coop_matrix = if features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
+            adapter.cooperative_matrix_properties()
+        } else {
+            Vec::new()
+        };
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("kiln"),
             required_features: features,
@@ -213,6 +220,7 @@ impl GpuContext {
             queue,
             features,
             limits,
+            coop_matrix,
             lost,
             lost_reason,
             errors,

@@ -14,6 +14,7 @@ mod exec;
 mod index;
 mod kernels;
 mod matmul;
+pub mod matmul_coop;
 mod matmul_plan;
 mod matmul_skinny;
 mod matmul_tiled;

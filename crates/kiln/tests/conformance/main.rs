@@ -10,6 +10,7 @@ mod index;
 mod int64;
 mod join;
 mod matmul;
+mod matmul_coop;
 mod nn;
 mod reduce;
 mod rope;

@@ -1,0 +1,652 @@
+//! f16 matmul on cooperative matrices (issue 4): tensor cores through `VK_KHR_cooperative_matrix`
+//! (16x16x16 on NVIDIA), simdgroup matrices on Apple GPUs (8x8x8), both reached through wgpu's
+//! `EXPERIMENTAL_COOPERATIVE_MATRIX` and naga's `coop_mat` WGSL types.
+//!
+//! [`try_matmul_coop`] is the entry the generic matmul calls first for f16: it answers `None` when
+//! this path does not apply (adapter without the feature, SHADER_F16 or SUBGROUP; no f16 x f16 -> f32
+//! configuration of size 16 or 8; a varying subgroup size; shapes too small or too large for the
+//! grid) and otherwise runs the kernel in `matmul_coop.wgsl`, described there.
+//!
+//! Tiles: each subgroup keeps `tm x tn` accumulators of `s x s` f32; `wm x wn` subgroups make a
+//! workgroup tile of `(wm*tm*s) x (wn*tn*s)`; K advances `bk` at a time through two workgroup buffers.
+//! `Large` (16x16: 128x128 tile, 64x64 per subgroup, 16 accumulators) is for big outputs; `Small`
+//! (16x16: 64x64, 32x32 per subgroup) keeps enough workgroups in flight when the output is small.
+//! `KILN_COOP=0` turns the path off; `KILN_COOP_TILE=large|small` forces a preset (for benchmarks).
+
+use super::kernels::render;
+use super::{GpuContext, GpuStorage};
+use crate::layout::collapse;
+use crate::storage::Storage;
+use crate::{DType, Error, Layout, Result, Tensor};
+use std::sync::Arc;
+
+const SOURCE: &str = include_str!("matmul_coop.wgsl");
+
+/// Halves of padding after each staged tile row: keeps rows 16-byte aligned (cooperative loads need
+/// it) and spreads the rows of one fragment over different memory banks.
+const PAD: u32 = 8;
+/// Below this many multiply-adds (or with M or N under `MIN_SIDE`) the generic kernel is used.
+const MIN_WORK: usize = 32 * 32 * 32;
+const MIN_SIDE: usize = 16;
+/// `Auto` picks `Small` when `Large` would make fewer workgroups than this.
+const LARGE_MIN_TILES: usize = 256;
+
+/// Which tile preset to run (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CoopTile {
+    Auto,
+    Large,
+    Small,
+}
+
+/// How one operand is staged: `k_fast` when its contiguous dim is K (row-major A, transposed B);
+/// `vec` when 4 halves can be read at once (fast stride 1, offset and other strides multiples of 4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Operand {
+    pub(crate) k_fast: bool,
+    pub(crate) vec: bool,
+}
+
+/// One specialisation of the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Config {
+    /// Cooperative matrix size (16 or 8).
+    pub(crate) s: u32,
+    /// Subgroup size the workgroup is built from.
+    pub(crate) sg: u32,
+    /// Subgroups along M and N.
+    pub(crate) wm: u32,
+    pub(crate) wn: u32,
+    /// Accumulator tiles per subgroup along M and N.
+    pub(crate) tm: u32,
+    pub(crate) tn: u32,
+    /// K slice per stage.
+    pub(crate) bk: u32,
+    pub(crate) a: Operand,
+    pub(crate) b: Operand,
+    /// Cooperative ops replaced by plain WGSL over workgroup memory with the same data layout (a
+    /// test of everything around them on adapters without cooperative matrices, e.g. lavapipe).
+    pub(crate) emulate: bool,
+}
+
+impl Config {
+    /// The preset `tile` (`Large` or `Small`) for matrices of size `s` and subgroups of `sg`.
+    pub(crate) fn preset(tile: CoopTile, s: u32, sg: u32, a: Operand, b: Operand) -> Config {
+        let t = if tile == CoopTile::Small { 2 } else { 4 };
+        // 8x8 matrices (Apple) hold a quarter of the work of a 16x16 one: same tile counts, half the
+        // edge, so the large preset is 64x64 and fits Apple's 32 KiB of workgroup memory.
+        Config { s, sg, wm: 2, wn: 2, tm: t, tn: t, bk: 32, a, b, emulate: false }
+    }
+
+    fn bm(&self) -> u32 {
+        self.wm * self.tm * self.s
+    }
+    fn bn(&self) -> u32 {
+        self.wn * self.tn * self.s
+    }
+    fn nsg(&self) -> u32 {
+        self.wm * self.wn
+    }
+    fn wg(&self) -> u32 {
+        self.nsg() * self.sg
+    }
+    /// (slow, fast) extents of the staged A tile.
+    fn a_tile(&self) -> (u32, u32) {
+        if self.a.k_fast {
+            (self.bm(), self.bk)
+        } else {
+            (self.bk, self.bm())
+        }
+    }
+    fn b_tile(&self) -> (u32, u32) {
+        if self.b.k_fast {
+            (self.bn(), self.bk)
+        } else {
+            (self.bk, self.bn())
+        }
+    }
+    fn ldc(&self) -> u32 {
+        self.s + 4
+    }
+    /// Halves in one stage of each operand.
+    fn stages(&self) -> (u32, u32) {
+        let (sa, fa) = self.a_tile();
+        let (sb, fb) = self.b_tile();
+        (sa * (fa + PAD), sb * (fb + PAD))
+    }
+    /// Bytes of workgroup memory the kernel declares.
+    pub(crate) fn workgroup_bytes(&self) -> u32 {
+        let (a, b) = self.stages();
+        2 * (a + b) * 2 + self.nsg() * self.s * self.ldc() * 4
+    }
+
+    pub(crate) fn key(&self) -> String {
+        let op = |o: Operand| format!("{}{}", if o.k_fast { "k" } else { "mn" }, if o.vec { "x4" } else { "x1" });
+        format!(
+            "matmul_coop{}:{s}x{s}:sg{}:{}x{}:{}x{}:bk{}:A={}:B={}",
+            if self.emulate { "_emulated" } else { "" },
+            self.sg,
+            self.wm,
+            self.wn,
+            self.tm,
+            self.tn,
+            self.bk,
+            op(self.a),
+            op(self.b),
+            s = self.s
+        )
+    }
+
+    /// Whether the tile shapes divide evenly among the invocations (true for every preset).
+    fn well_formed(&self) -> bool {
+        let wg = self.wg();
+        let ok = |(slow, fast): (u32, u32)| {
+            fast.is_multiple_of(4) && wg.is_multiple_of(fast / 4) && (slow * fast / 4).is_multiple_of(wg)
+        };
+        matches!(self.s, 8 | 16)
+            && self.bk.is_multiple_of(self.s)
+            && (self.s * self.s).is_multiple_of(self.sg)
+            && ok(self.a_tile())
+            && ok(self.b_tile())
+    }
+}
+
+/// The kernel source for `c`.
+pub(crate) fn source(c: &Config) -> String {
+    assert!(c.well_formed(), "cooperative matmul config {c:?} does not divide evenly");
+    let (s, wg) = (c.s, c.wg());
+    let (sa_stage, sb_stage) = c.stages();
+    let (a_ts, a_tf) = c.a_tile();
+    let (b_ts, b_tf) = c.b_tile();
+    let (lda, ldb) = (a_tf + PAD, b_tf + PAD);
+    let (a_chunks, b_chunks) = (a_ts * a_tf / 4 / wg, b_ts * b_tf / 4 / wg);
+    let (a_step, b_step) = (wg / (a_tf / 4), wg / (b_tf / 4));
+    let mat = |t: &str, role: &str| format!("coop_mat{s}x{s}<{t}, {role}>");
+    // A fragment of `role` at `sa`/`sb[idx]`, stored row-major (`t`) or column-major, rows `ld` apart.
+    let frag = |t: bool, role: &str, arr: &str, idx: String, ld: u32| {
+        if c.emulate {
+            format!("vec3<u32>({idx}, {ld}u, {}u)", t as u32)
+        } else {
+            format!("{}<{}>(&{arr}[{idx}], {ld}u)", if t { "coopLoadT" } else { "coopLoad" }, mat("f16", role))
+        }
+    };
+    let mma = if c.emulate { "emu_mma" } else { "coopMultiplyAdd" };
+    let lane_arg = if c.emulate { ", lane" } else { "" };
+
+    let mut decls = String::new();
+    let mut accs = String::new();
+    for i in 0..c.tm {
+        for j in 0..c.tn {
+            accs += &format!("    var c_{i}_{j} = zero;\n");
+        }
+    }
+    for i in 0..a_chunks {
+        decls += &format!("    var ra_{i}: vec4<f16>;\n");
+    }
+    for i in 0..b_chunks {
+        decls += &format!("    var rb_{i}: vec4<f16>;\n");
+    }
+
+    // Global (slow, fast) origin of this workgroup's slice for each operand.
+    let (a_s0, a_f0) = if c.a.k_fast { ("m0", "k0") } else { ("k0", "m0") };
+    let (b_s0, b_f0) = if c.b.k_fast { ("n0", "k0") } else { ("k0", "n0") };
+    let mut load = String::new();
+    for i in 0..a_chunks {
+        load += &format!("        ra_{i} = chunk_a(a_base, {a_s0} + a_s + {}u, {a_f0} + a_f);\n", i * a_step);
+    }
+    for i in 0..b_chunks {
+        load += &format!("        rb_{i} = chunk_b(b_base, {b_s0} + b_s + {}u, {b_f0} + b_f);\n", i * b_step);
+    }
+    let mut store = String::new();
+    for (name, reg, n, step, ld, st, stage) in
+        [("sa", "ra", a_chunks, a_step, lda, "a_st", sa_stage), ("sb", "rb", b_chunks, b_step, ldb, "b_st", sb_stage)]
+    {
+        for i in 0..n {
+            for (j, comp) in ["x", "y", "z", "w"].iter().enumerate() {
+                store += &format!(
+                    "        {name}[so * {stage}u + {st} + {}u] = {reg}_{i}.{comp};\n",
+                    i * step * ld + j as u32
+                );
+            }
+        }
+    }
+
+    // One K slice: for each s-deep step, the subgroup's B fragments, then each A fragment against them.
+    // Row-major tiles are read with coopLoadT: A staged [m][k] (k fast), B staged [k][n] (n fast).
+    let (a_t, b_t) = (c.a.k_fast, !c.b.k_fast);
+    let mut compute = String::new();
+    for ks in 0..c.bk / s {
+        let kq = ks * s;
+        compute += "        {\n";
+        for j in 0..c.tn {
+            let off = if c.b.k_fast { j * s * ldb + kq } else { kq * ldb + j * s };
+            compute +=
+                &format!("            let b_{j} = {};\n", frag(b_t, "B", "sb", format!("sb0 + wb + {off}u"), ldb));
+        }
+        for i in 0..c.tm {
+            let off = if c.a.k_fast { i * s * lda + kq } else { kq * lda + i * s };
+            compute +=
+                &format!("            let a_{i} = {};\n", frag(a_t, "A", "sa", format!("sa0 + wa + {off}u"), lda));
+            for j in 0..c.tn {
+                compute += &format!("            c_{i}_{j} = {mma}(a_{i}, b_{j}, c_{i}_{j}{lane_arg});\n");
+            }
+        }
+        compute += "        }\n";
+    }
+
+    let mut epilogue = String::new();
+    for i in 0..c.tm {
+        for j in 0..c.tn {
+            epilogue += &format!("    put(c_{i}_{j}, sg, li, m0 + {}u, n0 + {}u, m, n, out);\n", i * s, j * s);
+        }
+    }
+
+    // Operand bindings and chunk readers. `base + s * slow_stride + f * fast_stride`.
+    let a = reader(c.a, ("p[0]", "p[5]"), ("p[2]", "p[6]"));
+    let b = reader(c.b, ("p[1]", "p[8]"), ("p[2]", "p[7]"));
+    let wa = if c.a.k_fast { format!("wm * {}u", c.tm * s * lda) } else { format!("wm * {}u", c.tm * s) };
+    let wb = if c.b.k_fast { format!("wn * {}u", c.tn * s * ldb) } else { format!("wn * {}u", c.tn * s) };
+    let num = |v: u32| v.to_string();
+    let ldc = c.ldc();
+    let slot = s * ldc;
+    let (enable, acc, store_acc, zero, sg_param, sg_let, emu) = if c.emulate {
+        let e = s * s / c.sg;
+        (
+            String::new(),
+            format!("array<f32, {e}>"),
+            format!("emu_store(acc, sg * {slot}u, {ldc}u, li % {}u);", c.sg),
+            format!("array<f32, {e}>()"),
+            String::new(),
+            format!("let sg = li / {sgs}u;\n    let lane = li % {sgs}u;", sgs = c.sg),
+            emulation(s, c.sg),
+        )
+    } else {
+        (
+            "enable wgpu_cooperative_matrix;".to_string(),
+            mat("f32", "C"),
+            format!("coopStoreT(acc, &sc[sg * {slot}u], {ldc}u);"),
+            format!("coopLoadT<{}>(&sc[0], {ldc}u)", mat("f32", "C")),
+            "@builtin(subgroup_id) sg: u32,".to_string(),
+            String::new(),
+            String::new(),
+        )
+    };
+    render(
+        SOURCE,
+        &[
+            ("ENABLE", &enable),
+            ("ACC", &acc),
+            ("STORE_ACC", &store_acc),
+            ("ZERO", &zero),
+            ("SG_PARAM", &sg_param),
+            ("SG_LET", &sg_let),
+            ("EMU", &emu),
+            ("S", &num(s)),
+            ("SG", &num(c.sg)),
+            ("WG", &num(wg)),
+            ("NSG", &num(c.nsg())),
+            ("WM", &num(c.wm)),
+            ("WN", &num(c.wn)),
+            ("TM", &num(c.tm)),
+            ("TN", &num(c.tn)),
+            ("BM", &num(c.bm())),
+            ("BN", &num(c.bn())),
+            ("BK", &num(c.bk)),
+            ("WMT", &num(c.tm * s)),
+            ("WNT", &num(c.tn * s)),
+            ("SA", &num(2 * sa_stage)),
+            ("SB", &num(2 * sb_stage)),
+            ("SA_STAGE", &num(sa_stage)),
+            ("SB_STAGE", &num(sb_stage)),
+            ("SC", &num(c.nsg() * s * c.ldc())),
+            ("SC_SLOT", &num(slot)),
+            ("LDC", &num(ldc)),
+            ("SS", &num(s * s)),
+            ("PUT_PER", &num(c.nsg() * s * s / wg)),
+            ("LDA", &num(lda)),
+            ("LDB", &num(ldb)),
+            ("A_FC", &num(a_tf / 4)),
+            ("B_FC", &num(b_tf / 4)),
+            ("A4", &a.binding),
+            ("B4", &b.binding),
+            ("A_NS", &a.ns),
+            ("A_NF", &a.nf),
+            ("A_SS", &a.ss),
+            ("A_FS", &a.fs),
+            ("A_FULL", &a.full("a4")),
+            ("B_NS", &b.ns),
+            ("B_NF", &b.nf),
+            ("B_SS", &b.ss),
+            ("B_FS", &b.fs),
+            ("B_FULL", &b.full("b4")),
+            ("WA", &wa),
+            ("WB", &wb),
+            ("DECLS", &decls),
+            ("ACCS", &accs),
+            ("LOAD", &load),
+            ("STORE", &store),
+            ("COMPUTE", &compute),
+            ("EPILOGUE", &epilogue),
+        ],
+    )
+}
+
+/// Plain-WGSL stand-ins for the cooperative ops (`emulate`): a fragment is `(offset, row stride,
+/// row-major)` into `sa`/`sb`, read when multiplied; an accumulator is the `s*s/sg` elements
+/// `lane + sg*q` (row-major) of the tile that this invocation owns. Same memory layouts and the same
+/// row-/column-major meaning as coopLoadT/coopLoad, so everything around them is tested.
+fn emulation(s: u32, sg: u32) -> String {
+    let e = s * s / sg;
+    format!(
+        "
+fn emu_at(d: vec3<u32>, r: u32, c: u32) -> u32 {{
+    return select(d.x + c * d.y + r, d.x + r * d.y + c, d.z == 1u);
+}}
+
+fn emu_mma(a: vec3<u32>, b: vec3<u32>, c: array<f32, {e}>, lane: u32) -> array<f32, {e}> {{
+    var r = c;
+    for (var q = 0u; q < {e}u; q++) {{
+        let x = lane + q * {sg}u;
+        let row = x / {s}u;
+        let col = x % {s}u;
+        var acc = r[q];
+        for (var k = 0u; k < {s}u; k++) {{
+            acc += f32(sa[emu_at(a, row, k)]) * f32(sb[emu_at(b, k, col)]);
+        }}
+        r[q] = acc;
+    }}
+    return r;
+}}
+
+fn emu_store(c: array<f32, {e}>, off: u32, ld: u32, lane: u32) {{
+    for (var q = 0u; q < {e}u; q++) {{
+        let x = lane + q * {sg}u;
+        sc[off + (x / {s}u) * ld + x % {s}u] = c[q];
+    }}
+}}
+"
+    )
+}
+
+/// How a chunk reader sees one operand: extents and strides of its slow and fast dims.
+struct Reader {
+    binding: String,
+    ns: String,
+    nf: String,
+    ss: String,
+    fs: String,
+    vec: bool,
+}
+
+impl Reader {
+    /// The whole-chunk read of `vec` variants (the fast stride is 1 and `e` a multiple of 4).
+    fn full(&self, buf: &str) -> String {
+        if self.vec {
+            format!("if (f + 4u <= nf) {{ return {buf}[e >> 2u]; }}")
+        } else {
+            String::new()
+        }
+    }
+}
+
+/// `mn` and `k` are (extent, stride) parameter expressions of the operand's M-or-N dim and K dim.
+fn reader(o: Operand, mn: (&str, &str), k: (&str, &str)) -> Reader {
+    let (slow, fast) = if o.k_fast { (mn, k) } else { (k, mn) };
+    Reader {
+        binding: if o.vec { "array<vec4<f16>>".into() } else { "array<u32>".into() },
+        ns: slow.0.into(),
+        nf: fast.0.into(),
+        ss: slow.1.into(),
+        fs: if o.vec { "1u".into() } else { fast.1.into() },
+        vec: o.vec,
+    }
+}
+
+/// Every variant, for the translation test: both sizes, both presets, all operand stagings.
+pub(crate) fn catalog() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for s in [16, 8] {
+        for tile in [CoopTile::Large, CoopTile::Small] {
+            for ak in [true, false] {
+                for bk in [true, false] {
+                    for vec in [true, false] {
+                        // The A and B readers are independent: mixing vec/scalar on one side each
+                        // covers every reader with half the variants.
+                        let a = Operand { k_fast: ak, vec };
+                        let b = Operand { k_fast: bk, vec: !vec };
+                        let c = Config::preset(tile, s, 32, a, b);
+                        out.push((c.key(), source(&c)));
+                    }
+                }
+            }
+        }
+        // The emulated kernel (tests on adapters without cooperative matrices).
+        let (a, b) = (Operand { k_fast: true, vec: true }, Operand { k_fast: false, vec: false });
+        let c = Config { emulate: true, ..Config::preset(CoopTile::Small, s, 32, a, b) };
+        out.push((c.key(), source(&c)));
+    }
+    out
+}
+
+/// The cooperative matrix size this context can run the f16 kernel with (16 preferred, else 8), and
+/// its fixed subgroup size; `None` when the path is unavailable.
+fn support(ctx: &GpuContext) -> Option<(u32, u32)> {
+    let needed =
+        wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
+    if !ctx.has(needed) {
+        return None;
+    }
+    // The workgroup is built from a whole number of subgroups, so their size must be known: fixed
+    // on the adapter (NVIDIA: 32), or Apple silicon's SIMD width of 32 (wgpu reports Metal's
+    // subgroups as 4..64 for every Mac GPU).
+    let sg = match ctx.summary.subgroup_size {
+        (min, max) if min == max && (8..=128).contains(&max) => max,
+        _ if ctx.summary.backend == "Metal" && ctx.summary.name.starts_with("Apple") => 32,
+        _ => return None,
+    };
+    let size = [16, 8].into_iter().find(|&s| {
+        ctx.coop_matrix.iter().any(|p| {
+            p.m_size == s
+                && p.n_size == s
+                && p.k_size == s
+                && p.ab_type == wgpu::CooperativeScalarType::F16
+                && p.cr_type == wgpu::CooperativeScalarType::F32
+        })
+    })?;
+    Some((size, sg))
+}
+
+fn disabled_by_env() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OFF.get_or_init(|| std::env::var("KILN_COOP").is_ok_and(|v| v == "0"))
+}
+
+fn tile_from_env() -> CoopTile {
+    static TILE: std::sync::OnceLock<CoopTile> = std::sync::OnceLock::new();
+    *TILE.get_or_init(|| match std::env::var("KILN_COOP_TILE").as_deref() {
+        Ok("large") => CoopTile::Large,
+        Ok("small") => CoopTile::Small,
+        _ => CoopTile::Auto,
+    })
+}
+
+/// `a @ b` for f16 on cooperative matrices, or `None` when this path does not apply (see the module
+/// docs); the layouts are `matmul`'s: same batch dims (broadcast already applied), `(.., M, K)` and
+/// `(.., K, N)`, any strides. The result is contiguous f16 `(batch.., M, N)`, each element the f32
+/// sum of products rounded once to f16.
+// The f16 branch of `matmul::matmul` calls this first (wired in by the branch that owns matmul.rs).
+#[allow(dead_code)]
+pub(crate) fn try_matmul_coop(a: &GpuStorage, al: &Layout, b: &GpuStorage, bl: &Layout) -> Option<Result<GpuStorage>> {
+    if disabled_by_env() {
+        return None;
+    }
+    matmul_coop(a, al, b, bl, tile_from_env(), true, None)
+}
+
+/// [`try_matmul_coop`] with a forced preset, an optional size threshold, and `emulate: Some(s)` to
+/// run the emulated kernel with `s x s` tiles instead (any adapter with SHADER_F16).
+fn matmul_coop(
+    a: &GpuStorage,
+    al: &Layout,
+    b: &GpuStorage,
+    bl: &Layout,
+    tile: CoopTile,
+    threshold: bool,
+    emulate: Option<u32>,
+) -> Option<Result<GpuStorage>> {
+    if a.dtype != DType::F16 || b.dtype != DType::F16 || !Arc::ptr_eq(&a.ctx, &b.ctx) {
+        return None;
+    }
+    let ctx = &a.ctx;
+    let (s, sg) = match emulate {
+        Some(s) => (ctx.has(wgpu::Features::SHADER_F16) && matches!(s, 8 | 16)).then_some((s, 32))?,
+        None => support(ctx)?,
+    };
+    let rank = al.rank();
+    if rank < 2 || bl.rank() != rank || al.dims()[..rank - 2] != bl.dims()[..rank - 2] {
+        return None;
+    }
+    let (m, k, n) = (al.dims()[rank - 2], al.dims()[rank - 1], bl.dims()[rank - 1]);
+    if bl.dims()[rank - 2] != k || m == 0 || n == 0 || k == 0 {
+        return None;
+    }
+    if threshold && (m < MIN_SIDE || n < MIN_SIDE || m * n * k < MIN_WORK) {
+        return None;
+    }
+    let batch_dims = &al.dims()[..rank - 2];
+    let batch: usize = batch_dims.iter().product();
+    let (bd, bs) = collapse(batch_dims, &[&al.strides()[..rank - 2], &bl.strides()[..rank - 2]]);
+    // Every index the kernel computes must fit in u32.
+    let fits = |l: &Layout| {
+        l.offset() as u64 + l.dims().iter().zip(l.strides()).map(|(&d, &s)| (d as u64 - 1) * s as u64).sum::<u64>()
+            < u32::MAX as u64
+    };
+    if bd.len() > 4 || !fits(al) || !fits(bl) || (batch * m * n) as u64 >= u32::MAX as u64 {
+        return None;
+    }
+    let (sa, sb) = (al.strides(), bl.strides());
+    let a_op = operand(m, sa[rank - 2], k, sa[rank - 1], al.offset(), &bs[0], a.buffer.size());
+    let b_op = operand(n, sb[rank - 1], k, sb[rank - 2], bl.offset(), &bs[1], b.buffer.size());
+    let max = ctx.limits.max_compute_workgroups_per_dimension as usize;
+    let tiles = |c: &Config| m.div_ceil(c.bm() as usize) * n.div_ceil(c.bn() as usize);
+    let fits_device = |c: &Config| {
+        c.workgroup_bytes() <= ctx.limits.max_compute_workgroup_storage_size
+            && c.wg() <= ctx.limits.max_compute_invocations_per_workgroup
+            && c.wg() <= ctx.limits.max_compute_workgroup_size_x
+            && tiles(c) <= max
+    };
+    let large = Config { emulate: emulate.is_some(), ..Config::preset(CoopTile::Large, s, sg, a_op, b_op) };
+    let small = Config { emulate: emulate.is_some(), ..Config::preset(CoopTile::Small, s, sg, a_op, b_op) };
+    let want = match tile {
+        CoopTile::Large => large,
+        CoopTile::Small => small,
+        CoopTile::Auto if batch * tiles(&large) < LARGE_MIN_TILES => small,
+        CoopTile::Auto => large,
+    };
+    let c = [want, small].into_iter().find(|c| c.well_formed() && fits_device(c))?;
+    if batch > max {
+        return None;
+    }
+    Some(run(a, al, b, bl, &c, (m, n, k), batch, (&bd, &bs), tiles(&c)))
+}
+
+/// How to stage one operand with extents `mn` (its M or N dim) and `k`, and their strides.
+fn operand(
+    mn: usize,
+    s_mn: usize,
+    k: usize,
+    s_k: usize,
+    offset: usize,
+    batch_strides: &[usize],
+    bytes: u64,
+) -> Operand {
+    // A dim of extent 1 never steps, so its stride does not matter.
+    let unit = |d: usize, s: usize| d == 1 || s == 1;
+    let four = |d: usize, s: usize| d == 1 || s.is_multiple_of(4);
+    let aligned = offset.is_multiple_of(4) && batch_strides.iter().all(|s| s.is_multiple_of(4)) && bytes >= 8;
+    if unit(k, s_k) {
+        Operand { k_fast: true, vec: aligned && four(mn, s_mn) }
+    } else if unit(mn, s_mn) {
+        Operand { k_fast: false, vec: aligned && four(k, s_k) }
+    } else {
+        // General strides: element by element, along the smaller stride.
+        Operand { k_fast: s_k <= s_mn, vec: false }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run(
+    a: &GpuStorage,
+    al: &Layout,
+    b: &GpuStorage,
+    bl: &Layout,
+    c: &Config,
+    (m, n, k): (usize, usize, usize),
+    batch: usize,
+    (bd, bs): (&[usize], &[Vec<usize>]),
+    tiles: usize,
+) -> Result<GpuStorage> {
+    let ctx = &a.ctx;
+    let rank = al.rank();
+    let kernel = ctx.pipelines.get(ctx, &c.key(), 4, || source(c))?;
+    let out = GpuStorage::alloc(ctx, DType::F16, batch * m * n)?;
+    let st = |l: &Layout, i: usize| l.strides()[i] as u32;
+    let mut params = vec![
+        m as u32,
+        n as u32,
+        k as u32,
+        al.offset() as u32,
+        bl.offset() as u32,
+        st(al, rank - 2),
+        st(al, rank - 1),
+        st(bl, rank - 2),
+        st(bl, rank - 1),
+        if batch > 1 { bd.len() as u32 } else { 0 },
+    ];
+    params.resize(24, 0);
+    if batch > 1 {
+        for (i, &d) in bd.iter().enumerate() {
+            params[10 + i] = d as u32;
+            params[14 + i] = bs[0][i] as u32;
+            params[18 + i] = bs[1][i] as u32;
+        }
+    }
+    params[22] = m.div_ceil(c.bm() as usize) as u32;
+    params[23] = n.div_ceil(c.bn() as usize) as u32;
+    let groups = [tiles as u32, 1, batch as u32];
+    // Each operand is bound twice: 4 halves at a time and one at a time (edges, general strides).
+    let bufs = [out.buffer.raw(), a.buffer.raw(), a.buffer.raw(), b.buffer.raw(), b.buffer.raw()];
+    ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(ctx, &kernel, &bufs, &params, groups)?;
+    Ok(out)
+}
+
+/// The cooperative matrix configurations of `device`'s adapter as `MxNxK ab->cr` strings, and the
+/// size the f16 matmul runs with (`None`: the path is unavailable there).
+pub fn coop_matmul_support(device: &crate::Device) -> (Vec<String>, Option<u32>) {
+    let Some(ctx) = device.gpu_context() else { return (vec![], None) };
+    let configs = ctx
+        .coop_matrix
+        .iter()
+        .map(|p| format!("{}x{}x{} {:?}->{:?}", p.m_size, p.n_size, p.k_size, p.ab_type, p.cr_type))
+        .collect();
+    (configs, support(ctx).map(|(s, _)| s))
+}
+
+/// For tests and benchmarks: `a @ b` of two f16 GPU tensors with equal batch dims through the
+/// cooperative-matrix kernel with preset `tile`, without the size threshold; `None` when the path
+/// does not apply (see [`try_matmul_coop`]). `emulate: Some(s)` runs the emulated kernel with
+/// `s x s` tiles (plain WGSL in place of the cooperative ops) on any adapter with SHADER_F16.
+#[doc(hidden)]
+pub fn matmul_coop_tensors(a: &Tensor, b: &Tensor, tile: CoopTile, emulate: Option<u32>) -> Option<Result<Tensor>> {
+    if a.rank() < 2 || b.rank() != a.rank() {
+        return Some(Err(Error::arg("matmul_coop", "operands must be matrices of one rank")));
+    }
+    // One read guard when both view the same storage: taking the same lock twice may deadlock.
+    let sa = a.storage();
+    let sb = if a.shares_storage_with(b) { None } else { Some(b.storage()) };
+    let (Storage::Gpu(ga), Storage::Gpu(gb)) = (&*sa, sb.as_deref().unwrap_or(&*sa)) else { return None };
+    let out = matmul_coop(ga, a.layout(), gb, b.layout(), tile, false, emulate)?;
+    let mut dims = a.dims().to_vec();
+    *dims.last_mut().unwrap() = b.dims()[b.rank() - 1];
+    Some(out.map(|s| Tensor::from_storage(Storage::Gpu(s), dims, a.device())))
+}

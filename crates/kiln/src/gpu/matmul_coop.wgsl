@@ -1,0 +1,150 @@
+// f16 matrix product on cooperative matrices (tensor cores, Apple simdgroup matrices):
+// C[b] = A[b] @ B[b] with f16 operands, f32 accumulation and an f16 result (rounded once at the end).
+// A workgroup computes a {{BM}}x{{BN}} tile of C with {{NSG}} subgroups of {{SG}} invocations in a
+// {{WM}}x{{WN}} grid; each subgroup keeps {{TM}}x{{TN}} accumulators of {{S}}x{{S}} in registers. A and
+// B advance {{BK}} deep along K, staged through two workgroup buffers: while one buffer is multiplied,
+// the next slice is read from memory into registers, then stored into the other buffer (one barrier
+// per slice). Reads outside the matrices give zeros, so any M, N, K work.
+// The cooperative ops stay in workgroup-uniform control flow (naga requires it): every subgroup runs
+// the same straight-line code, and only plain loads and stores are guarded by bounds.
+// A and B are strided views. Each operand is staged with its contiguous ("fast") dim along a tile row
+// and read with coopLoadT (row-major) or coopLoad (column-major) to match. `vec` variants read 4
+// halves at a time through `x4` (offset and strides are multiples of 4, the fast stride is 1).
+// Params: p[0] M, p[1] N, p[2] K, p[3] A offset, p[4] B offset, p[5] A row stride, p[6] A k stride,
+// p[7] B k stride, p[8] B col stride, p[9] batch rank (<= 4), p[10..14] batch dims,
+// p[14..18] A batch strides, p[18..22] B batch strides, p[22] tiles along M, p[23] tiles along N.
+enable f16;
+{{ENABLE}}
+
+@group(0) @binding(0) var<storage, read_write> dst: array<f16>;
+@group(0) @binding(1) var<storage, read> a4: {{A4}};
+@group(0) @binding(2) var<storage, read> a1: array<f16>;
+@group(0) @binding(3) var<storage, read> b4: {{B4}};
+@group(0) @binding(4) var<storage, read> b1: array<f16>;
+@group(1) @binding(0) var<storage, read> p: array<u32, 64>;
+
+// Two stages of each operand tile, then one {{S}}x{{S}} f32 tile per subgroup for the epilogue.
+var<workgroup> sa: array<f16, {{SA}}>;
+var<workgroup> sb: array<f16, {{SB}}>;
+var<workgroup> sc: array<f32, {{SC}}>;
+
+// 4 halves of A at slow index `s`, fast index `f` (and the next 3 along fast), zero outside A.
+fn chunk_a(base: u32, s: u32, f: u32) -> vec4<f16> {
+    let ns = {{A_NS}};
+    let nf = {{A_NF}};
+    var v = vec4<f16>();
+    if (s < ns && f < nf) {
+        let fs = {{A_FS}};
+        let e = base + s * {{A_SS}} + f * fs;
+        {{A_FULL}}
+        for (var j = 0u; j < 4u; j++) {
+            if (f + j < nf) { v[j] = a1[e + j * fs]; }
+        }
+    }
+    return v;
+}
+
+fn chunk_b(base: u32, s: u32, f: u32) -> vec4<f16> {
+    let ns = {{B_NS}};
+    let nf = {{B_NF}};
+    var v = vec4<f16>();
+    if (s < ns && f < nf) {
+        let fs = {{B_FS}};
+        let e = base + s * {{B_SS}} + f * fs;
+        {{B_FULL}}
+        for (var j = 0u; j < 4u; j++) {
+            if (f + j < nf) { v[j] = b1[e + j * fs]; }
+        }
+    }
+    return v;
+}
+
+// Writes accumulator tile `acc` of every subgroup (origin row0/col0 within subgroup 0's block) to C,
+// through this subgroup's slot of `sc`, rounding to f16.
+fn put(acc: {{ACC}}, sg: u32, li: u32, row0: u32, col0: u32, m: u32, n: u32, out: u32) {
+    {{STORE_ACC}}
+    workgroupBarrier();
+    for (var q = 0u; q < {{PUT_PER}}u; q++) {
+        let x = li + q * {{WG}}u;
+        let g = x / {{SS}}u;
+        let r = (x % {{SS}}u) / {{S}}u;
+        let c = x % {{S}}u;
+        let row = row0 + (g / {{WN}}u) * {{WMT}}u + r;
+        let col = col0 + (g % {{WN}}u) * {{WNT}}u + c;
+        if (row < m && col < n) {
+            dst[out + row * n + col] = f16(sc[g * {{SC_SLOT}}u + r * {{LDC}}u + c]);
+        }
+    }
+    workgroupBarrier();
+}
+{{EMU}}
+@compute @workgroup_size({{WG}})
+fn main(
+    @builtin(local_invocation_index) li: u32,
+    @builtin(workgroup_id) wid: vec3<u32>,
+    {{SG_PARAM}}
+) {
+    {{SG_LET}}
+    let m = p[0];
+    let n = p[1];
+    let kk = p[2];
+    var a_base = p[3];
+    var b_base = p[4];
+    var rem = wid.z;
+    for (var d = p[9]; d > 0u; d--) {
+        let i = d - 1u;
+        let idx = rem % p[10u + i];
+        rem /= p[10u + i];
+        a_base += idx * p[14u + i];
+        b_base += idx * p[18u + i];
+    }
+    // Tiles in groups of 8 along M, so workgroups running together share A and B slices in cache.
+    let tiles_m = p[22];
+    let tiles_n = p[23];
+    let group = 8u * tiles_n;
+    let first = (wid.x / group) * 8u;
+    let rows = min(tiles_m - first, 8u);
+    let tile_m = first + (wid.x % group) % rows;
+    let tile_n = (wid.x % group) / rows;
+    let m0 = tile_m * {{BM}}u;
+    let n0 = tile_n * {{BN}}u;
+    let out = wid.z * m * n;
+    // This subgroup's block of C and where its operands start in each stage.
+    let wm = sg / {{WN}}u;
+    let wn = sg % {{WN}}u;
+    let wa = {{WA}};
+    let wb = {{WB}};
+    // This invocation's chunks of each operand tile: (slow, fast) inside the tile.
+    let a_s = li / {{A_FC}}u;
+    let a_f = (li % {{A_FC}}u) * 4u;
+    let a_st = a_s * {{LDA}}u + a_f;
+    let b_s = li / {{B_FC}}u;
+    let b_f = (li % {{B_FC}}u) * 4u;
+    let b_st = b_s * {{LDB}}u + b_f;
+    // Accumulators start as copies of zeroed workgroup memory (portable: a zero-valued coop_mat
+    // constructor has no zero-fill guarantee in Metal's simdgroup_matrix).
+    for (var i = li; i < {{SC}}u; i += {{WG}}u) {
+        sc[i] = 0.0;
+    }
+{{DECLS}}
+    var k0 = 0u;
+{{LOAD}}
+    var so = 0u;
+{{STORE}}
+    workgroupBarrier();
+    let zero = {{ZERO}};
+{{ACCS}}
+    let steps = (kk + {{BK}}u - 1u) / {{BK}}u;
+    for (var t = 0u; t < steps; t++) {
+        let sa0 = (t & 1u) * {{SA_STAGE}}u;
+        let sb0 = (t & 1u) * {{SB_STAGE}}u;
+        // Read the next slice (zeros past K) while this one is multiplied.
+        k0 = (t + 1u) * {{BK}}u;
+{{LOAD}}
+{{COMPUTE}}
+        so = ((t + 1u) & 1u);
+{{STORE}}
+        workgroupBarrier();
+    }
+{{EPILOGUE}}
+}
