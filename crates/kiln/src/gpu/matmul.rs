@@ -263,6 +263,10 @@ pub(crate) fn splitk_source() -> String {
 }
 
 pub(crate) fn matmul(a: &GpuStorage, al: &Layout, b: &GpuStorage, bl: &Layout) -> Result<GpuStorage> {
+    // f16 on tensor cores / simdgroup matrices where the adapter and the shape allow it.
+    if let Some(r) = super::matmul_coop::try_matmul_coop(a, al, b, bl) {
+        return r;
+    }
     let choice = if autotune::enabled(&a.ctx) { Choice::Tune(autotune::default_path()) } else { Choice::Heuristic };
     matmul_with(a, al, b, bl, choice)
 }
