@@ -11,7 +11,7 @@ mkdir -p "$OUT"
 what=${1:-all}
 shift || true
 source bench/gpu/vulkan-env.sh
-export KILN_REQUIRE_GPU=1
+export KILN_REQUIRE_GPU=1 KILN_REQUIRE_COOP=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
 .devbin/kiln info > "$OUT/info.txt" 2>&1
 if [ "$what" = all ] || [ "$what" = tests ]; then
