@@ -12,7 +12,8 @@
 // halves at a time through `x4` (offset and strides are multiples of 4, the fast stride is 1).
 // Params: p[0] M, p[1] N, p[2] K, p[3] A offset, p[4] B offset, p[5] A row stride, p[6] A k stride,
 // p[7] B k stride, p[8] B col stride, p[9] batch rank (<= 4), p[10..14] batch dims,
-// p[14..18] A batch strides, p[18..22] B batch strides, p[22] tiles along M, p[23] tiles along N.
+// p[14..18] A batch strides, p[18..22] B batch strides, p[22] tiles along M, p[23] tiles along N,
+// p[24], p[25] loop bounds of the emulated kernel.
 enable f16;
 {{ENABLE}}
 
