@@ -248,10 +248,23 @@ pub(crate) fn source(c: &Config) -> String {
         compute += "        }\n";
     }
 
+    // Each accumulator tile: every subgroup stores it into its slot of `sc`, then all write them out.
+    let ldc = c.ldc();
+    let slot = s * ldc;
     let mut epilogue = String::new();
     for i in 0..c.tm {
         for j in 0..c.tn {
-            epilogue += &format!("    put(c_{i}_{j}, sg, li, m0 + {}u, n0 + {}u, m, n, out);\n", i * s, j * s);
+            let acc = format!("c_{i}_{j}");
+            let store = if c.emulate {
+                format!("emu_store({acc}, sg * {slot}u, {ldc}u, lane);")
+            } else {
+                format!("coopStoreT({acc}, &sc[sg * {slot}u], {ldc}u);")
+            };
+            epilogue += &format!(
+                "    {store}\n    workgroupBarrier();\n    put(li, m0 + {}u, n0 + {}u, m, n, out);\n    workgroupBarrier();\n",
+                i * s,
+                j * s
+            );
         }
     }
 
@@ -261,15 +274,10 @@ pub(crate) fn source(c: &Config) -> String {
     let wa = if c.a.k_fast { format!("wm * {}u", c.tm * s * lda) } else { format!("wm * {}u", c.tm * s) };
     let wb = if c.b.k_fast { format!("wn * {}u", c.tn * s * ldb) } else { format!("wn * {}u", c.tn * s) };
     let num = |v: u32| v.to_string();
-    let ldc = c.ldc();
-    let slot = s * ldc;
-    let (enable, acc, store_acc, zero, sg_param, sg_let, emu) = if c.emulate {
-        let e = s * s / c.sg;
+    let (enable, zero, sg_param, sg_let, emu) = if c.emulate {
         (
             String::new(),
-            format!("array<f32, {e}>"),
-            format!("emu_store(acc, sg * {slot}u, {ldc}u, li % {}u);", c.sg),
-            format!("array<f32, {e}>()"),
+            format!("array<f32, {}>()", s * s / c.sg),
             String::new(),
             format!("let sg = li / {sgs}u;\n    let lane = li % {sgs}u;", sgs = c.sg),
             emulation(s, c.sg),
@@ -277,8 +285,6 @@ pub(crate) fn source(c: &Config) -> String {
     } else {
         (
             "enable wgpu_cooperative_matrix;".to_string(),
-            mat("f32", "C"),
-            format!("coopStoreT(acc, &sc[sg * {slot}u], {ldc}u);"),
             format!("coopLoadT<{}>(&sc[0], {ldc}u)", mat("f32", "C")),
             "@builtin(subgroup_id) sg: u32,".to_string(),
             String::new(),
@@ -289,8 +295,6 @@ pub(crate) fn source(c: &Config) -> String {
         SOURCE,
         &[
             ("ENABLE", &enable),
-            ("ACC", &acc),
-            ("STORE_ACC", &store_acc),
             ("ZERO", &zero),
             ("SG_PARAM", &sg_param),
             ("SG_LET", &sg_let),
