@@ -74,7 +74,7 @@ pub(crate) struct Config {
 }
 
 impl Config {
-    /// The preset `tile` (`Large` or `Small`) for matrices of size `s` and subgroups of `sg`.
+    /// The preset `tile` (`Auto` means `Large`) for matrices of size `s` and subgroups of `sg`.
     pub(crate) fn preset(tile: CoopTile, s: u32, sg: u32, a: Operand, b: Operand) -> Config {
         // 8x8 matrices (Apple) hold a quarter of the work of a 16x16 one: same tile counts, half the
         // edge, so the large preset is 64x64 and fits Apple's 32 KiB of workgroup memory.
@@ -544,6 +544,9 @@ fn matmul_coop(
     }
     let batch_dims = &al.dims()[..rank - 2];
     let batch: usize = batch_dims.iter().product();
+    if batch == 0 {
+        return None;
+    }
     let (bd, bs) = collapse(batch_dims, &[&al.strides()[..rank - 2], &bl.strides()[..rank - 2]]);
     // Every index the kernel computes must fit in u32.
     let fits = |l: &Layout| {
