@@ -3,9 +3,10 @@
 // value sums from p[7] + (r * splits + s) * dv. The result is sum_s e^(m_s - M) acc_s / sum_s
 // e^(m_s - M) l_s with M the largest m_s; only the splits holding a key the row may see are read.
 //
-// One workgroup of 64 per row: invocation t takes column quad t % Q (Q = p[8] quads per row) and the
-// splits s = t / Q, s + L, ... (L = 64 / Q lanes), four at a time so their loads are in flight
-// together, keeping a running (max, sum, values); then the L lanes of each quad are merged.
+// One workgroup of 256 per row: invocation t takes column quad t % Q (Q = p[8] quads per row) and the
+// splits s = t / Q, s + L, ... (L = 256 / Q lanes), four at a time so their loads are in flight
+// together, keeping a running (max, sum, values); then the L lanes of each quad are merged. (A
+// decode step over 8192 keys in 64 splits with dv = 128: 8 lanes, two rounds of loads per lane.)
 // Params: p[0] rows, p[1] dv, p[2] splits, p[3] keys per split, p[4] tq, p[5] tk, p[6] causal,
 // p[7] start of the partial rows, p[8] column quads per row (<= 64).
 @group(0) @binding(0) var<storage, read_write> dst: array<u32>;
@@ -14,8 +15,8 @@
 {{PRELUDE}}
 {{STORE}}
 
-var<workgroup> part: array<vec4<f32>, 64>;
-var<workgroup> ml: array<vec2<f32>, 64>;
+var<workgroup> part: array<vec4<f32>, 256>;
+var<workgroup> ml: array<vec2<f32>, 256>;
 
 fn visible(i: u32, tq: u32, tk: u32, causal: bool) -> u32 {
     if (!causal) { return tk; }
@@ -38,13 +39,13 @@ fn fold(a: Acc, m: f32, l: f32, o: vec4<f32>) -> Acc {
     return r;
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nw: vec3<u32>) {
     let row = wid.x + wid.y * nw.x;
     if (row >= p[0]) { return; }
     let dv = p[1]; let nsplit = p[2]; let nq = p[8];
-    let lanes = 64u / nq;
+    let lanes = 256u / nq;
     let q = t % nq; let lane = t / nq;
     let c = 4u * q;
     let n = min(4u, dv - c);

@@ -9,9 +9,10 @@
 //!
 //! Tiles: each subgroup keeps `tm x tn` accumulators of `s x s` f32; `wm x wn` subgroups make a
 //! workgroup tile of `(wm*tm*s) x (wn*tn*s)`; K advances `bk` at a time through two workgroup buffers.
-//! `Large` (16x16: 128x128 tile, 64x64 per subgroup, 16 accumulators) is for big outputs; `Small`
-//! (16x16: 64x64, 32x32 per subgroup) keeps enough workgroups in flight when the output is small.
-//! `KILN_COOP=0` turns the path off; `KILN_COOP_TILE=large|small` forces a preset (for benchmarks).
+//! `Large` (16x16: 128x128 tile, 4 subgroups of 64x64, 16 accumulators each) is for big outputs;
+//! `Wide` is the same tile over 8 subgroups of 64x32; `Small` (16x16: 64x64, 4 subgroups of 32x32)
+//! keeps enough workgroups in flight when the output is small. `KILN_COOP=0` turns the path off;
+//! `KILN_COOP_TILE=large|wide|small` forces a preset (for benchmarks).
 
 use super::kernels::render;
 use super::{GpuContext, GpuStorage};
@@ -36,6 +37,9 @@ const LARGE_MIN_TILES: usize = 256;
 pub enum CoopTile {
     Auto,
     Large,
+    /// Like `Large` with 8 subgroups (2x4) of 4x2 accumulators each: half the registers per
+    /// invocation and twice the subgroups to hide memory latency.
+    Wide,
     Small,
 }
 
@@ -70,12 +74,16 @@ pub(crate) struct Config {
 }
 
 impl Config {
-    /// The preset `tile` (`Large` or `Small`) for matrices of size `s` and subgroups of `sg`.
+    /// The preset `tile` (`Auto` means `Large`) for matrices of size `s` and subgroups of `sg`.
     pub(crate) fn preset(tile: CoopTile, s: u32, sg: u32, a: Operand, b: Operand) -> Config {
-        let t = if tile == CoopTile::Small { 2 } else { 4 };
         // 8x8 matrices (Apple) hold a quarter of the work of a 16x16 one: same tile counts, half the
         // edge, so the large preset is 64x64 and fits Apple's 32 KiB of workgroup memory.
-        Config { s, sg, wm: 2, wn: 2, tm: t, tn: t, bk: 32, a, b, emulate: false }
+        let (wm, wn, tm, tn) = match tile {
+            CoopTile::Small => (2, 2, 2, 2),
+            CoopTile::Wide => (2, 4, 4, 2),
+            CoopTile::Auto | CoopTile::Large => (2, 2, 4, 4),
+        };
+        Config { s, sg, wm, wn, tm, tn, bk: 32, a, b, emulate: false }
     }
 
     fn bm(&self) -> u32 {
@@ -105,8 +113,14 @@ impl Config {
             (self.bk, self.bn())
         }
     }
+    /// Row stride of the epilogue tiles: padded against bank conflicts, except with 8 subgroups,
+    /// where the padding would push the 16x16 kernel past 48 KiB.
     fn ldc(&self) -> u32 {
-        self.s + 4
+        if self.nsg() > 4 {
+            self.s
+        } else {
+            self.s + 4
+        }
     }
     /// Halves in one stage of each operand.
     fn stages(&self) -> (u32, u32) {
@@ -234,10 +248,23 @@ pub(crate) fn source(c: &Config) -> String {
         compute += "        }\n";
     }
 
+    // Each accumulator tile: every subgroup stores it into its slot of `sc`, then all write them out.
+    let ldc = c.ldc();
+    let slot = s * ldc;
     let mut epilogue = String::new();
     for i in 0..c.tm {
         for j in 0..c.tn {
-            epilogue += &format!("    put(c_{i}_{j}, sg, li, m0 + {}u, n0 + {}u, m, n, out);\n", i * s, j * s);
+            let acc = format!("c_{i}_{j}");
+            let store = if c.emulate {
+                format!("emu_store({acc}, sg * {slot}u, {ldc}u, lane);")
+            } else {
+                format!("coopStoreT({acc}, &sc[sg * {slot}u], {ldc}u);")
+            };
+            epilogue += &format!(
+                "    {store}\n    workgroupBarrier();\n    put(li, m0 + {}u, n0 + {}u, m, n, out);\n    workgroupBarrier();\n",
+                i * s,
+                j * s
+            );
         }
     }
 
@@ -247,15 +274,10 @@ pub(crate) fn source(c: &Config) -> String {
     let wa = if c.a.k_fast { format!("wm * {}u", c.tm * s * lda) } else { format!("wm * {}u", c.tm * s) };
     let wb = if c.b.k_fast { format!("wn * {}u", c.tn * s * ldb) } else { format!("wn * {}u", c.tn * s) };
     let num = |v: u32| v.to_string();
-    let ldc = c.ldc();
-    let slot = s * ldc;
-    let (enable, acc, store_acc, zero, sg_param, sg_let, emu) = if c.emulate {
-        let e = s * s / c.sg;
+    let (enable, zero, sg_param, sg_let, emu) = if c.emulate {
         (
             String::new(),
-            format!("array<f32, {e}>"),
-            format!("emu_store(acc, sg * {slot}u, {ldc}u, li % {}u);", c.sg),
-            format!("array<f32, {e}>()"),
+            format!("array<f32, {}>()", s * s / c.sg),
             String::new(),
             format!("let sg = li / {sgs}u;\n    let lane = li % {sgs}u;", sgs = c.sg),
             emulation(s, c.sg),
@@ -263,8 +285,6 @@ pub(crate) fn source(c: &Config) -> String {
     } else {
         (
             "enable wgpu_cooperative_matrix;".to_string(),
-            mat("f32", "C"),
-            format!("coopStoreT(acc, &sc[sg * {slot}u], {ldc}u);"),
             format!("coopLoadT<{}>(&sc[0], {ldc}u)", mat("f32", "C")),
             "@builtin(subgroup_id) sg: u32,".to_string(),
             String::new(),
@@ -275,8 +295,6 @@ pub(crate) fn source(c: &Config) -> String {
         SOURCE,
         &[
             ("ENABLE", &enable),
-            ("ACC", &acc),
-            ("STORE_ACC", &store_acc),
             ("ZERO", &zero),
             ("SG_PARAM", &sg_param),
             ("SG_LET", &sg_let),
@@ -345,12 +363,14 @@ fn emu_at(d: vec3<u32>, r: u32, c: u32) -> u32 {{
 
 fn emu_mma(a: vec3<u32>, b: vec3<u32>, c: array<f32, {e}>, lane: u32) -> array<f32, {e}> {{
     var r = c;
-    for (var q = 0u; q < {e}u; q++) {{
+    // Trip counts from parameters (p[24] = {e}, p[25] = {s}): software adapters would unroll
+    // constant ones at every call site and take long to compile.
+    for (var q = 0u; q < p[24]; q++) {{
         let x = lane + q * {sg}u;
         let row = x / {s}u;
         let col = x % {s}u;
         var acc = r[q];
-        for (var k = 0u; k < {s}u; k++) {{
+        for (var k = 0u; k < p[25]; k++) {{
             acc += f32(sa[emu_at(a, row, k)]) * f32(sb[emu_at(b, k, col)]);
         }}
         r[q] = acc;
@@ -359,7 +379,7 @@ fn emu_mma(a: vec3<u32>, b: vec3<u32>, c: array<f32, {e}>, lane: u32) -> array<f
 }}
 
 fn emu_store(c: array<f32, {e}>, off: u32, ld: u32, lane: u32) {{
-    for (var q = 0u; q < {e}u; q++) {{
+    for (var q = 0u; q < p[24]; q++) {{
         let x = lane + q * {sg}u;
         sc[off + (x / {s}u) * ld + x % {s}u] = c[q];
     }}
@@ -406,7 +426,7 @@ fn reader(o: Operand, mn: (&str, &str), k: (&str, &str)) -> Reader {
 pub(crate) fn catalog() -> Vec<(String, String)> {
     let mut out = Vec::new();
     for s in [16, 8] {
-        for tile in [CoopTile::Large, CoopTile::Small] {
+        for tile in [CoopTile::Large, CoopTile::Wide, CoopTile::Small] {
             for ak in [true, false] {
                 for bk in [true, false] {
                     for vec in [true, false] {
@@ -418,6 +438,14 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
                         out.push((c.key(), source(&c)));
                     }
                 }
+            }
+        }
+        // Half-depth K slices (adapters with 32 KiB of workgroup memory).
+        for (ak, bk) in [(true, false), (false, true)] {
+            let (a, b) = (Operand { k_fast: ak, vec: true }, Operand { k_fast: bk, vec: false });
+            for tile in [CoopTile::Large, CoopTile::Wide] {
+                let c = Config { bk: 16, ..Config::preset(tile, s, 32, a, b) };
+                out.push((c.key(), source(&c)));
             }
         }
         // The emulated kernel (tests on adapters without cooperative matrices).
@@ -465,6 +493,7 @@ fn tile_from_env() -> CoopTile {
     static TILE: std::sync::OnceLock<CoopTile> = std::sync::OnceLock::new();
     *TILE.get_or_init(|| match std::env::var("KILN_COOP_TILE").as_deref() {
         Ok("large") => CoopTile::Large,
+        Ok("wide") => CoopTile::Wide,
         Ok("small") => CoopTile::Small,
         _ => CoopTile::Auto,
     })
@@ -515,6 +544,9 @@ fn matmul_coop(
     }
     let batch_dims = &al.dims()[..rank - 2];
     let batch: usize = batch_dims.iter().product();
+    if batch == 0 {
+        return None;
+    }
     let (bd, bs) = collapse(batch_dims, &[&al.strides()[..rank - 2], &bl.strides()[..rank - 2]]);
     // Every index the kernel computes must fit in u32.
     let fits = |l: &Layout| {
@@ -525,8 +557,10 @@ fn matmul_coop(
         return None;
     }
     let (sa, sb) = (al.strides(), bl.strides());
-    let a_op = operand(m, sa[rank - 2], k, sa[rank - 1], al.offset(), &bs[0], a.buffer.size());
-    let b_op = operand(n, sb[rank - 1], k, sb[rank - 2], bl.offset(), &bs[1], b.buffer.size());
+    // Batch strides only step with more than one batch (`collapse` gives [1] for none).
+    let bstr = |i: usize| if batch > 1 { &bs[i][..] } else { &[] };
+    let a_op = operand(m, sa[rank - 2], k, sa[rank - 1], al.offset(), bstr(0), a.buffer.size());
+    let b_op = operand(n, sb[rank - 1], k, sb[rank - 2], bl.offset(), bstr(1), b.buffer.size());
     let max = ctx.limits.max_compute_workgroups_per_dimension as usize;
     let tiles = |c: &Config| m.div_ceil(c.bm() as usize) * n.div_ceil(c.bn() as usize);
     let fits_device = |c: &Config| {
@@ -535,15 +569,19 @@ fn matmul_coop(
             && c.wg() <= ctx.limits.max_compute_workgroup_size_x
             && tiles(c) <= max
     };
-    let large = Config { emulate: emulate.is_some(), ..Config::preset(CoopTile::Large, s, sg, a_op, b_op) };
-    let small = Config { emulate: emulate.is_some(), ..Config::preset(CoopTile::Small, s, sg, a_op, b_op) };
+    let preset = |t: CoopTile| Config { emulate: emulate.is_some(), ..Config::preset(t, s, sg, a_op, b_op) };
     let want = match tile {
-        CoopTile::Large => large,
-        CoopTile::Small => small,
-        CoopTile::Auto if batch * tiles(&large) < LARGE_MIN_TILES => small,
-        CoopTile::Auto => large,
+        CoopTile::Auto if batch * tiles(&preset(CoopTile::Large)) < LARGE_MIN_TILES => CoopTile::Small,
+        CoopTile::Auto => CoopTile::Large,
+        t => t,
     };
-    let c = [want, small].into_iter().find(|c| c.well_formed() && fits_device(c))?;
+    // The preset, then with half the K slice where workgroup memory is short (32 KiB adapters);
+    // the automatic choice may also end on the small preset.
+    let mut candidates = vec![preset(want), Config { bk: 16, ..preset(want) }];
+    if tile == CoopTile::Auto {
+        candidates.push(preset(CoopTile::Small));
+    }
+    let c = candidates.into_iter().find(|c| c.well_formed() && fits_device(c))?;
     if batch > max {
         return None;
     }
@@ -603,7 +641,7 @@ fn run(
         st(bl, rank - 1),
         if batch > 1 { bd.len() as u32 } else { 0 },
     ];
-    params.resize(24, 0);
+    params.resize(26, 0);
     if batch > 1 {
         for (i, &d) in bd.iter().enumerate() {
             params[10 + i] = d as u32;
@@ -613,6 +651,9 @@ fn run(
     }
     params[22] = m.div_ceil(c.bm() as usize) as u32;
     params[23] = n.div_ceil(c.bn() as usize) as u32;
+    // Loop bounds of the emulated kernel.
+    params[24] = c.s * c.s / c.sg;
+    params[25] = c.s;
     let groups = [tiles as u32, 1, batch as u32];
     // Each operand is bound twice: 4 halves at a time and one at a time (edges, general strides).
     let bufs = [out.buffer.raw(), a.buffer.raw(), a.buffer.raw(), b.buffer.raw(), b.buffer.raw()];

@@ -12,7 +12,8 @@
 // halves at a time through `x4` (offset and strides are multiples of 4, the fast stride is 1).
 // Params: p[0] M, p[1] N, p[2] K, p[3] A offset, p[4] B offset, p[5] A row stride, p[6] A k stride,
 // p[7] B k stride, p[8] B col stride, p[9] batch rank (<= 4), p[10..14] batch dims,
-// p[14..18] A batch strides, p[18..22] B batch strides, p[22] tiles along M, p[23] tiles along N.
+// p[14..18] A batch strides, p[18..22] B batch strides, p[22] tiles along M, p[23] tiles along N,
+// p[24], p[25] loop bounds of the emulated kernel.
 enable f16;
 {{ENABLE}}
 
@@ -59,11 +60,10 @@ fn chunk_b(base: u32, s: u32, f: u32) -> vec4<f16> {
     return v;
 }
 
-// Writes accumulator tile `acc` of every subgroup (origin row0/col0 within subgroup 0's block) to C,
-// through this subgroup's slot of `sc`, rounding to f16.
-fn put(acc: {{ACC}}, sg: u32, li: u32, row0: u32, col0: u32, m: u32, n: u32, out: u32) {
-    {{STORE_ACC}}
-    workgroupBarrier();
+// Writes one accumulator tile of every subgroup from its slot of `sc` to C, rounding to f16; `row0`
+// and `col0` place the tile within subgroup 0's block (called between barriers, after each subgroup
+// stored the tile into its slot).
+fn put(li: u32, row0: u32, col0: u32, m: u32, n: u32, out: u32) {
     for (var q = 0u; q < {{PUT_PER}}u; q++) {
         let x = li + q * {{WG}}u;
         let g = x / {{SS}}u;
@@ -75,7 +75,6 @@ fn put(acc: {{ACC}}, sg: u32, li: u32, row0: u32, col0: u32, m: u32, n: u32, out
             dst[out + row * n + col] = f16(sc[g * {{SC_SLOT}}u + r * {{LDC}}u + c]);
         }
     }
-    workgroupBarrier();
 }
 {{EMU}}
 @compute @workgroup_size({{WG}})

@@ -19,6 +19,9 @@ enum View {
     Plain(Layouts),
     /// Contiguous data starting `n` elements into its buffer.
     Offset(usize),
+    /// The leading columns of a wider matrix whose rows start at multiples of 4 elements: 4-wide
+    /// reads that end past the last column.
+    Padded,
 }
 
 /// `values` (row-major over `shape`) on `dev` as `view`.
@@ -29,6 +32,17 @@ fn operand(values: &[f64], shape: &[usize], view: View, dev: &Device) -> Tensor 
             let mut stored = vec![0.0; n];
             stored.extend_from_slice(values);
             tensor(&stored, &[stored.len()], F16, dev).narrow(0, n, values.len()).unwrap().reshape(shape).unwrap()
+        }
+        View::Padded => {
+            let (rows, cols) = (shape[..shape.len() - 1].iter().product::<usize>(), shape[shape.len() - 1]);
+            let wide = cols.div_ceil(4) * 4 + 4;
+            let mut stored = vec![f64::NAN; rows * wide];
+            for r in 0..rows {
+                stored[r * wide..r * wide + cols].copy_from_slice(&values[r * cols..(r + 1) * cols]);
+            }
+            let mut wshape = shape.to_vec();
+            *wshape.last_mut().unwrap() = wide;
+            tensor(&stored, &wshape, F16, dev).narrow(-1, 0, cols).unwrap()
         }
     }
 }
@@ -88,7 +102,7 @@ fn check(
 
 /// Operand views covering every staging variant: K or M/N contiguous, 4-wide reads (aligned) or
 /// element reads (stepped, odd offsets).
-const VIEWS: [(View, View); 7] = [
+const VIEWS: [(View, View); 8] = [
     (View::Plain(Layouts::Contiguous), View::Plain(Layouts::Contiguous)),
     (View::Plain(Layouts::Contiguous), View::Plain(Layouts::Transposed)),
     (View::Plain(Layouts::Transposed), View::Plain(Layouts::Contiguous)),
@@ -96,13 +110,15 @@ const VIEWS: [(View, View); 7] = [
     (View::Plain(Layouts::Stepped), View::Plain(Layouts::Stepped)),
     (View::Offset(1), View::Offset(3)),
     (View::Offset(4), View::Offset(8)),
+    (View::Padded, View::Padded),
 ];
 
 /// Edge-heavy (m, k, n): single elements, sizes under one matrix, exactly one, odd sizes over
 /// several tiles and K slices.
 const SHAPES: [(usize, usize, usize); 5] = [(1, 1, 1), (5, 7, 3), (16, 16, 16), (33, 47, 65), (70, 100, 129)];
-/// Several tiles and K slices in every direction, an exact large tile and ragged edges.
-const BIG: [(usize, usize, usize); 2] = [(128, 256, 128), (257, 300, 131)];
+/// Several tiles and K slices in every direction, an exact large tile, ragged edges, and more than
+/// 8 tiles along M (tiles are ordered in groups of 8 rows).
+const BIG: [(usize, usize, usize); 3] = [(128, 256, 128), (257, 300, 131), (600, 72, 100)];
 
 /// Each of `shapes` with each of `views`, then (with `batches`) batched and broadcast products.
 fn run_cases(dev: &Device, mode: Mode, views: &[(View, View)], shapes: &[(usize, usize, usize)], batches: bool) {
@@ -147,7 +163,7 @@ fn coop_on_device() {
     let Some((dev, s)) = coop_device() else { return };
     eprintln!("cooperative matmul runs with {s}x{s} matrices");
     let shapes: Vec<_> = SHAPES.iter().chain(&BIG).copied().collect();
-    for tile in [CoopTile::Large, CoopTile::Small] {
+    for tile in [CoopTile::Large, CoopTile::Wide, CoopTile::Small] {
         run_cases(&dev, Mode { tile, emulate: None }, &VIEWS, &shapes, true);
     }
     // Through the public op as well, on a size the automatic choice sends to the cooperative path
@@ -172,8 +188,9 @@ fn coop_emulated() {
     // a sample on the others (each operand variant is its own kernel).
     let all: Vec<_> = SHAPES.iter().chain(&BIG).copied().collect();
     run_cases(&dev, Mode { tile: CoopTile::Small, emulate: Some(16) }, &VIEWS, &all, true);
-    run_cases(&dev, Mode { tile: CoopTile::Large, emulate: Some(16) }, &VIEWS[1..3], &[(33, 47, 65), BIG[1]], false);
-    run_cases(&dev, Mode { tile: CoopTile::Small, emulate: Some(8) }, &VIEWS[..4], &SHAPES[1..4], false);
+    run_cases(&dev, Mode { tile: CoopTile::Large, emulate: Some(16) }, &VIEWS[..1], &[BIG[1]], false);
+    run_cases(&dev, Mode { tile: CoopTile::Wide, emulate: Some(16) }, &VIEWS[1..2], &[BIG[1]], false);
+    run_cases(&dev, Mode { tile: CoopTile::Small, emulate: Some(8) }, &VIEWS[2..3], &[SHAPES[1], (300, 40, 70)], false);
     run_cases(&dev, Mode { tile: CoopTile::Large, emulate: Some(8) }, &VIEWS[4..5], &[BIG[1]], false);
 }
 
