@@ -71,7 +71,7 @@ impl Elementwise<'_> {
         let dtypes: Vec<DType> = inputs.iter().map(|(s, _)| s.dtype).collect();
         let dst = GpuStorage::alloc(&ctx, out, n)?;
         let vec_plan = match self.raw {
-            None if dst.buffer.raw().size().is_multiple_of(16) => {
+            None if dst.buffer.raw().size().is_multiple_of(16) && super::elementwise_vec::enabled() => {
                 let described: Vec<(DType, usize, &[usize], u64)> = inputs
                     .iter()
                     .zip(&cstrides)

@@ -13,6 +13,12 @@ use crate::DType;
 
 const TEMPLATE: &str = include_str!("elementwise_vec.wgsl");
 
+/// Whether the vectorised path may be used (`KILN_EW_VEC=0` turns it off, for comparisons).
+pub(crate) fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KILN_EW_VEC").map_or(true, |v| v != "0"))
+}
+
 /// Output elements per invocation for output dtype `out`.
 pub(crate) fn lanes(out: DType) -> usize {
     4 * wgsl::per_word(out)

@@ -120,10 +120,18 @@ impl Pipelines {
             bind_group_layouts: &[Some(&layout), Some(&self.params_layout)],
             immediate_size: 0,
         });
-        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(name),
-            source: wgpu::ShaderSource::Wgsl(src.into()),
-        });
+        let desc = wgpu::ShaderModuleDescriptor { label: Some(name), source: wgpu::ShaderSource::Wgsl(src.into()) };
+        let module = if name.starts_with("custom:") || shader_checks() {
+            device.create_shader_module(desc)
+        } else {
+            // SAFETY: kiln's own kernels index only inside the buffers they are bound to (every
+            // access is guarded by the element count or lies in the whole-word tail of a pooled
+            // buffer) and their loops are bounded by their parameters; the conformance suite runs
+            // them with poisoned outputs. wgpu's injected bounds checks and loop counters cost
+            // the inner loops of matmul and attention a large share of their speed. User kernels
+            // keep every check. `KILN_SHADER_CHECKS=1` turns the checks back on for debugging.
+            unsafe { device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) }
+        };
         let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(name),
             layout: Some(&pl),
@@ -137,6 +145,12 @@ impl Pipelines {
         }
         Ok(Kernel { name: name.to_string(), pipeline, layout })
     }
+}
+
+/// Whether kiln's kernels keep wgpu's runtime checks (`KILN_SHADER_CHECKS=1`).
+fn shader_checks() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KILN_SHADER_CHECKS").is_ok_and(|v| v == "1"))
 }
 
 fn storage_entry(binding: u32, read_only: bool) -> wgpu::BindGroupLayoutEntry {
