@@ -2,7 +2,7 @@
 //! per word, f16/bf16 two, u8/bool four, i64 one element in two words (low word first). Kernels read
 //! any element with a generated `ldN(e)` function into a compute type (`f32` for floats, `i32` for
 //! signed, `u32` for unsigned and bool) and write whole words, so no two invocations ever write the
-//! same word. f64 needs SHADER_F64 and is not supported by the GPU backend yet.
+//! same word. f64 is refused: Metal has no f64, and SHADER_F64 on Vulkan lacks the transcendentals.
 
 use crate::{DType, Error, Result};
 
@@ -32,7 +32,7 @@ pub(crate) fn buffer_bytes(dt: DType, n: usize) -> u64 {
 /// Refuses dtypes the GPU backend cannot store.
 pub(crate) fn check_dtype(op: &'static str, dt: DType) -> Result<()> {
     if dt == DType::F64 {
-        return Err(Error::dtype(op, dt, "the GPU backend has no f64 (SHADER_F64 is Vulkan-only); cast to f32 first"));
+        return Err(Error::dtype(op, dt, "the GPU backend has no f64 (Metal has none, and SHADER_F64 lacks exp/log/sin on Vulkan); cast to f32 first"));
     }
     Ok(())
 }
