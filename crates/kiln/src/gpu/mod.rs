@@ -263,17 +263,17 @@ impl BackendStorage for GpuStorage {
     }
 
     fn softmax_last(&self, l: &Layout, log: bool) -> Result<Self> {
-        nn::softmax_last(self, l, log)
+        rowwise::softmax_last(self, l, log)
     }
 
     fn rms_norm(&self, l: &Layout, w: &Self, wl: &Layout, eps: f64) -> Result<Self> {
         self.same_ctx("rms_norm", w)?;
-        nn::norm(self, l, w, wl, None, eps, true)
+        rowwise::norm(self, l, w, wl, None, eps, true)
     }
 
     fn layer_norm(&self, l: &Layout, w: &Self, wl: &Layout, b: Option<(&Self, &Layout)>, eps: f64) -> Result<Self> {
         self.same_ctx("layer_norm", w)?;
-        nn::norm(self, l, w, wl, b, eps, false)
+        rowwise::norm(self, l, w, wl, b, eps, false)
     }
 
     fn rope(&self, l: &Layout, cos: &Self, cl: &Layout, sin: &Self, sl: &Layout, interleaved: bool) -> Result<Self> {

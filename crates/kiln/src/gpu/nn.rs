@@ -1,4 +1,4 @@
-//! Softmax, RMSNorm/LayerNorm (kernels in `rowwise.rs`) and RoPE launchers.
+//! The RoPE launcher (softmax and the norms are in `rowwise.rs`).
 
 use super::elementwise::{Elementwise, FUNCS};
 use super::{BackendStorage, GpuStorage};
@@ -20,33 +20,6 @@ pub(crate) fn rope_body(interleaved: bool) -> String {
     }
 }
 
-/// `s` viewed by `l` as contiguous rows: (copy if one was needed, offset, rows, k).
-fn rows(s: &GpuStorage, l: &Layout) -> Result<(Option<GpuStorage>, usize, usize, usize)> {
-    let k = *l.dims().last().unwrap_or(&1);
-    let rows = l.elem_count().checked_div(k).unwrap_or(0);
-    if l.is_contiguous() {
-        Ok((None, l.offset(), rows, k))
-    } else {
-        Ok((Some(s.copy_contiguous(l)?), 0, rows, k))
-    }
-}
-
-pub(crate) fn softmax_last(s: &GpuStorage, l: &Layout, log: bool) -> Result<GpuStorage> {
-    super::rowwise::softmax_last(s, l, log)
-}
-
-pub(crate) fn norm(
-    s: &GpuStorage,
-    l: &Layout,
-    w: &GpuStorage,
-    wl: &Layout,
-    b: Option<(&GpuStorage, &Layout)>,
-    eps: f64,
-    rms: bool,
-) -> Result<GpuStorage> {
-    super::rowwise::norm(s, l, w, wl, b, eps, rms)
-}
-
 pub(crate) fn rope(
     x: &GpuStorage,
     l: &Layout,
@@ -56,7 +29,7 @@ pub(crate) fn rope(
     sl: &Layout,
     interleaved: bool,
 ) -> Result<GpuStorage> {
-    let (copy, off, _, d) = rows(x, l)?;
+    let (copy, off, _, d) = super::rowwise::rows(x, l)?;
     let src = copy.as_ref().unwrap_or(x);
     let cos_c = cos.copy_contiguous(cl)?;
     let sin_c = sin.copy_contiguous(sl)?;

@@ -495,7 +495,7 @@ fn plan(ctx: &GpuContext, fam: Family, dt: DType, off: usize, k: usize, buf_byte
 }
 
 /// `s` viewed by `l` as contiguous rows: (copy if one was needed, offset, rows, k).
-fn rows(s: &GpuStorage, l: &Layout) -> Result<(Option<GpuStorage>, usize, usize, usize)> {
+pub(crate) fn rows(s: &GpuStorage, l: &Layout) -> Result<(Option<GpuStorage>, usize, usize, usize)> {
     let k = *l.dims().last().unwrap_or(&1);
     let rows = l.elem_count().checked_div(k).unwrap_or(0);
     if l.is_contiguous() {
