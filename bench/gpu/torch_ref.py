@@ -2,8 +2,8 @@
 """PyTorch (CUDA) reference timings for the GPU set of `kiln bench --device gpu`
 (crates/kiln-cli/src/bench/gpu_cases.rs): same row names, shapes and byte/FLOP counts.
 
-Inputs are random on the GPU; each op allocates its output like kiln does. After warm-up, the median of
-many runs, each timed with CUDA events. TF32 is off, so f32 matmul is true SGEMM. Also measures the
+Inputs are random on the GPU; each op allocates its output like kiln does. After warm-up (a few runs,
+then the op queued back to back for a second, as kiln's side does), the median of many runs, each timed with CUDA events. TF32 is off, so f32 matmul is true SGEMM. Also measures the
 limits of the same run: the device copy bandwidth (`clone` of 1 GiB) and cuBLAS SGEMM at 4096 (the
 `matmul_f32_4096` row). The `launch_chain_1000` row is host time: 1000 dependent small adds issued
 without waiting for the GPU, as kiln measures it. Prints JSON.
@@ -133,6 +133,14 @@ def cases(quick):
 def measure(op, runs=50):
     for _ in range(5):
         op()
+    # Kept busy for a second before timing, as `kiln bench --device gpu` does (GPU clocks ramp up).
+    busy = time.perf_counter() + 1.0
+    k = 0
+    while time.perf_counter() < busy:
+        op()
+        k += 1
+        if k % 16 == 0:
+            torch.cuda.synchronize()
     torch.cuda.synchronize()
     times = []
     deadline = time.perf_counter() + 2.0

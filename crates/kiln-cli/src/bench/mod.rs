@@ -2,8 +2,10 @@
 //! of the machine's limit reached.
 //!
 //! Method: inputs are random (`Tensor::randn` with a fixed seed) and made before timing. Each op runs
-//! once or more to warm up, then repeatedly; a run is timed from the call to the op until
-//! `Device::synchronize` returns, and the result is dropped after the clock stops. The median run is
+//! once or more to warm up (on a GPU it is then queued back to back for a second, so the GPU reaches
+//! its working clocks), then repeatedly; a run is timed with `Device::measure` (GPU timestamps where
+//! the device has them, else until `Device::synchronize` returns), and the result is dropped after
+//! the clock stops. The median run is
 //! reported. Bytes are the minimal traffic (every input read once, the output written once); FLOPs are
 //! the useful arithmetic (`2*M*N*K` for a matmul). An op that returns an error (or panics) gives a row
 //! saying why instead of aborting the set.
@@ -96,15 +98,23 @@ pub struct Timing {
     pub max_runs: usize,
     /// ...stopping after `min_runs` once this much time has been spent.
     pub budget: Duration,
+    /// Wall time the device is kept busy with the op after the warm-up runs, before timing.
+    pub busy: Duration,
 }
 
 impl Timing {
     /// Defaults: thorough, or `quick` (CI smoke: small shapes, few runs).
     pub fn new(quick: bool, runs: Option<usize>) -> Timing {
         let mut t = if quick {
-            Timing { warmup: 1, min_runs: 3, max_runs: 3, budget: Duration::from_millis(200) }
+            Timing { warmup: 1, min_runs: 3, max_runs: 3, budget: Duration::from_millis(200), busy: Duration::ZERO }
         } else {
-            Timing { warmup: 2, min_runs: 5, max_runs: 50, budget: Duration::from_millis(1500) }
+            Timing {
+                warmup: 2,
+                min_runs: 5,
+                max_runs: 50,
+                budget: Duration::from_millis(1500),
+                busy: Duration::from_millis(1000),
+            }
         };
         if let Some(n) = runs {
             t.min_runs = n.max(1);
@@ -190,6 +200,9 @@ fn measure(op: &Op, bound: Bound, device: &Device, timing: Timing) -> Result<Sta
     for _ in 0..timing.warmup {
         once()?;
     }
+    if device.is_gpu() && !matches!(bound, Bound::Launch { .. }) {
+        keep_busy(op, device, timing.busy)?;
+    }
     let start = Instant::now();
     let mut times = Vec::new();
     while times.len() < timing.max_runs && (times.len() < timing.min_runs || start.elapsed() < timing.budget) {
@@ -201,6 +214,24 @@ fn measure(op: &Op, bound: Bound, device: &Device, timing: Timing) -> Result<Sta
     let mid = times.len() / 2;
     let median_s = if times.len() % 2 == 1 { times[mid] } else { 0.5 * (times[mid - 1] + times[mid]) };
     Ok(Stats { median_s, min_s: times[0], runs: times.len(), gpu_timestamps })
+}
+
+/// Keeps the device busy with `op` for `busy` of wall time: runs are queued without waiting (a
+/// `synchronize` every 16 runs bounds the queue). A GPU idles at low clocks and needs about half a
+/// second of load to reach full speed (on the H200 through Vulkan a 1 GiB read takes 575 us cold,
+/// 385 us after ~0.4 s, 243 us after ~0.6 s: docs/PERFORMANCE.md), so every case starts from a GPU
+/// at its working clocks, as PyTorch's side does (`bench/gpu/torch_ref.py`).
+fn keep_busy(op: &Op, device: &Device, busy: Duration) -> Result<(), String> {
+    let start = Instant::now();
+    let mut k = 0usize;
+    while start.elapsed() < busy {
+        drop(guarded(op)?);
+        k += 1;
+        if k % 16 == 0 {
+            guarded(|| device.synchronize())?;
+        }
+    }
+    guarded(|| device.synchronize())
 }
 
 /// Options of one `kiln bench` invocation.

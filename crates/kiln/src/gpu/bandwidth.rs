@@ -26,9 +26,10 @@ pub fn copy_bandwidth(device: &Device, bytes: u64, runs: usize) -> Result<f64> {
             exec.dispatch(ctx, &kernel, &[dst.buffer.raw(), src.buffer.raw()], &[vecs as u32], groups)
         })
     };
-    // Warm-up: copies for at least 300 ms, so the GPU leaves its idle clocks before anything is timed.
+    // Warm-up: copies for at least a second, so the GPU reaches its working clocks before anything is
+    // timed (an H200 through Vulkan needs about 0.6 s of load: docs/PERFORMANCE.md).
     let start = std::time::Instant::now();
-    while start.elapsed().as_millis() < 300 {
+    while start.elapsed().as_millis() < 1000 {
         copy()?;
     }
     let mut best = f64::INFINITY;
