@@ -227,7 +227,7 @@ fn keep_busy(op: &Op, device: &Device, busy: Duration) -> Result<(), String> {
     while start.elapsed() < busy {
         drop(guarded(op)?);
         k += 1;
-        if k % 16 == 0 {
+        if k.is_multiple_of(16) {
             guarded(|| device.synchronize())?;
         }
     }
