@@ -18,6 +18,21 @@ fn main(@builtin(global_invocation_id) g: vec3<u32>, @builtin(num_workgroups) nw
 }
 "#;
 
+/// A copy of `U` 16-byte vectors per invocation: a workgroup takes 256 * U consecutive vectors, all
+/// loads issued before the stores.
+fn copy_kernel(u: usize) -> String {
+    let loads: String = (0..u).map(|j| format!("let v{j} = src[b + {}u];\n", 256 * j)).collect();
+    let stores: String = (0..u).map(|j| format!("dst[b + {}u] = v{j};\n", 256 * j)).collect();
+    format!(
+        "@group(0) @binding(0) var<storage, read_write> dst: array<vec4<u32>>;\n\
+         @group(0) @binding(1) var<storage, read> src: array<vec4<u32>>;\n\
+         @compute @workgroup_size(256)\n\
+         fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) w: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {{\n\
+         let b = (w.x + w.y * nw.x) * {}u + t;\n{loads}{stores}}}\n",
+        256 * u
+    )
+}
+
 /// Times `f` `runs` times (after two warm-ups) and prints min / median / max and the median's GB/s.
 fn time(dev: &Device, label: &str, bytes: f64, runs: usize, f: impl Fn() -> Result<Tensor>) -> Result<Vec<f64>> {
     for _ in 0..2 {
@@ -69,6 +84,38 @@ fn main() -> Result<()> {
         Ok(v.remove(0))
     };
     let r = 15;
+    if std::env::args().nth(2).as_deref() == Some("copy") {
+        let busy = |f: &dyn Fn() -> Result<Tensor>| -> Result<()> {
+            let t0 = std::time::Instant::now();
+            let mut k = 0;
+            while t0.elapsed().as_secs_f64() < 1.0 {
+                drop(f()?);
+                k += 1;
+                if k % 16 == 0 {
+                    dev.synchronize()?;
+                }
+            }
+            dev.synchronize()
+        };
+        for u in [1usize, 2, 4, 8] {
+            let src = copy_kernel(u);
+            let wgs = n / 4 / (256 * u);
+            let grid = [wgs.min(32768) as u32, wgs.div_ceil(32768) as u32, 1];
+            assert_eq!(grid[0] as usize * grid[1] as usize, wgs);
+            let f = || -> Result<Tensor> {
+                Ok(dev.custom_kernel(&src, "main", &[&a], &[(a.shape().clone(), DType::F32)], grid, &[])?.remove(0))
+            };
+            let y = f()?;
+            assert_eq!(y.to_vec::<f32>()?[..1000], a.to_vec::<f32>()?[..1000]);
+            busy(&f)?;
+            time(&dev, &format!("copy, {u} vec4 per invocation"), 2.0 * gb, 30, f)?;
+        }
+        busy(&|| a.exp())?;
+        time(&dev, "exp(a)", 2.0 * gb, 30, || a.exp())?;
+        busy(&|| a.to_dtype(DType::F16))?;
+        time(&dev, "a.to_dtype(f16)", 1.5 * gb, 30, || a.to_dtype(DType::F16))?;
+        return Ok(());
+    }
     ramp(&dev, "cold: sum_all(a) right after the uploads", &a)?;
     std::thread::sleep(std::time::Duration::from_secs(3));
     ramp(&dev, "after 3 s idle", &a)?;

@@ -103,18 +103,45 @@ pub(crate) struct DecodeConfig {
     /// Keys and values read as whole 4-element granules (unit last stride, aligned rows).
     vec: bool,
     exact: bool,
+    /// Steps of 16 keys per loop iteration: their loads are issued together, one barrier for all.
+    u: usize,
 }
 
 impl DecodeConfig {
     fn total(self) -> usize {
-        let walk = self.r * self.dp / 4 + 2 * 16 * self.r * 2;
+        let walk = self.r * self.dp / 4 + 2 * self.u * 16 * self.r * 2;
         let merge = 16 * self.r + 16 * self.rr * self.dvp / 4;
         walk.max(merge)
     }
 
     fn key(self) -> String {
-        format!("{}:{}:{}:{}:{}:{}", self.dp, self.dvp, self.r, self.rr, self.vec, self.exact)
+        format!("{}:{}:{}:{}:{}:{}:u{}", self.dp, self.dvp, self.r, self.rr, self.vec, self.exact, self.u)
     }
+}
+
+/// Keys one decode workgroup takes at least when the keys are split ([`MIN_DECODE_SPLIT`];
+/// `KILN_DECODE_SPLIT` overrides, for A/B runs).
+fn min_decode_split() -> usize {
+    static C: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *C.get_or_init(|| {
+        std::env::var("KILN_DECODE_SPLIT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&c| c >= 16)
+            .unwrap_or(MIN_DECODE_SPLIT)
+    })
+}
+
+/// Steps of 16 keys per iteration of the decode kernel (`KILN_DECODE_UNROLL` overrides, for A/B runs).
+fn decode_unroll() -> usize {
+    static U: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *U.get_or_init(|| {
+        std::env::var("KILN_DECODE_UNROLL")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|u| [1, 2, 4].contains(u))
+            .unwrap_or(2)
+    })
 }
 
 /// The decode variant for `rows` query rows per key/value head.
@@ -125,7 +152,7 @@ pub(crate) fn decode_config(d: usize, dv: usize, rows: usize, vec: bool, limit: 
     // Merge as many rows per round as fit in 24 KiB (or the limit).
     let budget = limit.min(24 * 1024);
     let mut rr = r;
-    let mut c = DecodeConfig { dp, dvp, r, rr, vec, exact: d == dp };
+    let mut c = DecodeConfig { dp, dvp, r, rr, vec, exact: d == dp, u: decode_unroll() };
     while rr > 1 && 16 * c.total() > budget {
         rr /= 2;
         c.rr = rr;
@@ -340,7 +367,7 @@ fn granule_loaders(dt: DType, vec: [bool; 3]) -> (String, [&'static str; 3]) {
 
 /// The decode kernel for storage dtype `dt`, final output dtype `out`.
 pub(crate) fn decode_source(dt: DType, out: DType, c: DecodeConfig) -> String {
-    let (nk, nv, r, rr) = (c.dp / 32, c.dvp / 32, c.r, c.rr);
+    let (nk, nv, r, rr, u) = (c.dp / 32, c.dvp / 32, c.r, c.rr, c.u);
     let ind = "        ";
     let declare = lines(0..r, |x| {
         format!(
@@ -348,23 +375,36 @@ pub(crate) fn decode_source(dt: DType, out: DType, c: DecodeConfig) -> String {
             lines(0..nv, |n| format!("    var o{x}_{n} = vec4<f32>(0.0);")).trim_end()
         )
     });
-    let load = format!(
-        "{}{}{ind}if (kin) {{\n{}{}{ind}}}\n",
-        lines(0..nk, |n| format!("{ind}var k{n} = vec4<f32>(0.0);")),
-        lines(0..nv, |n| format!("{ind}var v{n} = vec4<f32>(0.0);")),
-        lines(0..nk, |n| format!("{ind}    k{n} = ldk4(kbase + key * kst, 4u * (cg + {}u), kse, d);", 8 * n)),
-        lines(0..nv, |n| format!("{ind}    v{n} = ldv4(vbase + key * vst, 4u * (cg + {}u), vse, dv);", 8 * n)),
-    );
-    let dots = lines(0..r, |x| {
-        let terms: Vec<String> =
-            (0..nk).map(|n| format!("dot(sm[QB + {}u + cg], k{n})", x * c.dp / 4 + 8 * n)).collect();
-        format!("{ind}sm[PB + ((buf * 16u + slot) * R + {x}u) * 2u + cg / 4u][cg % 4u] = {};", terms.join(" + "))
-    });
-    let update = lines(0..r, |x| {
+    // Step `w` of an iteration: keys j0 + 16w + slot, registers k{w}_{n} / v{w}_{n}, partial dots
+    // in workgroup memory at buffer `buf * U + w`.
+    let load = lines(0..u, |w| {
         format!(
-            "{ind}{{\n{ind}    let pa = sm[PB + ((buf * 16u + slot) * R + {x}u) * 2u]; let pb = sm[PB + ((buf * 16u + slot) * R + {x}u) * 2u + 1u];\n\
+            "{ind}let key{w} = j0 + {}u + slot; let kin{w} = key{w} < kend;\n{}{}{ind}if (kin{w}) {{\n{}{}{ind}}}",
+            16 * w,
+            lines(0..nk, |n| format!("{ind}var k{w}_{n} = vec4<f32>(0.0);")),
+            lines(0..nv, |n| format!("{ind}var v{w}_{n} = vec4<f32>(0.0);")),
+            lines(0..nk, |n| format!(
+                "{ind}    k{w}_{n} = ldk4(kbase + key{w} * kst, 4u * (cg + {}u), kse, d);",
+                8 * n
+            )),
+            lines(0..nv, |n| format!(
+                "{ind}    v{w}_{n} = ldv4(vbase + key{w} * vst, 4u * (cg + {}u), vse, dv);",
+                8 * n
+            )),
+        )
+    });
+    let slot_at = |w: usize, x: usize| format!("PB + (((buf * U + {w}u) * 16u + slot) * R + {x}u) * 2u");
+    let dots = lines((0..u).flat_map(|w| (0..r).map(move |x| (w, x))), |(w, x)| {
+        let terms: Vec<String> =
+            (0..nk).map(|n| format!("dot(sm[QB + {}u + cg], k{w}_{n})", x * c.dp / 4 + 8 * n)).collect();
+        format!("{ind}sm[{} + cg / 4u][cg % 4u] = {};", slot_at(w, x), terms.join(" + "))
+    });
+    let update = lines((0..u).flat_map(|w| (0..r).map(move |x| (w, x))), |(w, x)| {
+        let at = slot_at(w, x);
+        format!(
+            "{ind}{{\n{ind}    let pa = sm[{at}]; let pb = sm[{at} + 1u];\n\
              {ind}    let sc = dot(pa, vec4<f32>(1.0)) + dot(pb, vec4<f32>(1.0));\n\
-             {ind}    if (key < lim[{x}]) {{\n\
+             {ind}    if (key{w} < lim[{x}]) {{\n\
              {ind}        b{x} = b{x} || is_nan(sc);\n\
              {ind}        if (sc > m{x}) {{ let a = exp(m{x} - sc); l{x} *= a; m{x} = sc;{} }}\n\
              {ind}        var pr = 0.0;\n\
@@ -372,7 +412,7 @@ pub(crate) fn decode_source(dt: DType, out: DType, c: DecodeConfig) -> String {
              {ind}        l{x} += pr;\n{}\
              {ind}    }}\n{ind}}}",
             (0..nv).map(|n| format!(" o{x}_{n} *= a;")).collect::<String>(),
-            lines(0..nv, |n| format!("{ind}        o{x}_{n} += pr * v{n};"))
+            lines(0..nv, |n| format!("{ind}        o{x}_{n} += pr * v{w}_{n};"))
         )
     });
     let write_ml = lines(0..r, |x| {
@@ -428,6 +468,7 @@ pub(crate) fn decode_source(dt: DType, out: DType, c: DecodeConfig) -> String {
             ("STORE", &store_fns(out)),
             ("R", &n(r)),
             ("RR", &n(rr)),
+            ("U", &n(u)),
             ("DP4", &n(c.dp / 4)),
             ("DV4", &n(c.dvp / 4)),
             ("EXACT_D", if c.exact { "true" } else { "false" }),
@@ -581,7 +622,7 @@ pub(crate) fn attention(
         let cfg = decode_config(d, dv, group * tq, vec, limit).ok_or_else(too_small)?;
         let nrc = (group * tq).div_ceil(cfg.r);
         let base = b * hkv * nrc;
-        (Kernel::Decode(cfg), nrc, 1, base, split_keys(tk, base, 16, MIN_DECODE_SPLIT))
+        (Kernel::Decode(cfg), nrc, 1, base, split_keys(tk, base, 16 * cfg.u, min_decode_split()))
     } else {
         let vec = granular(q, ql) && granular(k, kl) && granular(v, vl);
         let cfg = flash_config(d, dv, vec, limit).ok_or_else(too_small)?;

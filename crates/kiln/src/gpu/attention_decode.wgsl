@@ -4,12 +4,13 @@
 // queries, so each key and value is read once for all of them.
 //
 // Invocation t is key slot t / 8 (16 slots) and column group cg = t % 8. Each step takes 16 keys, one
-// per slot: the 8 invocations of a slot read interleaved 4-element granules cg + 8n of its key and of
-// its value row (8 lanes cover 128 contiguous bytes of f32), the partial dot products with the
-// resident queries go through workgroup memory to be summed, and each invocation keeps its own
-// running max, sum and weighted value sum (online softmax) for its 4NV value columns. At the end the
-// 16 slots are merged in workgroup memory and the rows written: final rows when there is one split,
-// else (max, sum) and unnormalised rows for attention_combine.wgsl.
+// per slot, and one loop iteration takes U steps whose loads are all issued first (bytes in flight)
+// with one barrier for all: the 8 invocations of a slot read interleaved 4-element granules cg + 8n
+// of its key and of its value row (8 lanes cover 128 contiguous bytes of f32), the partial dot
+// products with the resident queries go through workgroup memory to be summed, and each invocation
+// keeps its own running max, sum and weighted value sum (online softmax) for its 4NV value columns.
+// At the end the 16 slots are merged in workgroup memory and the rows written: final rows when there
+// is one split, else (max, sum) and unnormalised rows for attention_combine.wgsl.
 //
 // Params: p[0] b, p[1] hq, p[2] hkv, p[3] tq, p[4] tk, p[5] d, p[6] dv, p[7] scale bits, p[8] causal,
 // p[9] row chunks per head, p[11] splits, p[12] keys per split, p[13] partial, p[14] workgroups,
@@ -26,6 +27,7 @@
 
 const R: u32 = {{R}}u;
 const RR: u32 = {{RR}}u;
+const U: u32 = {{U}}u;
 const DP4: u32 = {{DP4}}u;
 const DV4: u32 = {{DV4}}u;
 const EXACT_D: bool = {{EXACT_D}};
@@ -91,9 +93,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     let slot = t / 8u; let cg = t % 8u;
 {{DECLARE}}
     var buf = 0u;
-    for (var j0 = kbeg; j0 < kend; j0 += 16u) {
-        let key = j0 + slot;
-        let kin = key < kend;
+    for (var j0 = kbeg; j0 < kend; j0 += 16u * U) {
 {{LOAD}}
 {{PARTIAL_DOTS}}
         workgroupBarrier();

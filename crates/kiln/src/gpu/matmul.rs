@@ -257,6 +257,12 @@ fn tiled_key(t: &Tile, dt: DType, am: Mode, bm: Mode) -> String {
     format!("matmul_tiled:{}:{dt}:{}:{}", t.name, am.name(), bm.name())
 }
 
+/// Split lanes per output of the split-K sum (`matmul_splitk.wgsl`): about a quarter of the splits,
+/// a power of two up to 8.
+fn splitk_lanes(splits: usize) -> usize {
+    (splits / 4).clamp(1, 8).next_power_of_two().min(8)
+}
+
 /// The kernel summing split-K partial products.
 pub(crate) fn splitk_source() -> String {
     SPLITK.to_string()
@@ -389,13 +395,14 @@ pub(crate) fn run(p: &Problem, plan: Plan, a: &GpuStorage, b: &GpuStorage, out: 
     if let Some(part) = &part {
         let kernel = ctx.pipelines.get(ctx, "matmul_splitk", 1, splitk_source)?;
         let len = out.len;
-        let groups = wgsl::grid(len, 256, max as u32);
+        let lanes = splitk_lanes(splits);
+        let groups = wgsl::grid(len.div_ceil(256 / lanes), 1, max as u32);
         let bufs = [out.buffer.raw(), part.buffer.raw()];
         ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(
             ctx,
             &kernel,
             &bufs,
-            &[len as u32, splits as u32],
+            &[len as u32, splits as u32, lanes as u32],
             groups,
         )?;
     }

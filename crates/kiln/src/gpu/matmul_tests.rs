@@ -205,6 +205,21 @@ fn every_skinny_variant() {
             check(&a, &b, dt, Choice::Force(Plan::skinny(false, 0)), &format!("skinny {dt} {la:?} {lb:?}"));
         }
     }
+    // Many K splits (the split sum's lanes and its unrolled and remainder loops), outputs not a
+    // multiple of its column block.
+    for (m, n) in [(1, 37), (3, 300)] {
+        let a = mat(&c, DType::F32, (1, m, 2053), Lay::Rows, false, 15);
+        let b = mat(&c, DType::F32, (1, 2053, n), Lay::Rows, false, 16);
+        for splits in [9, 37, 64] {
+            check(
+                &a,
+                &b,
+                DType::F32,
+                Choice::Force(Plan::skinny(false, splits)),
+                &format!("skinny m{m} n{n} s{splits}"),
+            );
+        }
+    }
     // Few columns, many rows: the transposed problem.
     let a = mat(&c, DType::F32, (2, 150, 70), Lay::Rows, false, 13);
     let b = mat(&c, DType::F32, (2, 70, 3), Lay::Cols, false, 14);
