@@ -28,7 +28,7 @@ const DECODE_MAX_TQ: usize = 8;
 const TARGET_GROUPS: usize = 1024;
 /// Keys one prefill / decode workgroup takes at least when the keys are split.
 const MIN_FLASH_SPLIT: usize = 256;
-const MIN_DECODE_SPLIT: usize = 128;
+const MIN_DECODE_SPLIT: usize = 256;
 /// Most splits per row (bounds the combine kernel's loop).
 const MAX_SPLITS: usize = 1024;
 /// Largest head sizes.
@@ -105,6 +105,9 @@ pub(crate) struct DecodeConfig {
     exact: bool,
     /// Steps of 16 keys per loop iteration: their loads are issued together, one barrier for all.
     u: usize,
+    /// The 8 lanes of a key slot sum their partial dot products with subgroup shuffles (subgroups
+    /// of at least 8), so the key loop has no barrier; else through workgroup memory.
+    sg: bool,
 }
 
 impl DecodeConfig {
@@ -115,7 +118,8 @@ impl DecodeConfig {
     }
 
     fn key(self) -> String {
-        format!("{}:{}:{}:{}:{}:{}:u{}", self.dp, self.dvp, self.r, self.rr, self.vec, self.exact, self.u)
+        let sg = if self.sg { ":sg" } else { "" };
+        format!("{}:{}:{}:{}:{}:{}:u{}{sg}", self.dp, self.dvp, self.r, self.rr, self.vec, self.exact, self.u)
     }
 }
 
@@ -132,6 +136,13 @@ fn min_decode_split() -> usize {
     })
 }
 
+/// Whether the decode kernel may sum partial dot products with subgroup shuffles
+/// (`KILN_DECODE_SG=0` turns it off, for A/B runs).
+fn decode_subgroups() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KILN_DECODE_SG").map_or(true, |v| v != "0"))
+}
+
 /// Steps of 16 keys per iteration of the decode kernel (`KILN_DECODE_UNROLL` overrides, for A/B runs).
 fn decode_unroll() -> usize {
     static U: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
@@ -140,19 +151,26 @@ fn decode_unroll() -> usize {
             .ok()
             .and_then(|v| v.parse().ok())
             .filter(|u| [1, 2, 4].contains(u))
-            .unwrap_or(2)
+            .unwrap_or(1)
     })
 }
 
 /// The decode variant for `rows` query rows per key/value head.
-pub(crate) fn decode_config(d: usize, dv: usize, rows: usize, vec: bool, limit: usize) -> Option<DecodeConfig> {
+pub(crate) fn decode_config(
+    d: usize,
+    dv: usize,
+    rows: usize,
+    vec: bool,
+    sg: bool,
+    limit: usize,
+) -> Option<DecodeConfig> {
     let dp = d.div_ceil(32).max(1) * 32;
     let dvp = dv.div_ceil(32).max(1) * 32;
     let r = rows.next_power_of_two().min(4);
     // Merge as many rows per round as fit in 24 KiB (or the limit).
     let budget = limit.min(24 * 1024);
     let mut rr = r;
-    let mut c = DecodeConfig { dp, dvp, r, rr, vec, exact: d == dp, u: decode_unroll() };
+    let mut c = DecodeConfig { dp, dvp, r, rr, vec, exact: d == dp, u: decode_unroll(), sg };
     while rr > 1 && 16 * c.total() > budget {
         rr /= 2;
         c.rr = rr;
@@ -394,16 +412,38 @@ pub(crate) fn decode_source(dt: DType, out: DType, c: DecodeConfig) -> String {
         )
     });
     let slot_at = |w: usize, x: usize| format!("PB + (((buf * U + {w}u) * 16u + slot) * R + {x}u) * 2u");
-    let dots = lines((0..u).flat_map(|w| (0..r).map(move |x| (w, x))), |(w, x)| {
+    let dot_terms = |w: usize, x: usize| -> String {
         let terms: Vec<String> =
             (0..nk).map(|n| format!("dot(sm[QB + {}u + cg], k{w}_{n})", x * c.dp / 4 + 8 * n)).collect();
-        format!("{ind}sm[{} + cg / 4u][cg % 4u] = {};", slot_at(w, x), terms.join(" + "))
-    });
+        terms.join(" + ")
+    };
+    const XYZW: [&str; 4] = ["x", "y", "z", "w"];
+    let dots = if c.sg {
+        // Row x's partial dot in component x (R <= 4), summed over the slot's 8 consecutive lanes.
+        lines(0..u, |w| {
+            format!(
+                "{ind}var sv{w} = vec4<f32>(0.0);\n{}{ind}sv{w} += subgroupShuffleXor(sv{w}, 1u);\n\
+                 {ind}sv{w} += subgroupShuffleXor(sv{w}, 2u);\n{ind}sv{w} += subgroupShuffleXor(sv{w}, 4u);",
+                lines(0..r, |x| format!("{ind}sv{w}.{} = {};", XYZW[x], dot_terms(w, x)))
+            )
+        })
+    } else {
+        lines((0..u).flat_map(|w| (0..r).map(move |x| (w, x))), |(w, x)| {
+            format!("{ind}sm[{} + cg / 4u][cg % 4u] = {};", slot_at(w, x), dot_terms(w, x))
+        })
+    };
     let update = lines((0..u).flat_map(|w| (0..r).map(move |x| (w, x))), |(w, x)| {
-        let at = slot_at(w, x);
+        let score = if c.sg {
+            format!("{ind}    let sc = sv{w}.{};\n", XYZW[x])
+        } else {
+            let at = slot_at(w, x);
+            format!(
+                "{ind}    let pa = sm[{at}]; let pb = sm[{at} + 1u];\n\
+                 {ind}    let sc = dot(pa, vec4<f32>(1.0)) + dot(pb, vec4<f32>(1.0));\n"
+            )
+        };
         format!(
-            "{ind}{{\n{ind}    let pa = sm[{at}]; let pb = sm[{at} + 1u];\n\
-             {ind}    let sc = dot(pa, vec4<f32>(1.0)) + dot(pb, vec4<f32>(1.0));\n\
+            "{ind}{{\n{score}\
              {ind}    if (key{w} < lim[{x}]) {{\n\
              {ind}        b{x} = b{x} || is_nan(sc);\n\
              {ind}        if (sc > m{x}) {{ let a = exp(m{x} - sc); l{x} *= a; m{x} = sc;{} }}\n\
@@ -476,6 +516,7 @@ pub(crate) fn decode_source(dt: DType, out: DType, c: DecodeConfig) -> String {
             ("DECLARE", &declare),
             ("LOAD", &load),
             ("PARTIAL_DOTS", &dots),
+            ("LOOP_BARRIER", if c.sg { "" } else { "        workgroupBarrier();" }),
             ("UPDATE", &update),
             ("WRITE_ML", &write_ml),
             ("MERGE_ML", &merge_ml),
@@ -514,8 +555,8 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
         }
         for (d, dv) in [(64, 64), (128, 128), (80, 80)] {
             for rows in [1, 2, 4] {
-                for vec in [true, false] {
-                    let c = decode_config(d, dv, rows, vec, 32 * 1024).expect("decode fits 32 KiB");
+                for (vec, sg) in [(true, false), (false, false), (true, true), (false, true)] {
+                    let c = decode_config(d, dv, rows, vec, sg, 32 * 1024).expect("decode fits 32 KiB");
                     for &o in outs {
                         out.push((format!("attention_decode:{dt}:{o}:{}", c.key()), decode_source(dt, o, c)));
                     }
@@ -619,7 +660,8 @@ pub(crate) fn attention(
     let (kernel, blocks, ndv, base, c) = if tq <= DECODE_MAX_TQ {
         let group = hq / hkv;
         let vec = granular(k, kl) && granular(v, vl);
-        let cfg = decode_config(d, dv, group * tq, vec, limit).ok_or_else(too_small)?;
+        let sg = super::reduce::use_subgroups(ctx) && ctx.summary.subgroup_size.0 >= 8 && decode_subgroups();
+        let cfg = decode_config(d, dv, group * tq, vec, sg, limit).ok_or_else(too_small)?;
         let nrc = (group * tq).div_ceil(cfg.r);
         let base = b * hkv * nrc;
         (Kernel::Decode(cfg), nrc, 1, base, split_keys(tk, base, 16 * cfg.u, min_decode_split()))

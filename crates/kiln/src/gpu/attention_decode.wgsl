@@ -7,7 +7,8 @@
 // per slot, and one loop iteration takes U steps whose loads are all issued first (bytes in flight)
 // with one barrier for all: the 8 invocations of a slot read interleaved 4-element granules cg + 8n
 // of its key and of its value row (8 lanes cover 128 contiguous bytes of f32), the partial dot
-// products with the resident queries go through workgroup memory to be summed, and each invocation
+// products with the resident queries are summed over the slot's lanes with subgroup shuffles (sg
+// variants: no barrier in the loop) or through workgroup memory, and each invocation
 // keeps its own running max, sum and weighted value sum (online softmax) for its 4NV value columns.
 // At the end the 16 slots are merged in workgroup memory and the rows written: final rows when there
 // is one split, else (max, sum) and unnormalised rows for attention_combine.wgsl.
@@ -96,7 +97,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     for (var j0 = kbeg; j0 < kend; j0 += 16u * U) {
 {{LOAD}}
 {{PARTIAL_DOTS}}
-        workgroupBarrier();
+{{LOOP_BARRIER}}
 {{UPDATE}}
         buf = 1u - buf;
     }
