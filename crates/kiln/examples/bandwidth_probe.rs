@@ -84,6 +84,40 @@ fn main() -> Result<()> {
         Ok(v.remove(0))
     };
     let r = 15;
+    if std::env::args().nth(2).as_deref() == Some("decode") {
+        // Decode attention over (query heads, key/value heads, keys): per-kernel GPU time after a
+        // busy warm-up, to separate the key walk from fixed costs and the combine kernel.
+        for (hq, hkv, tk) in [(32, 8, 8192), (32, 8, 32768), (8, 8, 8192), (32, 32, 8192), (32, 8, 2048)] {
+            let q = Tensor::randn(0.0, 1.0, (1, hq, 1, 128), DType::F32, 3, &dev)?;
+            let k = Tensor::randn(0.0, 1.0, (1, hkv, tk, 128), DType::F32, 4, &dev)?;
+            let v = Tensor::randn(0.0, 1.0, (1, hkv, tk, 128), DType::F32, 5, &dev)?;
+            let f = || q.sdpa(&k, &v, false, None);
+            let t0 = std::time::Instant::now();
+            let mut i = 0;
+            while t0.elapsed().as_secs_f64() < 1.0 {
+                drop(f()?);
+                i += 1;
+                if i % 16 == 0 {
+                    dev.synchronize()?;
+                }
+            }
+            dev.synchronize()?;
+            let bytes = (2 * hkv * tk * 128 * 4) as f64;
+            time(&dev, &format!("decode hq{hq} hkv{hkv} tk{tk}"), bytes, 30, f)?;
+            // Per-kernel times (each dispatch timed on its own: adds a pass boundary per kernel).
+            dev.set_profiling(true)?;
+            dev.reset_profile();
+            for _ in 0..30 {
+                drop(f()?);
+            }
+            dev.synchronize()?;
+            dev.set_profiling(false)?;
+            for r in dev.profile() {
+                println!("    {:<60} {:>8.2} us", r.kernel, r.total_ms * 1e3 / r.dispatches as f64);
+            }
+        }
+        return Ok(());
+    }
     if std::env::args().nth(2).as_deref() == Some("copy") {
         let busy = |f: &dyn Fn() -> Result<Tensor>| -> Result<()> {
             let t0 = std::time::Instant::now();

@@ -395,20 +395,27 @@ pub(crate) fn decode_source(dt: DType, out: DType, c: DecodeConfig) -> String {
     });
     // Step `w` of an iteration: keys j0 + 16w + slot, registers k{w}_{n} / v{w}_{n}, partial dots
     // in workgroup memory at buffer `buf * U + w`.
+    // Step `w`'s keys and values come from registers loaded one iteration ahead (`pk`, `pv`: the
+    // loads of the next keys are in flight while this step computes); rows past the split's end
+    // load its last row instead, and those keys are masked by `key < lim`.
+    let fetch = |w: usize, key: &str, decl: &str| -> String {
+        let k = lines(0..nk, |n| {
+            format!("{ind}{decl}pk{w}_{n} = ldk4(kbase + {key} * kst, 4u * (cg + {}u), kse, d);", 8 * n)
+        });
+        let v = lines(0..nv, |n| {
+            format!("{ind}{decl}pv{w}_{n} = ldv4(vbase + {key} * vst, 4u * (cg + {}u), vse, dv);", 8 * n)
+        });
+        k + &v
+    };
+    let prefetch =
+        lines(0..u, |w| fetch(w, &format!("min(kbeg + {}u + slot, kend - 1u)", 16 * w), "var ").trim_end().to_string());
     let load = lines(0..u, |w| {
         format!(
-            "{ind}let key{w} = j0 + {}u + slot; let kin{w} = key{w} < kend;\n{}{}{ind}if (kin{w}) {{\n{}{}{ind}}}",
+            "{ind}let key{w} = j0 + {}u + slot;\n{}{}{ind}let nkey{w} = min(key{w} + 16u * U, kend - 1u);\n{}",
             16 * w,
-            lines(0..nk, |n| format!("{ind}var k{w}_{n} = vec4<f32>(0.0);")),
-            lines(0..nv, |n| format!("{ind}var v{w}_{n} = vec4<f32>(0.0);")),
-            lines(0..nk, |n| format!(
-                "{ind}    k{w}_{n} = ldk4(kbase + key{w} * kst, 4u * (cg + {}u), kse, d);",
-                8 * n
-            )),
-            lines(0..nv, |n| format!(
-                "{ind}    v{w}_{n} = ldv4(vbase + key{w} * vst, 4u * (cg + {}u), vse, dv);",
-                8 * n
-            )),
+            lines(0..nk, |n| format!("{ind}let k{w}_{n} = pk{w}_{n};")),
+            lines(0..nv, |n| format!("{ind}let v{w}_{n} = pv{w}_{n};")),
+            fetch(w, &format!("nkey{w}"), "").trim_end()
         )
     });
     let slot_at = |w: usize, x: usize| format!("PB + (((buf * U + {w}u) * 16u + slot) * R + {x}u) * 2u");
@@ -514,6 +521,7 @@ pub(crate) fn decode_source(dt: DType, out: DType, c: DecodeConfig) -> String {
             ("EXACT_D", if c.exact { "true" } else { "false" }),
             ("TOTAL", &n(c.total())),
             ("DECLARE", &declare),
+            ("PREFETCH", &prefetch),
             ("LOAD", &load),
             ("PARTIAL_DOTS", &dots),
             ("LOOP_BARRIER", if c.sg { "" } else { "        workgroupBarrier();" }),

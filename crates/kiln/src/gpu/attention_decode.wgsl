@@ -93,6 +93,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     workgroupBarrier();
     let slot = t / 8u; let cg = t % 8u;
 {{DECLARE}}
+{{PREFETCH}}
     var buf = 0u;
     for (var j0 = kbeg; j0 < kend; j0 += 16u * U) {
 {{LOAD}}

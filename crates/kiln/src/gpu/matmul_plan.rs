@@ -101,7 +101,7 @@ pub(crate) fn heuristic(p: &Problem, limits: &wgpu::Limits) -> Plan {
 }
 
 /// What autotune times for `p`: every tile that fits (unsplit, and split when that adds
-/// workgroups), skinny with its automatic split and a quarter and four times that (plain and
+/// workgroups), skinny unsplit, with its automatic split and a quarter and four times that (plain and
 /// transposed when the rows or columns are few enough), and naive.
 pub(crate) fn candidates(p: &Problem, limits: &wgpu::Limits) -> Vec<Plan> {
     if !is_float(p.dt) {
@@ -116,7 +116,7 @@ pub(crate) fn candidates(p: &Problem, limits: &wgpu::Limits) -> Vec<Plan> {
         if rows <= 4 * SKINNY_MAX {
             let q = if swap { p.transposed() } else { p.clone() };
             let s = skinny_splits(&q);
-            for splits in [0, (s / 4).max(1), s * 4] {
+            for splits in [0, 1, (s / 4).max(1), s * 4] {
                 out.push(Plan::skinny(swap, splits));
             }
         }
@@ -223,9 +223,13 @@ mod tests {
     #[test]
     fn splits_fill_the_gpu_within_bounds() {
         let h200 = limits(48 << 10);
-        // 1 x 4096 @ 4096 x 4096: 16 column blocks, split 64 ways into 1024 workgroups.
+        // 1 x 4096 @ 4096 x 4096: 128 wide-k column blocks, split 4 ways (each split keeps four
+        // loop steps of 256 k) into 512 workgroups.
         let p = problem(DType::F32, 1, 4096, 4096);
-        assert_eq!(chunking(&p, &heuristic(&p, &h200)), (64, 64));
+        assert_eq!(chunking(&p, &heuristic(&p, &h200)), (1024, 4));
+        // 16 x 4096 @ 4096 x 4096: 2 row blocks x 16 column blocks of 256, split 16 ways.
+        let p = problem(DType::F32, 16, 4096, 4096);
+        assert_eq!(chunking(&p, &heuristic(&p, &h200)), (256, 16));
         // Split-K of a few big tiles; huge K keeps every loop under lavapipe's cap.
         let p = problem(DType::F32, 128, 1 << 20, 128);
         let (chunk, splits) = chunking(&p, &Plan::tiled(TILES[0], 0));

@@ -23,6 +23,10 @@ pub(crate) struct Skinny {
     /// Vector loads of A (along k) and of B.
     pub(crate) a_vec: bool,
     pub(crate) b_vec: bool,
+    /// B read along n by a workgroup of 8 column lanes x 32 k lanes (32 columns, two groups of four
+    /// k per lane and step) instead of 64 x 4 (256 columns): matrix-vector shapes fill the GPU with
+    /// little or no K split, saving the split sum's dispatch.
+    pub(crate) wide: bool,
 }
 
 /// Output rows per workgroup.
@@ -34,31 +38,37 @@ impl Skinny {
         let bm = p.b.mode();
         let along_k = bm.along_k();
         let rows = (p.m.next_power_of_two() as u32).min(8);
-        Skinny { dt: p.dt, rows, along_k, a_vec: p.a.mode() == Mode::K4, b_vec: bm.is_vec() }
+        // Wide-k when one row block covers M and 32-column workgroups alone nearly fill an H200.
+        let wide = !along_k && p.m <= 8 && p.n.div_ceil(32) * p.batch >= 96 && wide_enabled();
+        Skinny { dt: p.dt, rows, along_k, a_vec: p.a.mode() == Mode::K4, b_vec: bm.is_vec(), wide }
     }
 
     /// Output columns one workgroup covers.
     pub(crate) fn cols_per_group(&self) -> u32 {
-        if self.along_k {
-            32
-        } else {
-            256
+        4 * self.lanes().0
+    }
+
+    /// (column lanes, k lanes, groups of four k per lane and step) of the along-n kernel; the
+    /// along-k kernel has 8 column groups of 32 k lanes.
+    fn lanes(&self) -> (u32, u32, u32) {
+        match (self.along_k, self.wide) {
+            (true, _) => (8, 32, 1),
+            (false, true) => (8, 32, 2),
+            (false, false) => (64, 4, 1),
         }
     }
 
     /// Granularity of a K split: the k one loop step of a workgroup covers.
     pub(crate) fn k_step(&self) -> usize {
-        if self.along_k {
-            128
-        } else {
-            16
-        }
+        let (_, kl, u) = self.lanes();
+        4 * (kl * u) as usize
     }
 
     pub(crate) fn key(&self) -> String {
         let kind = if self.along_k { "k" } else { "n" };
         let v = |b: bool| if b { "v" } else { "s" };
-        format!("matmul_skinny_{kind}:{}:r{}:a{}:b{}", self.dt, self.rows, v(self.a_vec), v(self.b_vec))
+        let wide = if self.wide { ":w" } else { "" };
+        format!("matmul_skinny_{kind}:{}:r{}:a{}:b{}{wide}", self.dt, self.rows, v(self.a_vec), v(self.b_vec))
     }
 
     /// Every variant of float `dt`, for the catalog.
@@ -67,14 +77,20 @@ impl Skinny {
         for rows in ROWS {
             for b_vec in [false, true] {
                 for a_vec in [false, true] {
-                    for along_k in [false, true] {
-                        out.push(Skinny { dt, rows, along_k, a_vec, b_vec });
+                    for (along_k, wide) in [(false, false), (true, false), (false, true)] {
+                        out.push(Skinny { dt, rows, along_k, a_vec, b_vec, wide });
                     }
                 }
             }
         }
         out
     }
+}
+
+/// Whether the wide-k shape may be chosen (`KILN_SKINNY_WIDE=0` turns it off, for A/B runs).
+fn wide_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KILN_SKINNY_WIDE").map_or(true, |v| v != "0"))
 }
 
 /// The WGSL of variant `s`.
@@ -142,16 +158,45 @@ pub(crate) fn source(s: &Skinny) -> String {
              ld1(e + 3u * sbn)); }\n"
                 .to_string()
         };
+        let (_, kl, u) = s.lanes();
+        // Group g of a step: k rows kg..kg+4 (kg = k + 4 KL g); rows past kend read row k (in
+        // bounds) and are zeroed. All loads of the step come first.
+        for g in 0..u {
+            let kg = if g == 0 { "k".to_string() } else { format!("k{g}") };
+            if g > 0 {
+                writeln!(body, "        let {kg} = k + {}u;", 4 * kl * g).unwrap();
+            }
+            writeln!(body, "        let ok{g} = vec4<u32>({kg}) + I4 < vec4<u32>(kend);").unwrap();
+            for (j, comp) in ["x", "y", "z", "w"].iter().enumerate() {
+                writeln!(
+                    body,
+                    "        let b{g}_{j} = select(vec4<f32>(), ldb(bcol + select(k, {kg} + {j}u, ok{g}.{comp}) * sbk, sbn), ok{g}.{comp});"
+                )
+                .unwrap();
+            }
+            for i in 0..rows {
+                writeln!(
+                    body,
+                    "        let a{i}_{g} = select(vec4<f32>(), lda(ar{i}, select(k, {kg}, ok{g}.x), sak), ok{g});"
+                )
+                .unwrap();
+            }
+        }
         for i in 0..rows {
             writeln!(setup, "    var acc{i} = vec4<f32>();").unwrap();
-            writeln!(body, "        let a{i} = select(vec4<f32>(), lda(ar{i}, k, sak), ok);").unwrap();
-            for (j, comp) in ["x", "y", "z", "w"].iter().enumerate() {
-                writeln!(body, "        acc{i} = fma(vec4<f32>(a{i}.{comp}), b{j}, acc{i});").unwrap();
+            for g in 0..u {
+                for (j, comp) in ["x", "y", "z", "w"].iter().enumerate() {
+                    writeln!(body, "        acc{i} = fma(vec4<f32>(a{i}_{g}.{comp}), b{g}_{j}, acc{i});").unwrap();
+                }
             }
-            writeln!(finish, "    if (kl > 0u) {{ red[(kl - 1u) * 64u + nl] = acc{i}; }}").unwrap();
+            // Tree sum over the k lanes (lanes kl and kl + s hold the same columns).
+            writeln!(finish, "    red[tid] = acc{i};").unwrap();
             finish += "    workgroupBarrier();\n";
+            finish += "    for (var s = KL / 2u; s > 0u; s >>= 1u) {\n";
+            finish += "        if (kl < s) { red[tid] += red[tid + s * CL]; }\n";
+            finish += "        workgroupBarrier();\n    }\n";
             writeln!(finish, "    if (kl == 0u && m0 + {i}u < m) {{").unwrap();
-            writeln!(finish, "        let v = acc{i} + red[nl] + red[64u + nl] + red[128u + nl];").unwrap();
+            finish += "        let v = red[tid];\n";
             store4(&mut finish, i);
             finish += "    }\n    workgroupBarrier();\n";
         }
@@ -166,6 +211,9 @@ pub(crate) fn source(s: &Skinny) -> String {
             ("LOADERS", &loaders),
             ("BASES", BASES),
             ("MT", &rows.to_string()),
+            ("CL", &s.lanes().0.to_string()),
+            ("KL", &s.lanes().1.to_string()),
+            ("U", &s.lanes().2.to_string()),
             ("SETUP", &setup),
             ("BODY", &body),
             ("FINISH", &finish),

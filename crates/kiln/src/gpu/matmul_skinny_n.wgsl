@@ -1,10 +1,12 @@
 // Matmul for few output rows with B read along n (x @ W with W stored (K, N)): each invocation owns
 // 4 consecutive columns of {{MT}} rows and reads its B vectors straight from memory (a warp reads
-// whole contiguous row segments), four consecutive k at a time (loads in flight; one vector load
-// of A per row where A allows). A workgroup is 64 column lanes x 4 k lanes (256 columns, 16 k per
-// step); the k lanes are summed through workgroup memory at the end. K is
-// split over workgroups (grid y) when the grid is small; row blocks of {{MT}} vary fastest in grid x
-// so that the blocks reading one slice of B run together. Params: see matmul.rs.
+// whole contiguous row segments), four consecutive k at a time, {{U}} such groups per loop step with
+// all their loads issued first (bytes in flight; one vector load of A per row where A allows). A
+// workgroup is {{CL}} column lanes x {{KL}} k lanes ({{CL}} x 4 columns, {{U}} x 4 x {{KL}} k per step);
+// the k lanes are summed through workgroup memory at the end. The default shape (64 x 4) splits K
+// over workgroups (grid y) to fill the GPU; the wide-k shape (8 x 32) covers few columns per
+// workgroup, so a matrix-vector product fills the GPU with little or no split. Row blocks of {{MT}}
+// vary fastest in grid x so that the blocks reading one slice of B run together. Params: matmul.rs.
 @group(0) @binding(0) var<storage, read_write> dst: array<u32>;
 @group(0) @binding(1) var<storage, read> in0: array<{{A_ELEM}}>;
 @group(0) @binding(2) var<storage, read> in1: array<{{B_ELEM}}>;
@@ -12,18 +14,20 @@
 {{PRELUDE}}
 {{LOADERS}}
 {{BASES}}
-var<workgroup> red: array<vec4<f32>, 192>;
+var<workgroup> red: array<vec4<f32>, 256>;
 
 const I4 = vec4<u32>(0u, 1u, 2u, 3u);
+const CL: u32 = {{CL}}u;
+const KL: u32 = {{KL}}u;
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
     let m = p[0];
     let n = p[1];
-    let nl = tid & 63u;
-    let kl = tid >> 6u;
+    let nl = tid % CL;
+    let kl = tid / CL;
     let m0 = (wid.x % p[29]) * {{MT}}u;
-    let n0 = (wid.x / p[29]) * 256u + nl * 4u;
+    let n0 = (wid.x / p[29]) * (4u * CL) + nl * 4u;
     let base = bases(wid.z + p[28]);
     let kbeg = wid.y * p[26];
     let kend = min(p[2], kbeg + p[26]);
@@ -33,12 +37,7 @@ fn main(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: v
     let sbn = p[8];
     let bcol = base.y + n0 * sbn;
 {{SETUP}}
-    for (var k = kbeg + 4u * kl; k < kend; k += 16u) {
-        let ok = vec4<u32>(k) + I4 < vec4<u32>(kend);
-        let b0 = ldb(bcol + k * sbk, sbn);
-        let b1 = select(vec4<f32>(), ldb(bcol + select(k, k + 1u, ok.y) * sbk, sbn), ok.y);
-        let b2 = select(vec4<f32>(), ldb(bcol + select(k, k + 2u, ok.z) * sbk, sbn), ok.z);
-        let b3 = select(vec4<f32>(), ldb(bcol + select(k, k + 3u, ok.w) * sbk, sbn), ok.w);
+    for (var k = kbeg + 4u * kl; k < kend; k += {{U}}u * 4u * KL) {
 {{BODY}}
     }
     let cbase = base.z + wid.y * p[27];

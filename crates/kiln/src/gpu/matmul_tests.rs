@@ -184,13 +184,18 @@ fn every_skinny_variant() {
         for la in [Lay::Rows, Lay::RowsOdd] {
             for lb in LAYS {
                 let (k, n) = if i % 2 == 0 { (301, 37) } else { (37, 301) };
-                let a = mat(&c, DType::F32, (1, m, k), la, false, 9 + i as u64);
-                let b = mat(&c, DType::F32, (1, k, n), lb, false, 10);
-                let p = Problem::new(DType::F32, &a.layout, &b.layout).unwrap();
-                seen.push(Skinny::for_problem(&p));
-                for splits in [0, 1, 5] {
-                    let plan = Plan::skinny(false, splits);
-                    check(&a, &b, DType::F32, Choice::Force(plan), &format!("skinny m{m} {la:?} {lb:?} s{splits}"));
+                // Up to 8 rows, also enough columns (3075) for the wide-k shape.
+                let wide = (m <= 8).then_some((k + 300, 3075));
+                for (k, n) in [(k, n)].into_iter().chain(wide) {
+                    let a = mat(&c, DType::F32, (1, m, k), la, false, 9 + i as u64);
+                    let b = mat(&c, DType::F32, (1, k, n), lb, false, 10);
+                    let p = Problem::new(DType::F32, &a.layout, &b.layout).unwrap();
+                    seen.push(Skinny::for_problem(&p));
+                    for splits in [0, 1, 5] {
+                        let plan = Plan::skinny(false, splits);
+                        let what = format!("skinny m{m} k{k} n{n} {la:?} {lb:?} s{splits}");
+                        check(&a, &b, DType::F32, Choice::Force(plan), &what);
+                    }
                 }
             }
         }
