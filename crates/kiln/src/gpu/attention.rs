@@ -449,17 +449,19 @@ pub(crate) fn decode_source(dt: DType, out: DType, c: DecodeConfig) -> String {
                  {ind}    let sc = dot(pa, vec4<f32>(1.0)) + dot(pb, vec4<f32>(1.0));\n"
             )
         };
+        // Branch-free online softmax, so the rows' updates interleave: a key past the row's
+        // limit or with a NaN score weighs 0 (a NaN marks the row), and the running max only grows.
         format!(
             "{ind}{{\n{score}\
-             {ind}    if (key{w} < lim[{x}]) {{\n\
-             {ind}        b{x} = b{x} || is_nan(sc);\n\
-             {ind}        if (sc > m{x}) {{ let a = exp(m{x} - sc); l{x} *= a; m{x} = sc;{} }}\n\
-             {ind}        var pr = 0.0;\n\
-             {ind}        if (sc > -inf_f32()) {{ pr = exp(sc - m{x}); }}\n\
-             {ind}        l{x} += pr;\n{}\
-             {ind}    }}\n{ind}}}",
-            (0..nv).map(|n| format!(" o{x}_{n} *= a;")).collect::<String>(),
-            lines(0..nv, |n| format!("{ind}        o{x}_{n} += pr * v{w}_{n};"))
+             {ind}    let live = key{w} < lim[{x}];\n\
+             {ind}    b{x} = b{x} || (live && is_nan(sc));\n\
+             {ind}    let s2 = select(-inf_f32(), sc, live && sc > -inf_f32());\n\
+             {ind}    let mn = max(m{x}, s2);\n\
+             {ind}    let a = select(1.0, exp(m{x} - mn), mn > -inf_f32());\n\
+             {ind}    let pr = select(0.0, exp(s2 - mn), s2 > -inf_f32());\n\
+             {ind}    l{x} = l{x} * a + pr; m{x} = mn;\n{}\
+             {ind}}}",
+            lines(0..nv, |n| format!("{ind}    o{x}_{n} = o{x}_{n} * a + pr * v{w}_{n};"))
         )
     });
     let write_ml = lines(0..r, |x| {

@@ -29,6 +29,8 @@
 const R: u32 = {{R}}u;
 const RR: u32 = {{RR}}u;
 const U: u32 = {{U}}u;
+// Query elements per invocation.
+const QN: u32 = (R * DP4 * 4u + 127u) / 128u;
 const DP4: u32 = {{DP4}}u;
 const DV4: u32 = {{DV4}}u;
 const EXACT_D: bool = {{EXACT_D}};
@@ -80,15 +82,21 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
 
     let kbase = p[21] + b * p[22] + hk * p[23]; let kst = p[24]; let kse = p[25];
     let vbase = p[26] + b * p[27] + hk * p[28]; let vst = p[29]; let vse = p[30];
-    for (var e = t; e < R * DP4 * 4u; e += 128u) {
+    // The queries: all QN loads of an invocation first, then the stores.
+    var qv: array<f32, QN>;
+    for (var it = 0u; it < QN; it++) {
+        let e = t + 128u * it;
         let x = e / (DP4 * 4u); let c = e % (DP4 * 4u);
         let gr = rc * R + x;
-        var q = 0.0;
-        if (gr < group * tq && (EXACT_D || c < d)) {
+        qv[it] = 0.0;
+        if (x < R && gr < group * tq && (EXACT_D || c < d)) {
             let h = hk * group + gr / tq;
-            q = ld0(p[16] + b * p[17] + h * p[18] + (gr % tq) * p[19] + c * p[20]) * scale;
+            qv[it] = ld0(p[16] + b * p[17] + h * p[18] + (gr % tq) * p[19] + c * p[20]) * scale;
         }
-        sm[QB + x * DP4 + c / 4u][c % 4u] = q;
+    }
+    for (var it = 0u; it < QN; it++) {
+        let e = t + 128u * it;
+        if (e < R * DP4 * 4u) { sm[QB + e / 4u][e % 4u] = qv[it]; }
     }
     workgroupBarrier();
     let slot = t / 8u; let cg = t % 8u;
