@@ -227,7 +227,7 @@ mod tests {
         // loop steps of 256 k) into 512 workgroups.
         let p = problem(DType::F32, 1, 4096, 4096);
         assert_eq!(chunking(&p, &heuristic(&p, &h200)), (1024, 4));
-        // 16 x 4096 @ 4096 x 4096: one block of 16 rows x 16 column blocks of 256, split 16 ways.
+        // 16 x 4096 @ 4096 x 4096: 2 row blocks x 16 column blocks of 256, split 16 ways.
         let p = problem(DType::F32, 16, 4096, 4096);
         assert_eq!(chunking(&p, &heuristic(&p, &h200)), (256, 16));
         // Split-K of a few big tiles; huge K keeps every loop under lavapipe's cap.
