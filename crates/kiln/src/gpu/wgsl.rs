@@ -135,7 +135,7 @@ mod tests {
             (49, 1, 7),
             (48, 1, 7),
         ] {
-            let groups = (threads as usize).div_ceil(wg) as u64;
+            let groups = threads.div_ceil(wg) as u64;
             let [x, y, z] = grid(threads, wg, max);
             let launched = x as u64 * y as u64 * z as u64;
             assert!(x <= max && y <= max && z == 1, "{threads} {wg} {max}: {x}x{y}");
