@@ -1,9 +1,12 @@
-//! Probes why the same memory-bound kernel runs at different bandwidths (docs/PERFORMANCE.md,
-//! "bimodal bandwidth"): times read-only, one-input and two-input ops on several 1 GiB buffers, a
-//! plain WGSL vec4 add (custom kernel) beside kiln's own, and a long series of one op to show whether
-//! slow runs are tied to buffers or to time. Every run is timed with GPU timestamps.
+//! GPU bandwidth probes (docs/PERFORMANCE.md), every run timed with GPU timestamps:
+//! - default: the clock ramp (one read timed over and over from a cold GPU, after 3 s idle, and after
+//!   a second of queued work), then read-only, one-input and two-input ops on several buffers, a plain
+//!   WGSL vec4 add (custom kernel) beside kiln's own, and a series of 120 adds: the probe that showed
+//!   session 2's "bimodal bandwidth" to be the GPU leaving its idle clocks, not buffer placement;
+//! - `copy`: copy kernels with 1 to 8 vectors per invocation beside kiln's exp and cast;
+//! - `decode`: decode attention on several head/key counts, with per-kernel times.
 //!
-//! Run: `cargo run --release -p kiln --example bandwidth_probe [elements]`
+//! Run: `cargo run --release -p kiln --example bandwidth_probe [elements] [copy|decode]`
 
 use kiln::{DType, Device, Result, Tensor};
 
@@ -52,6 +55,21 @@ fn time(dev: &Device, label: &str, bytes: f64, runs: usize, f: impl Fn() -> Resu
     Ok(series)
 }
 
+/// Queues `f` back to back for a second (a `synchronize` every 16 runs), so the GPU reaches its
+/// working clocks before anything is timed.
+fn keep_busy(dev: &Device, f: &dyn Fn() -> Result<Tensor>) -> Result<()> {
+    let t0 = std::time::Instant::now();
+    let mut k = 0;
+    while t0.elapsed().as_secs_f64() < 1.0 {
+        drop(f()?);
+        k += 1;
+        if k % 16 == 0 {
+            dev.synchronize()?;
+        }
+    }
+    dev.synchronize()
+}
+
 /// Runs `sum_all(a)` for 1.5 s of wall time, one measured run after another, and prints the GPU time
 /// of each run with the wall-clock time since the first, to show how long the GPU takes to speed up.
 fn ramp(dev: &Device, label: &str, a: &Tensor) -> Result<()> {
@@ -71,12 +89,74 @@ fn ramp(dev: &Device, label: &str, a: &Tensor) -> Result<()> {
     Ok(())
 }
 
+/// Decode attention over (query heads, key/value heads, keys): time after a busy warm-up, then
+/// per-kernel GPU times, to separate the key walk from fixed costs and the combine kernel.
+fn decode(dev: &Device) -> Result<()> {
+    for (hq, hkv, tk) in [(32, 8, 8192), (32, 8, 32768), (8, 8, 8192), (32, 32, 8192), (32, 8, 2048)] {
+        let q = Tensor::randn(0.0, 1.0, (1, hq, 1, 128), DType::F32, 3, dev)?;
+        let k = Tensor::randn(0.0, 1.0, (1, hkv, tk, 128), DType::F32, 4, dev)?;
+        let v = Tensor::randn(0.0, 1.0, (1, hkv, tk, 128), DType::F32, 5, dev)?;
+        let f = || q.sdpa(&k, &v, false, None);
+        keep_busy(dev, &f)?;
+        let bytes = (2 * hkv * tk * 128 * 4) as f64;
+        time(dev, &format!("decode hq{hq} hkv{hkv} tk{tk}"), bytes, 30, f)?;
+        // Per-kernel times (each dispatch timed on its own: adds a pass boundary per kernel).
+        dev.set_profiling(true)?;
+        dev.reset_profile();
+        for _ in 0..30 {
+            drop(f()?);
+        }
+        dev.synchronize()?;
+        dev.set_profiling(false)?;
+        for r in dev.profile() {
+            println!("    {:<60} {:>8.2} us", r.kernel, r.total_ms * 1e3 / r.dispatches as f64);
+        }
+    }
+    Ok(())
+}
+
+/// Copy kernels moving 1, 2, 4 or 8 vectors per invocation, beside kiln's exp and f32->f16 cast, each
+/// after a busy warm-up.
+fn copies(dev: &Device, a: &Tensor) -> Result<()> {
+    let n = a.elem_count();
+    let gb = (n * 4) as f64;
+    for u in [1usize, 2, 4, 8] {
+        let src = copy_kernel(u);
+        let wgs = n / 4 / (256 * u);
+        if wgs == 0 || wgs * 256 * u * 4 != n {
+            println!("copy, {u} vec4 per invocation: needs a multiple of {} elements", 1024 * u);
+            continue;
+        }
+        let grid = [wgs.min(32768) as u32, wgs.div_ceil(32768) as u32, 1];
+        assert_eq!(grid[0] as usize * grid[1] as usize, wgs);
+        let f = || -> Result<Tensor> {
+            Ok(dev.custom_kernel(&src, "main", &[a], &[(a.shape().clone(), DType::F32)], grid, &[])?.remove(0))
+        };
+        let y = f()?;
+        assert_eq!(y.to_vec::<f32>()?[..1000], a.to_vec::<f32>()?[..1000]);
+        keep_busy(dev, &f)?;
+        time(dev, &format!("copy, {u} vec4 per invocation"), 2.0 * gb, 30, f)?;
+    }
+    keep_busy(dev, &|| a.exp())?;
+    time(dev, "exp(a)", 2.0 * gb, 30, || a.exp())?;
+    keep_busy(dev, &|| a.to_dtype(DType::F16))?;
+    time(dev, "a.to_dtype(f16)", 1.5 * gb, 30, || a.to_dtype(DType::F16))?;
+    Ok(())
+}
+
 fn main() -> Result<()> {
     let n: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(256 << 20);
+    let mode = std::env::args().nth(2);
     let dev = Device::gpu()?;
+    if mode.as_deref() == Some("decode") {
+        return decode(&dev);
+    }
     let gb = (n * 4) as f64;
     println!("device {dev}, {n} f32 elements ({:.2} GiB) per buffer", gb / (1u64 << 30) as f64);
     let a = Tensor::randn(0.0, 1.0, n, DType::F32, 1, &dev)?;
+    if mode.as_deref() == Some("copy") {
+        return copies(&dev, &a);
+    }
     let b = Tensor::randn(0.0, 1.0, n, DType::F32, 2, &dev)?;
     let groups = [((n / 4).div_ceil(256)).min(65535) as u32, ((n / 4).div_ceil(256 * 65535)) as u32, 1];
     let naive = |x: &Tensor, y: &Tensor| -> Result<Tensor> {
@@ -84,72 +164,6 @@ fn main() -> Result<()> {
         Ok(v.remove(0))
     };
     let r = 15;
-    if std::env::args().nth(2).as_deref() == Some("decode") {
-        // Decode attention over (query heads, key/value heads, keys): per-kernel GPU time after a
-        // busy warm-up, to separate the key walk from fixed costs and the combine kernel.
-        for (hq, hkv, tk) in [(32, 8, 8192), (32, 8, 32768), (8, 8, 8192), (32, 32, 8192), (32, 8, 2048)] {
-            let q = Tensor::randn(0.0, 1.0, (1, hq, 1, 128), DType::F32, 3, &dev)?;
-            let k = Tensor::randn(0.0, 1.0, (1, hkv, tk, 128), DType::F32, 4, &dev)?;
-            let v = Tensor::randn(0.0, 1.0, (1, hkv, tk, 128), DType::F32, 5, &dev)?;
-            let f = || q.sdpa(&k, &v, false, None);
-            let t0 = std::time::Instant::now();
-            let mut i = 0;
-            while t0.elapsed().as_secs_f64() < 1.0 {
-                drop(f()?);
-                i += 1;
-                if i % 16 == 0 {
-                    dev.synchronize()?;
-                }
-            }
-            dev.synchronize()?;
-            let bytes = (2 * hkv * tk * 128 * 4) as f64;
-            time(&dev, &format!("decode hq{hq} hkv{hkv} tk{tk}"), bytes, 30, f)?;
-            // Per-kernel times (each dispatch timed on its own: adds a pass boundary per kernel).
-            dev.set_profiling(true)?;
-            dev.reset_profile();
-            for _ in 0..30 {
-                drop(f()?);
-            }
-            dev.synchronize()?;
-            dev.set_profiling(false)?;
-            for r in dev.profile() {
-                println!("    {:<60} {:>8.2} us", r.kernel, r.total_ms * 1e3 / r.dispatches as f64);
-            }
-        }
-        return Ok(());
-    }
-    if std::env::args().nth(2).as_deref() == Some("copy") {
-        let busy = |f: &dyn Fn() -> Result<Tensor>| -> Result<()> {
-            let t0 = std::time::Instant::now();
-            let mut k = 0;
-            while t0.elapsed().as_secs_f64() < 1.0 {
-                drop(f()?);
-                k += 1;
-                if k % 16 == 0 {
-                    dev.synchronize()?;
-                }
-            }
-            dev.synchronize()
-        };
-        for u in [1usize, 2, 4, 8] {
-            let src = copy_kernel(u);
-            let wgs = n / 4 / (256 * u);
-            let grid = [wgs.min(32768) as u32, wgs.div_ceil(32768) as u32, 1];
-            assert_eq!(grid[0] as usize * grid[1] as usize, wgs);
-            let f = || -> Result<Tensor> {
-                Ok(dev.custom_kernel(&src, "main", &[&a], &[(a.shape().clone(), DType::F32)], grid, &[])?.remove(0))
-            };
-            let y = f()?;
-            assert_eq!(y.to_vec::<f32>()?[..1000], a.to_vec::<f32>()?[..1000]);
-            busy(&f)?;
-            time(&dev, &format!("copy, {u} vec4 per invocation"), 2.0 * gb, 30, f)?;
-        }
-        busy(&|| a.exp())?;
-        time(&dev, "exp(a)", 2.0 * gb, 30, || a.exp())?;
-        busy(&|| a.to_dtype(DType::F16))?;
-        time(&dev, "a.to_dtype(f16)", 1.5 * gb, 30, || a.to_dtype(DType::F16))?;
-        return Ok(());
-    }
     ramp(&dev, "cold: sum_all(a) right after the uploads", &a)?;
     std::thread::sleep(std::time::Duration::from_secs(3));
     ramp(&dev, "after 3 s idle", &a)?;
