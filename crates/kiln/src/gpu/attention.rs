@@ -393,11 +393,10 @@ pub(crate) fn decode_source(dt: DType, out: DType, c: DecodeConfig) -> String {
             lines(0..nv, |n| format!("    var o{x}_{n} = vec4<f32>(0.0);")).trim_end()
         )
     });
-    // Step `w` of an iteration: keys j0 + 16w + slot, registers k{w}_{n} / v{w}_{n}, partial dots
-    // in workgroup memory at buffer `buf * U + w`.
-    // Step `w`'s keys and values come from registers loaded one iteration ahead (`pk`, `pv`: the
-    // loads of the next keys are in flight while this step computes); rows past the split's end
-    // load its last row instead, and those keys are masked by `key < lim`.
+    // Step `w` of an iteration takes keys j0 + 16w + slot (registers k{w}_{n} / v{w}_{n}; partial
+    // dots in workgroup memory at buffer `buf * U + w` without subgroups). Its keys and values were
+    // loaded one iteration ahead (`pk`, `pv`: the next keys' loads are in flight while this step
+    // computes); rows past the split's end load its last row instead, and are masked by `key < lim`.
     let fetch = |w: usize, key: &str, decl: &str| -> String {
         let k = lines(0..nk, |n| {
             format!("{ind}{decl}pk{w}_{n} = ldk4(kbase + {key} * kst, 4u * (cg + {}u), kse, d);", 8 * n)
