@@ -4,9 +4,12 @@
 //! name, driver and the kernel's bucket key. Off by default, so tests and normal use take each op's
 //! fixed heuristic; on with `KILN_AUTOTUNE=1` or `Device::set_autotune(true)` (`kiln bench`).
 //!
-//! Timing: a warm-up run (which also compiles), then the best of a few measurements between
-//! `synchronize`s (host wall time, several runs per measurement for short kernels). A candidate
-//! that fails (compile error, limits) is skipped.
+//! Timing: on a hardware GPU the first candidate is first run back to back for a second (an idle GPU
+//! needs about half a second of load to reach its clocks; timed cold, the first candidates lose to
+//! later ones for no reason of their own). Then each candidate: a warm-up run (which also compiles)
+//! and the best of a few measurements between `synchronize`s (host wall time, several runs per
+//! measurement for short kernels), in two rounds over all candidates, the best of both kept. A
+//! candidate that fails (compile error, limits) is skipped.
 
 use super::context::GpuContext;
 use crate::Result;
@@ -115,6 +118,24 @@ pub(crate) fn record(path: Option<&Path>, key: &str, value: &str) {
 pub(crate) fn session() -> MutexGuard<'static, ()> {
     static S: Mutex<()> = Mutex::new(());
     S.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Keeps a hardware GPU busy with `record` for a second (runs queued back to back, a `synchronize`
+/// every 16), so that candidates are timed at its working clocks; nothing on a software adapter.
+pub(crate) fn warm_up(ctx: &GpuContext, mut record: impl FnMut() -> Result<()>) -> Result<()> {
+    if ctx.summary.software {
+        return Ok(());
+    }
+    let start = Instant::now();
+    let mut k = 0usize;
+    while start.elapsed().as_secs_f64() < 1.0 {
+        record()?;
+        k += 1;
+        if k.is_multiple_of(16) {
+            ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).synchronize(ctx)?;
+        }
+    }
+    ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).synchronize(ctx)
 }
 
 /// The best time in seconds of one run of `record` (which records GPU work): after a warm-up run
