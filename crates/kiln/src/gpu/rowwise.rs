@@ -238,28 +238,36 @@ impl Variant {
         }
     }
 
+    /// The row held in registers: pack slot `u` of this invocation is `q{u}`, its vectors `x{u}_{s}`
+    /// with lane masks `k{u}_{s}`; lanes past the row (and slots past its packs) hold `fill`.
+    fn load_row(&self, fill: &str) -> String {
+        let mut b = String::new();
+        for u in 0..self.np {
+            b += &format!("    let q{u} = lid + {}u;\n", u * self.w);
+            for s in 0..self.nv() {
+                b += &format!("    var x{u}_{s} = {fill};\n");
+            }
+            let (pre, ex) = self.load(0, &format!("q{u}"));
+            b += &format!("    if (q{u} < np) {{\n        {pre}\n");
+            for (s, e) in ex.iter().enumerate() {
+                b += &format!("        x{u}_{s} = {e};\n");
+            }
+            b += "    }\n";
+            for s in 0..self.nv() {
+                b += &format!(
+                    "    let k{u}_{s} = lanes(q{u}, {s}u, k);\n    x{u}_{s} = select({fill}, x{u}_{s}, k{u}_{s});\n"
+                );
+            }
+        }
+        b
+    }
+
     fn softmax_body(&self) -> String {
         let (nv, w, ids) = (self.nv(), self.w, self.ids());
         let mut b = self.bases();
         let slots: Vec<(usize, usize)> = (0..self.np).flat_map(|u| (0..nv).map(move |s| (u, s))).collect();
         if self.np > 0 {
-            for u in 0..self.np {
-                b += &format!("    let q{u} = lid + {}u;\n", u * w);
-                for s in 0..nv {
-                    b += &format!("    var x{u}_{s} = vec4<f32>(-inf_f32());\n");
-                }
-                let (pre, ex) = self.load(0, &format!("q{u}"));
-                b += &format!("    if (q{u} < np) {{\n        {pre}\n");
-                for (s, e) in ex.iter().enumerate() {
-                    b += &format!("        x{u}_{s} = {e};\n");
-                }
-                b += "    }\n";
-                for s in 0..nv {
-                    b += &format!(
-                        "    let k{u}_{s} = lanes(q{u}, {s}u, k);\n    x{u}_{s} = select(vec4<f32>(-inf_f32()), x{u}_{s}, k{u}_{s});\n"
-                    );
-                }
-            }
+            b += &self.load_row("vec4<f32>(-inf_f32())");
             b += "    var mx = vec4<f32>(-inf_f32());\n";
             for (u, s) in &slots {
                 b += &format!("    mx = maxn4(mx, x{u}_{s});\n");
@@ -332,23 +340,7 @@ impl Variant {
         let ys: Vec<String> = (0..nv).map(|s| format!("y{s}")).collect();
         if self.np > 0 {
             let slots: Vec<(usize, usize)> = (0..self.np).flat_map(|u| (0..nv).map(move |s| (u, s))).collect();
-            for u in 0..self.np {
-                b += &format!("    let q{u} = lid + {}u;\n", u * w);
-                for s in 0..nv {
-                    b += &format!("    var x{u}_{s} = vec4<f32>(0.0);\n");
-                }
-                let (pre, ex) = self.load(0, &format!("q{u}"));
-                b += &format!("    if (q{u} < np) {{\n        {pre}\n");
-                for (s, e) in ex.iter().enumerate() {
-                    b += &format!("        x{u}_{s} = {e};\n");
-                }
-                b += "    }\n";
-                for s in 0..nv {
-                    b += &format!(
-                        "    let k{u}_{s} = lanes(q{u}, {s}u, k);\n    x{u}_{s} = select(vec4<f32>(0.0), x{u}_{s}, k{u}_{s});\n"
-                    );
-                }
-            }
+            b += &self.load_row("vec4<f32>(0.0)");
             b += "    var mean = 0.0;\n    if (!rms) {\n        var sv = vec4<f32>(0.0);\n";
             for (u, s) in &slots {
                 b += &format!("        sv += x{u}_{s};\n");
