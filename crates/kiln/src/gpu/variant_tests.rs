@@ -1,4 +1,4 @@
-//! The workgroup-memory variants of the reduction, softmax and norm kernels. The conformance suite
+//! The workgroup-memory variants of the reduction, softmax, norm and decode attention kernels. The conformance suite
 //! reaches only the subgroup variants on devices that have subgroups (lavapipe does), so these run
 //! the same ops with subgroups switched off on this thread, against the CPU backend, over shapes
 //! that reach every path: one lane per row up to chunked rows and (value, index) second passes;
@@ -150,6 +150,37 @@ fn softmax_and_norms_without_subgroups() {
                 );
                 let got = g.layer_norm(&gw, Some(&gb), 1e-5).unwrap();
                 check(&got, &c.layer_norm(&cw, Some(&cb), 1e-5).unwrap(), atol, rtol, &format!("layer {what}"));
+            }
+        }
+    });
+}
+
+#[test]
+fn decode_attention_without_subgroups() {
+    let Some(dev) = gpu() else { return };
+    // (hq, hkv, tq, tk, d): GQA rows per workgroup 1, 2 and 4, split and unsplit keys, a split tail,
+    // causal offsets with several queries, an odd head size.
+    let shapes =
+        [(8, 2, 1, 700, 64), (4, 4, 1, 37, 128), (8, 4, 2, 1100, 64), (2, 1, 3, 300, 40), (4, 1, 1, 2049, 128)];
+    without_subgroups(|| {
+        for dtype in [DType::F32, DType::F16] {
+            for (i, &(hq, hkv, tq, tk, d)) in shapes.iter().enumerate() {
+                let seed = 400 + 3 * i as u64;
+                let (gq, cq) = pair(&values(hq * tq * d, seed, false, false), &[1, hq, tq, d], dtype, &dev);
+                let (gk, ck) = pair(&values(hkv * tk * d, seed + 1, false, false), &[1, hkv, tk, d], dtype, &dev);
+                let (gv, cv) = pair(&values(hkv * tk * d, seed + 2, false, false), &[1, hkv, tk, d], dtype, &dev);
+                for causal in [false, true] {
+                    let got = gq.sdpa(&gk, &gv, causal, None).unwrap();
+                    let want = cq.sdpa(&ck, &cv, causal, None).unwrap();
+                    let (atol, rtol) = tol(dtype, 64);
+                    check(
+                        &got,
+                        &want,
+                        atol,
+                        rtol,
+                        &format!("sdpa {dtype} hq{hq} hkv{hkv} tq{tq} tk{tk} d{d} causal {causal}"),
+                    );
+                }
             }
         }
     });
