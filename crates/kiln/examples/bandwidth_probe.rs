@@ -55,21 +55,6 @@ fn time(dev: &Device, label: &str, bytes: f64, runs: usize, f: impl Fn() -> Resu
     Ok(series)
 }
 
-/// Queues `f` back to back for a second (a `synchronize` every 16 runs), so the GPU reaches its
-/// working clocks before anything is timed.
-fn keep_busy(dev: &Device, f: &dyn Fn() -> Result<Tensor>) -> Result<()> {
-    let t0 = std::time::Instant::now();
-    let mut k = 0;
-    while t0.elapsed().as_secs_f64() < 1.0 {
-        drop(f()?);
-        k += 1;
-        if k % 16 == 0 {
-            dev.synchronize()?;
-        }
-    }
-    dev.synchronize()
-}
-
 /// Runs `sum_all(a)` for 1.5 s of wall time, one measured run after another, and prints the GPU time
 /// of each run with the wall-clock time since the first, to show how long the GPU takes to speed up.
 fn ramp(dev: &Device, label: &str, a: &Tensor) -> Result<()> {
@@ -97,7 +82,7 @@ fn decode(dev: &Device) -> Result<()> {
         let k = Tensor::randn(0.0, 1.0, (1, hkv, tk, 128), DType::F32, 4, dev)?;
         let v = Tensor::randn(0.0, 1.0, (1, hkv, tk, 128), DType::F32, 5, dev)?;
         let f = || q.sdpa(&k, &v, false, None);
-        keep_busy(dev, &f)?;
+        dev.keep_busy(1.0, &f)?;
         let bytes = (2 * hkv * tk * 128 * 4) as f64;
         time(dev, &format!("decode hq{hq} hkv{hkv} tk{tk}"), bytes, 30, f)?;
         // Per-kernel times (each dispatch timed on its own: adds a pass boundary per kernel).
@@ -134,12 +119,12 @@ fn copies(dev: &Device, a: &Tensor) -> Result<()> {
         };
         let y = f()?;
         assert_eq!(y.to_vec::<f32>()?[..1000], a.to_vec::<f32>()?[..1000]);
-        keep_busy(dev, &f)?;
+        dev.keep_busy(1.0, &f)?;
         time(dev, &format!("copy, {u} vec4 per invocation"), 2.0 * gb, 30, f)?;
     }
-    keep_busy(dev, &|| a.exp())?;
+    dev.keep_busy(1.0, || a.exp())?;
     time(dev, "exp(a)", 2.0 * gb, 30, || a.exp())?;
-    keep_busy(dev, &|| a.to_dtype(DType::F16))?;
+    dev.keep_busy(1.0, || a.to_dtype(DType::F16))?;
     time(dev, "a.to_dtype(f16)", 1.5 * gb, 30, || a.to_dtype(DType::F16))?;
     Ok(())
 }

@@ -285,6 +285,22 @@ impl Device {
         }
     }
 
+    /// Runs `f` over and over for `seconds` of wall time, then waits for the device: on a GPU the runs
+    /// are queued back to back (a wait every 16 bounds the queue), so that the GPU leaves its idle
+    /// clocks before anything is timed. `kiln bench` does this before timing each GPU case.
+    pub fn keep_busy<T>(&self, seconds: f64, mut f: impl FnMut() -> Result<T>) -> Result<()> {
+        match self.gpu_context() {
+            Some(c) => gpu::keep_busy(c, seconds, || f().map(drop)),
+            None => {
+                let start = std::time::Instant::now();
+                while start.elapsed().as_secs_f64() < seconds {
+                    drop(f()?);
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// Waits until all work queued on this device has finished. A no-op on the CPU.
     pub fn synchronize(&self) -> Result<()> {
         match &self.0 {

@@ -1,5 +1,5 @@
 //! The GPU runtime: pool reuse and statistics, cache and memory limits, out-of-memory, threads,
-//! batching of long op chains, custom kernels and their errors. Skipped without a GPU adapter unless
+//! batching of long op chains, custom kernels and their errors, keeping a device busy. Skipped without a GPU adapter unless
 //! `KILN_REQUIRE_GPU=1` (CI sets it and runs on lavapipe).
 
 use kiln::{DType, Device, Error, Shape, Tensor};
@@ -186,4 +186,22 @@ fn mixing_devices_is_an_error() {
     let b = Tensor::ones(3, DType::F32, &Device::cpu()).unwrap();
     let e = a.add(&b).unwrap_err().to_string();
     assert!(e.contains("different devices") && e.contains("cpu") && e.contains("gpu"), "{e}");
+}
+
+#[test]
+fn keep_busy_runs_the_work_for_its_time_and_returns_errors() {
+    let Some((dev, _serial)) = gpu() else { return };
+    for d in [dev.clone(), Device::cpu()] {
+        let x = Tensor::ones(1000, DType::F32, &d).unwrap();
+        let runs = std::cell::Cell::new(0);
+        let start = std::time::Instant::now();
+        d.keep_busy(0.05, || {
+            runs.set(runs.get() + 1);
+            x.add(&x)
+        })
+        .unwrap();
+        assert!(start.elapsed().as_secs_f64() >= 0.05 && runs.get() > 0, "{d}: {} runs", runs.get());
+        let err = d.keep_busy(0.05, || x.add(&Tensor::ones(3, DType::F32, &d).unwrap())).unwrap_err();
+        assert!(err.to_string().contains("add"), "{d}: {err}");
+    }
 }

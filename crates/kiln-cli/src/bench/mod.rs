@@ -200,8 +200,10 @@ fn measure(op: &Op, bound: Bound, device: &Device, timing: Timing) -> Result<Sta
     for _ in 0..timing.warmup {
         once()?;
     }
+    // A GPU idles at low clocks and needs about half a second of load to reach full speed
+    // (docs/PERFORMANCE.md), so every case is timed at working clocks, as PyTorch's side is.
     if device.is_gpu() && !matches!(bound, Bound::Launch { .. }) {
-        keep_busy(op, device, timing.busy)?;
+        guarded(|| device.keep_busy(timing.busy.as_secs_f64(), op))?;
     }
     let start = Instant::now();
     let mut times = Vec::new();
@@ -214,24 +216,6 @@ fn measure(op: &Op, bound: Bound, device: &Device, timing: Timing) -> Result<Sta
     let mid = times.len() / 2;
     let median_s = if times.len() % 2 == 1 { times[mid] } else { 0.5 * (times[mid - 1] + times[mid]) };
     Ok(Stats { median_s, min_s: times[0], runs: times.len(), gpu_timestamps })
-}
-
-/// Keeps the device busy with `op` for `busy` of wall time: runs are queued without waiting (a
-/// `synchronize` every 16 runs bounds the queue). A GPU idles at low clocks and needs about half a
-/// second of load to reach full speed (on the H200 through Vulkan a 1 GiB read takes 575 us cold,
-/// 385 us after ~0.4 s, 243 us after ~0.6 s: docs/PERFORMANCE.md), so every case starts from a GPU
-/// at its working clocks, as PyTorch's side does (`bench/gpu/torch_ref.py`).
-fn keep_busy(op: &Op, device: &Device, busy: Duration) -> Result<(), String> {
-    let start = Instant::now();
-    let mut k = 0usize;
-    while start.elapsed() < busy {
-        drop(guarded(op)?);
-        k += 1;
-        if k.is_multiple_of(16) {
-            guarded(|| device.synchronize())?;
-        }
-    }
-    guarded(|| device.synchronize())
 }
 
 /// Options of one `kiln bench` invocation.

@@ -120,22 +120,13 @@ pub(crate) fn session() -> MutexGuard<'static, ()> {
     S.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Keeps a hardware GPU busy with `record` for a second (runs queued back to back, a `synchronize`
-/// every 16), so that candidates are timed at its working clocks; nothing on a software adapter.
-pub(crate) fn warm_up(ctx: &GpuContext, mut record: impl FnMut() -> Result<()>) -> Result<()> {
+/// Keeps a hardware GPU busy with `record` for a second ([`super::keep_busy`]), so that candidates
+/// are timed at its working clocks; nothing on a software adapter.
+pub(crate) fn warm_up(ctx: &GpuContext, record: impl FnMut() -> Result<()>) -> Result<()> {
     if ctx.summary.software {
         return Ok(());
     }
-    let start = Instant::now();
-    let mut k = 0usize;
-    while start.elapsed().as_secs_f64() < 1.0 {
-        record()?;
-        k += 1;
-        if k.is_multiple_of(16) {
-            ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).synchronize(ctx)?;
-        }
-    }
-    ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).synchronize(ctx)
+    super::keep_busy(ctx, 1.0, record)
 }
 
 /// The best time in seconds of one run of `record` (which records GPU work): after a warm-up run

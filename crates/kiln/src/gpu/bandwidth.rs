@@ -20,21 +20,15 @@ pub fn copy_bandwidth(device: &Device, bytes: u64, runs: usize) -> Result<f64> {
     let dst = GpuStorage::alloc(ctx, DType::U32, 4 * vecs)?;
     let kernel = ctx.pipelines.get(ctx, "bandwidth:copy", 1, || SOURCE.to_string())?;
     let groups = wgsl::grid(vecs, 256, ctx.limits.max_compute_workgroups_per_dimension);
-    let copy = || {
-        device.measure(|| {
-            let mut exec = ctx.exec.lock().unwrap_or_else(|e| e.into_inner());
-            exec.dispatch(ctx, &kernel, &[dst.buffer.raw(), src.buffer.raw()], &[vecs as u32], groups)
-        })
+    let record = || {
+        let mut exec = ctx.exec.lock().unwrap_or_else(|e| e.into_inner());
+        exec.dispatch(ctx, &kernel, &[dst.buffer.raw(), src.buffer.raw()], &[vecs as u32], groups)
     };
-    // Warm-up: copies for at least a second, so the GPU reaches its working clocks before anything is
-    // timed (an H200 through Vulkan needs about 0.6 s of load: docs/PERFORMANCE.md).
-    let start = std::time::Instant::now();
-    while start.elapsed().as_millis() < 1000 {
-        copy()?;
-    }
+    // A second of copies first, so the GPU reaches its working clocks before anything is timed.
+    super::keep_busy(ctx, 1.0, record)?;
     let mut best = f64::INFINITY;
     for _ in 0..runs.max(1) {
-        best = best.min(copy()?.seconds);
+        best = best.min(device.measure(record)?.seconds);
     }
     Ok(2.0 * (16 * vecs) as f64 / best)
 }

@@ -326,4 +326,21 @@ pub(crate) fn synchronize(ctx: &GpuContext) -> Result<()> {
     ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).synchronize(ctx)
 }
 
+/// Runs `record` (which queues GPU work) over and over for `seconds` of wall time without waiting
+/// between runs (a `synchronize` every 16 bounds the queue), then waits. An idle GPU runs at low
+/// clocks and needs about half a second of load to reach full speed (H200 through Vulkan: a 1 GiB
+/// read takes 575 us cold, 243 us after ~0.6 s; docs/PERFORMANCE.md), so timing starts after this.
+pub(crate) fn keep_busy(ctx: &GpuContext, seconds: f64, mut record: impl FnMut() -> Result<()>) -> Result<()> {
+    let start = std::time::Instant::now();
+    let mut runs = 0usize;
+    while start.elapsed().as_secs_f64() < seconds {
+        record()?;
+        runs += 1;
+        if runs.is_multiple_of(16) {
+            synchronize(ctx)?;
+        }
+    }
+    synchronize(ctx)
+}
+
 pub(crate) use custom::custom_kernel;

@@ -238,6 +238,12 @@ impl Variant {
         }
     }
 
+    /// Every (pack slot, vector) pair of the row held in registers, as `load_row` names them.
+    fn slots(&self) -> Vec<(usize, usize)> {
+        let nv = self.nv();
+        (0..self.np).flat_map(|u| (0..nv).map(move |s| (u, s))).collect()
+    }
+
     /// The row held in registers: pack slot `u` of this invocation is `q{u}`, its vectors `x{u}_{s}`
     /// with lane masks `k{u}_{s}`; lanes past the row (and slots past its packs) hold `fill`.
     fn load_row(&self, fill: &str) -> String {
@@ -265,7 +271,7 @@ impl Variant {
     fn softmax_body(&self) -> String {
         let (nv, w, ids) = (self.nv(), self.w, self.ids());
         let mut b = self.bases();
-        let slots: Vec<(usize, usize)> = (0..self.np).flat_map(|u| (0..nv).map(move |s| (u, s))).collect();
+        let slots = self.slots();
         if self.np > 0 {
             b += &self.load_row("vec4<f32>(-inf_f32())");
             b += "    var mx = vec4<f32>(-inf_f32());\n";
@@ -339,7 +345,7 @@ impl Variant {
         let mut b = self.bases();
         let ys: Vec<String> = (0..nv).map(|s| format!("y{s}")).collect();
         if self.np > 0 {
-            let slots: Vec<(usize, usize)> = (0..self.np).flat_map(|u| (0..nv).map(move |s| (u, s))).collect();
+            let slots = self.slots();
             b += &self.load_row("vec4<f32>(0.0)");
             b += "    var mean = 0.0;\n    if (!rms) {\n        var sv = vec4<f32>(0.0);\n";
             for (u, s) in &slots {
