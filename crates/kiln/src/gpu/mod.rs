@@ -91,7 +91,7 @@ impl GpuStorage {
     /// `n` elements all equal to `value` converted to `dtype` like a host cast.
     pub(crate) fn full(ctx: &Arc<GpuContext>, dtype: DType, n: usize, value: f64) -> Result<GpuStorage> {
         let s = GpuStorage::alloc(ctx, dtype, n)?;
-        let one = CpuStorage::full(4, dtype, value);
+        let one = CpuStorage::full(4, dtype, value)?;
         let bytes = host_bytes(&one);
         let words: Vec<u32> = bytemuck::pod_collect_to_vec(&bytes);
         let period = if dtype.size_in_bytes() == 8 { 2 } else { 1 };

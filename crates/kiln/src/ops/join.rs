@@ -138,7 +138,10 @@ impl Tensor {
         }
         let mut dims = self.dims().to_vec();
         for (d, &(b, a)) in dims.iter_mut().zip(pads) {
-            *d += b + a;
+            *d = d.checked_add(b).and_then(|d| d.checked_add(a)).ok_or_else(|| Error::TooLarge {
+                op: "pad",
+                msg: format!("padding shape {} by {pads:?} overflows", self.shape()),
+            })?;
         }
         let out = Tensor::full(value, dims, self.dtype(), self.device())?;
         let mut dst = out.layout().clone();

@@ -6,6 +6,8 @@ mod common;
 mod attention;
 mod binary;
 mod create;
+mod differential;
+mod edge_cases;
 mod index;
 mod int64;
 mod join;
