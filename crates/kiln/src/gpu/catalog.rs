@@ -123,6 +123,9 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
     for size in [1, 2, 4, 8] {
         push(format!("copy_into:{size}"), index::copy_into_source(size));
     }
+    for unit in [4, 8, 16] {
+        push(format!("copy_units:{unit}"), index::copy_units_source(unit));
+    }
     for ids in IDS {
         for unit in [4, 8, 16] {
             push(format!("index_rows:rows:{unit}:{ids}"), index::rows_source(unit, ids, false));

@@ -247,6 +247,12 @@ impl BackendStorage for GpuStorage {
     }
 
     fn copy_contiguous(&self, l: &Layout) -> Result<Self> {
+        // Strided views that keep whole words together copy in words or 16-byte units.
+        if !l.is_contiguous() {
+            if let Some(s) = index::copy_strided(self, l)? {
+                return Ok(s);
+            }
+        }
         self.ew("copy".into(), vec![(self, l)], self.dtype, COPY_BODY.into()).run()
     }
 
