@@ -46,7 +46,8 @@ fn check_ids(op: &'static str, src: &Tensor, ids: &Tensor, axis: usize) -> Resul
 
 impl Tensor {
     /// Entries of `axis` picked by the 1-D integer tensor `ids` (in that order, repeats allowed).
-    /// The result has this tensor's shape with `axis` resized to `ids.len()`.
+    /// The result has this tensor's shape with `axis` resized to `ids.len()`. An id outside the axis
+    /// is an `Err` on the CPU and selects zeros on the GPU (see the module docs).
     pub fn index_select(&self, ids: &Tensor, axis: isize) -> Result<Tensor> {
         self.index_select_op("index_select", ids, axis)
     }
