@@ -253,6 +253,15 @@ impl Device {
         }
     }
 
+    /// Storage of `shape` whose contents are unspecified (the caller writes every element): no fill
+    /// on the GPU (poisoned when poisoning is on), zeros on the CPU.
+    pub(crate) fn uninit_storage(&self, shape: &crate::Shape, dtype: crate::DType) -> Result<Storage> {
+        match &self.0 {
+            DeviceKind::Cpu => Ok(Storage::Cpu(CpuDevice.full(shape, dtype, 0.0)?)),
+            DeviceKind::Gpu(c) => Ok(Storage::Gpu(GpuStorage::alloc(c, dtype, shape.elem_count())?)),
+        }
+    }
+
     /// Host data moved onto this device.
     pub(crate) fn storage_from_cpu(&self, data: CpuStorage) -> Result<Storage> {
         match &self.0 {

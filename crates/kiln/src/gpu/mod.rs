@@ -70,7 +70,19 @@ impl GpuStorage {
         ctx.check()?;
         wgsl::check_dtype("alloc", dtype)?;
         let bytes = wgsl::buffer_bytes(dtype, n).max(4);
-        let buffer = ctx.pool.alloc(&ctx.device, bytes, ctx.max_binding())?;
+        let max = ctx.max_binding();
+        if bytes > max {
+            // One tensor lives in one buffer bound whole: beyond the binding limit there is no way
+            // to read it in a kernel (docs/PERFORMANCE.md, "Tensors near the binding limit").
+            return Err(Error::Gpu {
+                op: "alloc",
+                msg: format!(
+                    "a tensor of {n} {dtype} elements ({bytes} bytes) exceeds the adapter's largest storage \
+                     binding of {max} bytes; split it (e.g. an embedding table into row blocks) or keep it on the CPU"
+                ),
+            });
+        }
+        let buffer = ctx.pool.alloc(&ctx.device, bytes, max)?;
         let s = GpuStorage { ctx: ctx.clone(), buffer, dtype, len: n };
         if ctx.poison.load(std::sync::atomic::Ordering::Relaxed) && n > 0 {
             index::fill_words(&s, &[u32::MAX])?;
@@ -235,6 +247,12 @@ impl BackendStorage for GpuStorage {
     }
 
     fn copy_contiguous(&self, l: &Layout) -> Result<Self> {
+        // Strided views that keep whole words together copy in words or 16-byte units.
+        if !l.is_contiguous() {
+            if let Some(s) = index::copy_strided(self, l)? {
+                return Ok(s);
+            }
+        }
         self.ew("copy".into(), vec![(self, l)], self.dtype, COPY_BODY.into()).run()
     }
 

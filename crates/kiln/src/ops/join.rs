@@ -48,7 +48,10 @@ impl Tensor {
         }
         let mut dims = first.dims().to_vec();
         dims[axis] = total;
-        let out = Tensor::zeros(dims, dtype, first.device())?;
+        // Every element is written by one input below: no fill first.
+        let shape = crate::Shape::new(dims);
+        Tensor::check_size(op, &shape, dtype)?;
+        let out = Tensor::from_storage(first.device().uninit_storage(&shape, dtype)?, shape, first.device());
         let mut start = 0;
         for t in tensors {
             let len = t.dims()[axis];
