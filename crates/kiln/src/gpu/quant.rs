@@ -59,10 +59,17 @@ pub(crate) fn matvec_source(qt: QuantType, mt: u32) -> String {
         writeln!(reduce, "            red[{i}u * 256u + tid] += red[{i}u * 256u + tid + h];").unwrap();
         writeln!(finish, "        if (m0 + {i}u < m) {{ dst[(m0 + {i}u) * n + col] = red[{i}u * 256u + tid]; }}").unwrap();
     }
-    for j in 0..8 {
-        writeln!(body, "        let w{j} = wq_{}(b, s, {j}u, sc);", fname(qt)).unwrap();
-        for i in 0..mt {
-            writeln!(body, "        acc{i} += dot(w{j}, x[xr{i} + xo + {j}u]);").unwrap();
+    let f = fname(qt);
+    for g in 0..2 {
+        writeln!(body, "        let v{g} = ld_{f}(b, s, {g}u);").unwrap();
+    }
+    for g in 0..2 {
+        for j in 0..4 {
+            let c = 4 * g + j;
+            writeln!(body, "        let w{c} = wq_{f}(v{g}, s, {g}u, {j}u, sc);").unwrap();
+            for i in 0..mt {
+                writeln!(body, "        acc{i} += dot(w{c}, x[xr{i} + xo + {c}u]);").unwrap();
+            }
         }
     }
     render(

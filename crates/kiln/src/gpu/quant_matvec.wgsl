@@ -1,12 +1,12 @@
 // x (m, k) f32 @ w^T for a quantized (n, k) weight w ({{QT}}), for few rows m: the weight is read
-// once per block of {{MT}} rows and dequantised in registers. A workgroup owns 8 weight rows (output
+// once per block of {{MT}} rows (16-byte loads) and dequantised in registers. A workgroup owns 8 weight rows (output
 // columns), 32 lanes each; a lane takes every 32nd unit of 32 values of its row (a warp reads whole
 // runs of blocks), dots it with the {{MT}} rows of x (vec4 loads) and the 32 lanes are summed
 // through workgroup memory. Grid: x = n / 8 column blocks, y = row blocks of {{MT}}.
 // Params: p[0] m, p[1] n, p[2] k, p[3] word offset of the scales (doff), p[4] x's offset in vec4s.
 @group(0) @binding(0) var<storage, read_write> dst: array<f32>;
 @group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> q: array<u32>;
+@group(0) @binding(2) var<storage, read> q: array<vec4<u32>>;
 @group(1) @binding(0) var<storage, read> p: array<u32, 64>;
 {{FORMATS}}
 var<workgroup> red: array<f32, {{RED}}>;

@@ -8,8 +8,9 @@
 //! ggml's blocks of 34 (Q8_0), 18 (Q4_0) and 210 (Q6_K) bytes are not word aligned, so each block's
 //! f16 scale `d` is moved out: first the block bodies (ggml's block without `d`: 32, 16, 208 bytes,
 //! all whole words), then every block's `d`, two per word (block `b` in the low half of word
-//! `b / 2` when `b` is even). Q4_K blocks (144 bytes) are word aligned and are kept whole, with no
-//! scale section. So the planar layout has the same size as ggml's (plus at most 2 bytes) and
+//! `b / 2` when `b` is even), and zero words up to a whole number of 16-byte vectors (so the GPU
+//! reads the bodies with 16-byte loads). Q4_K blocks (144 bytes) are word aligned and are kept whole, with no
+//! scale section. So the planar layout has the same size as ggml's (plus at most 2 + 15 bytes) and
 //! `from_raw`/`to_raw` convert between the two. Blocks run along the last axis (`in` of an
 //! `(out, in)` weight), row after row, as in GGUF.
 
@@ -101,10 +102,10 @@ impl QuantType {
         }
     }
 
-    /// Words of the planar layout for `blocks` blocks.
+    /// Words of the planar layout for `blocks` blocks (padded to whole 16-byte vectors).
     pub(crate) fn planar_words(self, blocks: usize) -> usize {
         let scales = if self.d_offset().is_some() { blocks.div_ceil(2) } else { 0 };
-        blocks * self.body_bytes() / 4 + scales
+        (blocks * self.body_bytes() / 4 + scales).next_multiple_of(4)
     }
 }
 

@@ -122,7 +122,7 @@ fn quantize_error_within_bound(dev: &Device) {
         let x = tensor(&vals, &shape, DType::F32, dev);
         let q = QTensor::quantize(&x, qt).unwrap();
         assert_eq!((q.qtype(), q.dims()), (qt, &shape[..]));
-        assert_eq!(q.storage_bytes(), (10usize * qt.block_bytes()).div_ceil(4) * 4);
+        assert_eq!(q.storage_bytes(), (10usize * qt.block_bytes()).div_ceil(16) * 16);
         let back = q.dequantize(DType::F32).unwrap().to_vec::<f32>().unwrap();
         for (b, (xs, ys)) in vals.chunks(be).zip(back.chunks(be)).enumerate() {
             let amax = xs.iter().fold(0f32, |a, &v| a.max((v as f32).abs()));
