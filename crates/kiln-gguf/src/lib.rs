@@ -193,7 +193,10 @@ impl Gguf {
     pub fn get_str_array(&self, key: &str) -> Result<Vec<String>> {
         let v = self.need(key)?;
         let items = v.as_array().ok_or_else(|| Gguf::wrong(key, v, "an array of strings"))?;
-        items.iter().map(|i| i.as_str().map(String::from).ok_or_else(|| Gguf::wrong(key, v, "an array of strings"))).collect()
+        items
+            .iter()
+            .map(|i| i.as_str().map(String::from).ok_or_else(|| Gguf::wrong(key, v, "an array of strings")))
+            .collect()
     }
     /// An array of integers (each fitting an i64).
     pub fn get_int_array(&self, key: &str) -> Result<Vec<i64>> {
@@ -244,7 +247,11 @@ impl Gguf {
     pub fn tokenizer(&self) -> Result<TokenizerMeta> {
         let opt_id = |key: &str| match self.get(key) {
             None => Ok(None),
-            Some(v) => v.to_u64().and_then(|x| u32::try_from(x).ok()).map(Some).ok_or_else(|| Gguf::wrong(key, v, "a token id")),
+            Some(v) => v
+                .to_u64()
+                .and_then(|x| u32::try_from(x).ok())
+                .map(Some)
+                .ok_or_else(|| Gguf::wrong(key, v, "a token id")),
         };
         let token_types = match self.get("tokenizer.ggml.token_type") {
             None => Vec::new(),
@@ -257,10 +264,15 @@ impl Gguf {
         let scores = match self.get("tokenizer.ggml.scores") {
             None => Vec::new(),
             Some(v) => {
-                let items = v.as_array().ok_or_else(|| Gguf::wrong("tokenizer.ggml.scores", v, "an array of floats"))?;
+                let items =
+                    v.as_array().ok_or_else(|| Gguf::wrong("tokenizer.ggml.scores", v, "an array of floats"))?;
                 items
                     .iter()
-                    .map(|i| i.to_f64().map(|x| x as f32).ok_or_else(|| Gguf::wrong("tokenizer.ggml.scores", v, "an array of floats")))
+                    .map(|i| {
+                        i.to_f64()
+                            .map(|x| x as f32)
+                            .ok_or_else(|| Gguf::wrong("tokenizer.ggml.scores", v, "an array of floats"))
+                    })
                     .collect::<Result<_>>()?
             }
         };
@@ -299,7 +311,9 @@ impl Gguf {
 
     /// Tensor `name` on `device`.
     pub fn load(&self, name: &str, device: &Device) -> Result<GgufTensor> {
-        let info = self.tensor_info(name).ok_or_else(|| GgufError::Metadata { key: name.into(), msg: "no such tensor".into() })?;
+        let info = self
+            .tensor_info(name)
+            .ok_or_else(|| GgufError::Metadata { key: name.into(), msg: "no such tensor".into() })?;
         self.load_info(info, device, None)
     }
 
@@ -310,7 +324,10 @@ impl Gguf {
 
     /// Every tensor with a Hugging Face name (see [`names`]), under that name, with the rows of the
     /// query and key weights put back in Hugging Face order (so half-split `rope` applies).
-    pub fn load_hf<'a>(&'a self, device: &'a Device) -> Result<impl Iterator<Item = Result<(String, GgufTensor)>> + 'a> {
+    pub fn load_hf<'a>(
+        &'a self,
+        device: &'a Device,
+    ) -> Result<impl Iterator<Item = Result<(String, GgufTensor)>> + 'a> {
         let p = self.llama_params()?;
         Ok(self.header.tensors.iter().filter_map(move |i| {
             let hf = names::hf_name(&i.name)?;
@@ -326,7 +343,12 @@ impl Gguf {
             None => bytes,
             Some(heads) => {
                 let rows = info.shape.first().copied().unwrap_or(1);
-                let bad = || GgufError::Corrupt(format!("tensor {} of shape {:?} does not split into {heads} heads of even size", info.name, info.shape));
+                let bad = || {
+                    GgufError::Corrupt(format!(
+                        "tensor {} of shape {:?} does not split into {heads} heads of even size",
+                        info.name, info.shape
+                    ))
+                };
                 if info.shape.len() != 2 {
                     return Err(bad());
                 }

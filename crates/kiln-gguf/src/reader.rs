@@ -40,26 +40,26 @@ pub(crate) struct Header {
 /// (values per block, bytes per block) of a ggml type id, for the types whose size is known here.
 pub fn ggml_block(ggml_type: u32) -> Option<(u64, u64)> {
     Some(match ggml_type {
-        0 => (1, 4),                // F32
-        1 => (1, 2),                // F16
-        30 => (1, 2),               // BF16
-        24 => (1, 1),               // I8
-        25 => (1, 2),               // I16
-        26 => (1, 4),               // I32
-        27 => (1, 8),               // I64
-        28 => (1, 8),               // F64
-        2 => (32, 18),              // Q4_0
-        3 => (32, 20),              // Q4_1
-        6 => (32, 22),              // Q5_0
-        7 => (32, 24),              // Q5_1
-        8 => (32, 34),              // Q8_0
-        9 => (32, 36),              // Q8_1
-        10 => (256, 84),            // Q2_K
-        11 => (256, 110),           // Q3_K
-        12 => (256, 144),           // Q4_K
-        13 => (256, 176),           // Q5_K
-        14 => (256, 210),           // Q6_K
-        15 => (256, 292),           // Q8_K
+        0 => (1, 4),      // F32
+        1 => (1, 2),      // F16
+        30 => (1, 2),     // BF16
+        24 => (1, 1),     // I8
+        25 => (1, 2),     // I16
+        26 => (1, 4),     // I32
+        27 => (1, 8),     // I64
+        28 => (1, 8),     // F64
+        2 => (32, 18),    // Q4_0
+        3 => (32, 20),    // Q4_1
+        6 => (32, 22),    // Q5_0
+        7 => (32, 24),    // Q5_1
+        8 => (32, 34),    // Q8_0
+        9 => (32, 36),    // Q8_1
+        10 => (256, 84),  // Q2_K
+        11 => (256, 110), // Q3_K
+        12 => (256, 144), // Q4_K
+        13 => (256, 176), // Q5_K
+        14 => (256, 210), // Q6_K
+        15 => (256, 292), // Q8_K
         _ => return None,
     })
 }
@@ -174,7 +174,8 @@ pub(crate) fn parse(buf: &[u8]) -> Result<Header> {
         let key = c.string(&|| format!("key of metadata entry {i}"))?;
         let what = || format!("metadata {key}");
         let id = c.u32(&what)?;
-        let t = ValueType::from_id(id).ok_or_else(|| GgufError::Corrupt(format!("{} has unknown type {id}", what())))?;
+        let t =
+            ValueType::from_id(id).ok_or_else(|| GgufError::Corrupt(format!("{} has unknown type {id}", what())))?;
         let v = c.value(t, &what, 0)?;
         metadata.push((key, v));
     }

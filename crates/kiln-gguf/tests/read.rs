@@ -136,7 +136,10 @@ fn hf_names_and_qk_unpermutation() {
     assert_eq!(names::hf_name("output_norm.weight").as_deref(), Some("model.norm.weight"));
     assert_eq!(names::hf_name("blk.12.attn_q.weight").as_deref(), Some("model.layers.12.self_attn.q_proj.weight"));
     assert_eq!(names::hf_name("blk.3.ffn_down.weight").as_deref(), Some("model.layers.3.mlp.down_proj.weight"));
-    assert_eq!(names::hf_name("blk.0.ffn_norm.weight").as_deref(), Some("model.layers.0.post_attention_layernorm.weight"));
+    assert_eq!(
+        names::hf_name("blk.0.ffn_norm.weight").as_deref(),
+        Some("model.layers.0.post_attention_layernorm.weight")
+    );
     assert_eq!(names::hf_name("blk.0.attn_v.bias").as_deref(), Some("model.layers.0.self_attn.v_proj.bias"));
     assert_eq!(names::hf_name("rope_freqs.weight"), None);
     assert_eq!(names::hf_name("blk.x.attn_q.weight"), None);
@@ -146,7 +149,11 @@ fn hf_names_and_qk_unpermutation() {
     let names: Vec<&str> = loaded.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(
         names,
-        ["model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.k_proj.weight", "model.embed_tokens.weight"]
+        [
+            "model.layers.0.self_attn.q_proj.weight",
+            "model.layers.0.self_attn.k_proj.weight",
+            "model.embed_tokens.weight"
+        ]
     );
     // The permuted GGUF rows differ from HF's; the un-permuted ones equal them.
     let q_hf = floats(&f.load("q.hf", &dev).unwrap());

@@ -18,11 +18,19 @@ pub fn all(quick: bool) -> Vec<Case> {
             let weight = (n * k / qt.block_elems() * qt.block_bytes()) as f64;
             let bytes = weight + 4.0 * (n + k) as f64;
             let name = format!("qmatvec_{}_{n}x{k}", qt.name().to_lowercase());
-            v.push(case(name, format!("1x{k} @ ({n}x{k} {qt})^T"), DType::F32, Bound::Memory, Some(bytes), None, move |inp| {
-                let w = QTensor::quantize(&inp.randn((n, k), DType::F32, SEED_B)?, qt)?;
-                let x = inp.randn((1, k), DType::F32, SEED_A)?;
-                Ok(Box::new(move || x.qlinear(&w, None)) as Op)
-            }));
+            v.push(case(
+                name,
+                format!("1x{k} @ ({n}x{k} {qt})^T"),
+                DType::F32,
+                Bound::Memory,
+                Some(bytes),
+                None,
+                move |inp| {
+                    let w = QTensor::quantize(&inp.randn((n, k), DType::F32, SEED_B)?, qt)?;
+                    let x = inp.randn((1, k), DType::F32, SEED_A)?;
+                    Ok(Box::new(move || x.qlinear(&w, None)) as Op)
+                },
+            ));
         }
     }
     v

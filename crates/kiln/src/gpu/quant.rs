@@ -57,7 +57,8 @@ pub(crate) fn matvec_source(qt: QuantType, mt: u32) -> String {
         writeln!(setup, "    let xr{i} = p[4] + min(m0 + {i}u, m - 1u) * k4;").unwrap();
         writeln!(stash, "    red[{i}u * 256u + tid] = acc{i};").unwrap();
         writeln!(reduce, "            red[{i}u * 256u + tid] += red[{i}u * 256u + tid + h];").unwrap();
-        writeln!(finish, "        if (m0 + {i}u < m) {{ dst[(m0 + {i}u) * n + col] = red[{i}u * 256u + tid]; }}").unwrap();
+        writeln!(finish, "        if (m0 + {i}u < m) {{ dst[(m0 + {i}u) * n + col] = red[{i}u * 256u + tid]; }}")
+            .unwrap();
     }
     let f = fname(qt);
     for g in 0..2 {

@@ -224,7 +224,10 @@ impl QTensor {
         let blocks = blocks_of(op, qtype, t.shape())?;
         let x = t.to_dtype(DType::F32)?.to_vec::<f32>()?;
         if let Some(i) = x.iter().position(|v| !v.is_finite()) {
-            return Err(Error::arg(op, format!("element {i} of the {} tensor is {}; only finite values quantize", t.shape(), x[i])));
+            return Err(Error::arg(
+                op,
+                format!("element {i} of the {} tensor is {}; only finite values quantize", t.shape(), x[i]),
+            ));
         }
         let raw = cpu::quantize(qtype, &x, blocks);
         QTensor::from_raw(&raw, qtype, t.shape().clone(), t.device())

@@ -26,7 +26,12 @@ impl Tensor {
         if self.rank() == 0 || self.dims()[self.rank() - 1] != k {
             return Err(Error::shape(
                 op,
-                format!("input of shape {} does not end in the {k} inputs of {} weight {}", self.shape(), w.qtype(), w.shape()),
+                format!(
+                    "input of shape {} does not end in the {k} inputs of {} weight {}",
+                    self.shape(),
+                    w.qtype(),
+                    w.shape()
+                ),
             ));
         }
         if !matches!(self.dtype(), DType::F32 | DType::F16 | DType::BF16) {
