@@ -8,8 +8,8 @@
 struct QV { a: vec4<u32>, b: vec4<u32> }
 fn qw(i: u32) -> u32 { return q[i >> 2u][i & 3u]; }
 fn half_d(doff: u32, b: u32) -> f32 { return unpack2x16float(qw(doff + (b >> 1u)))[b & 1u]; }
-// Byte i of the block body that starts at word `base`.
-fn qbyte(base: u32, i: u32) -> u32 { return (qw(base + (i >> 2u)) >> (8u * (i & 3u))) & 0xffu; }
+// Byte i (0..16) of a 16-byte vector.
+fn vbyte(v: vec4<u32>, i: u32) -> u32 { return (v[i >> 2u] >> (8u * (i & 3u))) & 0xffu; }
 const SH4 = vec4<u32>(0u, 8u, 16u, 24u);
 
 // Q8_0: 32 i8 (two vectors) a block.
@@ -29,20 +29,19 @@ fn wq_q4_0(v: QV, s: u32, g: u32, j: u32, sc: vec4<f32>) -> vec4<f32> {
     return (vec4<f32>(n) - 8.0) * sc.x;
 }
 
-// Q4_K: word 0 holds d and dmin, words 1..4 the 12 scale bytes (get_scale_min_k4), vectors 1..9
+// Q4_K: vector 0 holds d and dmin (word 0) and the 12 scale bytes (get_scale_min_k4), vectors 1..9
 // the nibbles: unit s uses bytes 32 (s / 2).. of them (two vectors), low nibbles for even s.
 fn ws_q4_k(b: u32, s: u32, doff: u32) -> vec4<f32> {
-    let base = b * 36u;
-    let dm = unpack2x16float(qw(base));
-    let sb = base + 1u;
+    let h = q[b * 9u];
+    let dm = unpack2x16float(h.x);
     var sc: u32;
     var m: u32;
     if (s < 4u) {
-        sc = qbyte(sb, s) & 63u;
-        m = qbyte(sb, s + 4u) & 63u;
+        sc = vbyte(h, 4u + s) & 63u;
+        m = vbyte(h, 8u + s) & 63u;
     } else {
-        sc = (qbyte(sb, s + 4u) & 15u) | ((qbyte(sb, s - 4u) >> 6u) << 4u);
-        m = (qbyte(sb, s + 4u) >> 4u) | ((qbyte(sb, s) >> 6u) << 4u);
+        sc = (vbyte(h, 8u + s) & 15u) | ((vbyte(h, s) >> 6u) << 4u);
+        m = (vbyte(h, 8u + s) >> 4u) | ((vbyte(h, 4u + s) >> 6u) << 4u);
     }
     return vec4<f32>(dm.x * f32(sc), dm.y * f32(m), 0.0, 0.0);
 }
@@ -57,10 +56,10 @@ fn wq_q4_k(v: QV, s: u32, g: u32, j: u32, sc: vec4<f32>) -> vec4<f32> {
 // bits 2t; scales 8h + 2t (values 0..16 of the unit, group 0) and 8h + 2t + 1 (group 1).
 fn ws_q6_k(b: u32, s: u32, doff: u32) -> vec4<f32> {
     let d = half_d(doff, b);
-    let sb = b * 52u + 48u;
+    let v = q[b * 13u + 12u];
     let i = (s >> 2u) * 8u + (s & 3u) * 2u;
-    let lo = bitcast<i32>(qbyte(sb, i) << 24u) >> 24u;
-    let hi = bitcast<i32>(qbyte(sb, i + 1u) << 24u) >> 24u;
+    let lo = bitcast<i32>(vbyte(v, i) << 24u) >> 24u;
+    let hi = bitcast<i32>(vbyte(v, i + 1u) << 24u) >> 24u;
     return vec4<f32>(d * f32(lo), d * f32(hi), 0.0, 0.0);
 }
 fn ld_q6_k(b: u32, s: u32, g: u32) -> QV {
