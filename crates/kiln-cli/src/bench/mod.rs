@@ -13,6 +13,7 @@
 mod bandwidth;
 mod cases;
 mod gpu_cases;
+mod quant_cases;
 mod realistic_cases;
 mod report;
 

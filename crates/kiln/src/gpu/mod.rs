@@ -21,6 +21,7 @@ mod matmul_tiled;
 mod nn;
 mod pool;
 mod profile;
+pub(crate) mod quant;
 mod reduce;
 mod rowwise;
 mod transfer;

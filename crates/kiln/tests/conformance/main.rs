@@ -14,6 +14,7 @@ mod join;
 mod matmul;
 mod matmul_coop;
 mod nn;
+mod quant;
 mod reduce;
 mod rope;
 mod unary;
