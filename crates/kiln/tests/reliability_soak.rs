@@ -2,7 +2,7 @@
 //! `support/interp.rs`, shared with the fuzz target) run in lockstep on the CPU and the GPU under
 //! `catch_unwind` and a watchdog. Asserted: no panic, every `Err` names its op, and where both devices
 //! answer they agree (`Ok` with the same shape, dtype and values within the dtype's tolerance, or both
-//! `Err`), except the disagreements listed in `KNOWN` (owned by other changes, see
+//! `Err`), except the disagreements listed in `interp::KNOWN_MISMATCHES` (owned by other changes, see
 //! docs/RELIABILITY.md). `KILN_SOAK_PROGRAMS` scales the run (CI: the default).
 
 mod support;
@@ -14,28 +14,6 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 use support::interp::{self, Finding, Mode};
 
-/// Op variants whose CPU/GPU disagreements are known and owned elsewhere (docs/RELIABILITY.md lists
-/// each with a reproducer): their mismatches are counted and printed, not asserted.
-const KNOWN: &[&str] = &[
-    // pow(0, negative): inf on the CPU, 0 on lavapipe (its log2(0) is not -inf). Owner: fix.
-    "binary:Pow",
-    "binary_scalar:Pow",
-    // NaN compared on the GPU (issue 14, comparisons). Owner: fix.
-    "cmp:Eq",
-    "cmp:Ne",
-    "cmp:Lt",
-    "cmp:Le",
-    "cmp:Gt",
-    "cmp:Ge",
-    // Casts of tiny floats to bool and of large f32 to i64 (issue 14, casts). Owner: fix.
-    "to_dtype:bool",
-    "to_dtype:u8",
-    "to_dtype:i64",
-    // Integer clamp with fractional bounds: the CPU rounds them inward, the GPU truncates. Owner: fix.
-    "unary:Clamp",
-    // gelu_erf(-inf): -0 on the CPU, NaN on the GPU. Owner: fix.
-    "unary:GeluErf",
-];
 
 const STEPS: usize = 48;
 
@@ -74,7 +52,7 @@ fn soak(devices: &[Device], programs: usize, seed0: u64) {
         calls += report.calls;
         ok += report.ok;
         for f in report.findings {
-            if matches!(f, Finding::Mismatch { .. }) && KNOWN.contains(&f.what().as_str()) {
+            if matches!(f, Finding::Mismatch { .. }) && interp::KNOWN_MISMATCHES.contains(&f.what().as_str()) {
                 known += 1;
                 eprintln!("known (program {seed}): {f:?}");
             } else {
