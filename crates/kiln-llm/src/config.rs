@@ -162,7 +162,7 @@ impl LlamaConfig {
             saved_dtype: ["torch_dtype", "dtype"]
                 .iter()
                 .find_map(|k| v.get(*k).and_then(Value::as_str))
-                .and_then(|s| kiln::DType::parse(s.trim_start_matches("torch."))),
+                .and_then(torch_dtype),
         })
     }
 
@@ -228,5 +228,15 @@ pub(crate) fn token_ids(v: &Value, field: &str) -> Result<Vec<u32>> {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::Array(a)) => a.iter().map(one).collect(),
         Some(f) => Ok(vec![one(f)?]),
+    }
+}
+
+/// `float32`, `torch.bfloat16`, `f16`, ... as a kiln dtype.
+fn torch_dtype(s: &str) -> Option<kiln::DType> {
+    match s.trim_start_matches("torch.") {
+        "float32" | "float" => Some(kiln::DType::F32),
+        "float16" | "half" => Some(kiln::DType::F16),
+        "bfloat16" => Some(kiln::DType::BF16),
+        other => kiln::DType::parse(other),
     }
 }

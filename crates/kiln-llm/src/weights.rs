@@ -62,6 +62,15 @@ impl SafetensorsDir {
                 why: format!("the model folder needs model.safetensors or model.safetensors.index.json (in {})", dir.display()),
             });
         };
+        SafetensorsDir::open_files(paths)
+    }
+
+    /// One safetensors file.
+    pub fn open_file(path: &Path) -> Result<SafetensorsDir> {
+        SafetensorsDir::open_files(vec![path.to_path_buf()])
+    }
+
+    fn open_files(paths: Vec<PathBuf>) -> Result<SafetensorsDir> {
         let mut files = Vec::new();
         let mut entries = HashMap::new();
         for (i, path) in paths.into_iter().enumerate() {
