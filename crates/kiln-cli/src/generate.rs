@@ -1,6 +1,7 @@
 //! `kiln generate`, `kiln chat` and `kiln llm-bench`: Llama-family models from Hugging Face folders
 //! through kiln-llm, tokens streamed as they come, prefill/decode speed and peak GPU memory at the end.
 
+use crate::sysinfo::human_bytes;
 use clap::Args;
 use kiln::{DType, Device, DeviceRequest};
 use kiln_llm::{GenerateOptions, GenerateStats, LoadOptions, Message, Model, ModelDir, SamplingParams, TokenStream};
@@ -110,10 +111,6 @@ fn parse_dtype(s: &str) -> Result<DType, String> {
     }
 }
 
-fn gib(b: u64) -> f64 {
-    b as f64 / (1u64 << 30) as f64
-}
-
 /// Opens the device, prints the model and the memory estimate, checks it fits and loads the weights
 /// (with a progress bar for large models).
 fn open(args: &ModelArgs) -> Result<(ModelDir, Model), String> {
@@ -131,10 +128,10 @@ fn open(args: &ModelArgs) -> Result<(ModelDir, Model), String> {
         c.arch, c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.vocab_size
     );
     eprintln!(
-        "memory estimate: weights {:.2} GiB + KV cache {:.2} GiB ({ctx} positions) = {:.2} GiB",
-        gib(est.weight_bytes),
-        gib(est.kv_cache_bytes),
-        gib(est.total())
+        "memory estimate: weights {} + KV cache {} ({ctx} positions) = {}",
+        human_bytes(est.weight_bytes),
+        human_bytes(est.kv_cache_bytes),
+        human_bytes(est.total())
     );
     let bar = (est.weight_bytes > 256 << 20 && std::io::stderr().is_terminal()).then(|| {
         let b = indicatif::ProgressBar::new(est.weight_bytes);
@@ -169,7 +166,7 @@ fn print_stats(s: &GenerateStats) {
         s.decode_tokens_per_sec()
     );
     if let Some(p) = s.peak_gpu_bytes {
-        line += &format!(" | peak GPU memory {:.2} GiB", gib(p));
+        line += &format!(" | peak GPU memory {}", human_bytes(p));
     }
     eprintln!("\n{line}");
 }
