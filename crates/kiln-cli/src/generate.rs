@@ -146,9 +146,8 @@ fn open(args: &ModelArgs) -> Result<(ModelDir, Model), String> {
         f
     });
     let start = Instant::now();
-    let model = dir
-        .load(&device, LoadOptions { dtype, max_context: args.max_context, progress })
-        .map_err(|e| e.to_string())?;
+    let model =
+        dir.load(&device, LoadOptions { dtype, max_context: args.max_context, progress }).map_err(|e| e.to_string())?;
     device.synchronize().map_err(|e| e.to_string())?;
     if let Some(b) = bar {
         b.finish_and_clear();
@@ -186,7 +185,12 @@ fn run_generate(args: GenerateArgs) -> Result<(), String> {
     let tok = dir.tokenizer().map_err(|e| e.to_string())?;
     let prompt = tok.encode(&args.prompt, true).map_err(|e| e.to_string())?;
     let stop_tokens = if args.ignore_eos { vec![] } else { dir.stop_tokens(&tok).map_err(|e| e.to_string())? };
-    let opts = GenerateOptions { max_tokens: args.max_tokens, sampling: args.sampling.params(), seed: args.sampling.seed, stop_tokens };
+    let opts = GenerateOptions {
+        max_tokens: args.max_tokens,
+        sampling: args.sampling.params(),
+        seed: args.sampling.seed,
+        stop_tokens,
+    };
     let mut stream = TokenStream::new(&tok);
     let mut out = std::io::stdout();
     print!("{}", args.prompt);
@@ -253,7 +257,10 @@ fn run_chat(args: ChatArgs) -> Result<(), String> {
         let new = &ids[cached.len()..];
         let room = model.max_context().saturating_sub(ids.len());
         if room == 0 {
-            return Err(format!("the conversation ({} tokens) fills the context; /reset or raise --max-context", ids.len()));
+            return Err(format!(
+                "the conversation ({} tokens) fills the context; /reset or raise --max-context",
+                ids.len()
+            ));
         }
         let opts = GenerateOptions {
             max_tokens: args.max_tokens.min(room),

@@ -90,8 +90,20 @@ impl ChatTemplate {
 
 /// Today's date (UTC) for templates that print it (Llama 3.1+): `%d %b %B %m %Y` are understood.
 fn strftime_now(fmt: &str) -> String {
-    const MONTHS: [&str; 12] =
-        ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"];
+    const MONTHS: [&str; 12] = [
+        "January",
+        "February",
+        "March",
+        "April",
+        "May",
+        "June",
+        "July",
+        "August",
+        "September",
+        "October",
+        "November",
+        "December",
+    ];
     let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let (y, m, d) = civil_from_days((secs / 86_400) as i64);
     let month = MONTHS[(m - 1) as usize];

@@ -68,9 +68,10 @@ impl LlamaConfig {
         let arch = arch_of(v)?;
         let usize_field = |name: &str| -> Result<usize> {
             let f = v.get(name).ok_or_else(|| LlmError::config(name, "missing"))?;
-            f.as_u64().filter(|&n| n > 0).map(|n| n as usize).ok_or_else(|| {
-                LlmError::config(name, format!("expected a positive integer, got {f}"))
-            })
+            f.as_u64()
+                .filter(|&n| n > 0)
+                .map(|n| n as usize)
+                .ok_or_else(|| LlmError::config(name, format!("expected a positive integer, got {f}")))
         };
         let opt_usize = |name: &str| -> Result<Option<usize>> {
             match v.get(name) {
@@ -90,7 +91,9 @@ impl LlamaConfig {
         let bool_field = |name: &str, default: bool| -> Result<bool> {
             match v.get(name) {
                 None | Some(Value::Null) => Ok(default),
-                Some(f) => f.as_bool().ok_or_else(|| LlmError::config(name, format!("expected true or false, got {f}"))),
+                Some(f) => {
+                    f.as_bool().ok_or_else(|| LlmError::config(name, format!("expected true or false, got {f}")))
+                }
             }
         };
         let hidden_size = usize_field("hidden_size")?;
@@ -105,12 +108,12 @@ impl LlamaConfig {
         let head_dim = match opt_usize("head_dim")? {
             Some(d) => d,
             None if hidden_size % num_heads == 0 => hidden_size / num_heads,
-            None => {
-                return Err(LlmError::config(
-                    "head_dim",
-                    format!("missing, and hidden_size ({hidden_size}) is not a multiple of num_attention_heads ({num_heads})"),
-                ))
-            }
+            None => return Err(LlmError::config(
+                "head_dim",
+                format!(
+                    "missing, and hidden_size ({hidden_size}) is not a multiple of num_attention_heads ({num_heads})"
+                ),
+            )),
         };
         if head_dim % 2 != 0 {
             return Err(LlmError::config("head_dim", format!("must be even for rotary embeddings, got {head_dim}")));
@@ -123,10 +126,9 @@ impl LlamaConfig {
         // transformers 5 moves rope_theta and the scaling into `rope_parameters`.
         let rope_params = v.get("rope_parameters").filter(|p| p.is_object());
         let rope_theta = match rope_params.and_then(|p| p.get("rope_theta")) {
-            Some(t) => t
-                .as_f64()
-                .filter(|x| x.is_finite() && *x > 0.0)
-                .ok_or_else(|| LlmError::config("rope_parameters.rope_theta", format!("expected a positive number, got {t}")))?,
+            Some(t) => t.as_f64().filter(|x| x.is_finite() && *x > 0.0).ok_or_else(|| {
+                LlmError::config("rope_parameters.rope_theta", format!("expected a positive number, got {t}"))
+            })?,
             None => f64_field("rope_theta", Some(10_000.0))?,
         };
         let rope_scaling = match rope_params.or_else(|| v.get("rope_scaling").filter(|s| !s.is_null())) {

@@ -142,11 +142,13 @@ impl Model {
             return Err(LlmError::Arg(format!("model dtype must be f32, f16 or bf16, got {dtype}")));
         }
         let plan = weight_plan(&cfg, src);
-        let total: u64 = plan.iter().map(|(_, s)| s.iter().product::<usize>() as u64 * dtype.size_in_bytes() as u64).sum();
+        let total: u64 =
+            plan.iter().map(|(_, s)| s.iter().product::<usize>() as u64 * dtype.size_in_bytes() as u64).sum();
         let mut done = 0u64;
         let mut tensors = std::collections::HashMap::new();
         for (name, shape) in plan {
-            let meta = src.meta(&name).ok_or_else(|| LlmError::weight(&name, "missing from the model's weight files"))?;
+            let meta =
+                src.meta(&name).ok_or_else(|| LlmError::weight(&name, "missing from the model's weight files"))?;
             if meta.shape != shape {
                 return Err(LlmError::weight(
                     &name,
@@ -218,7 +220,10 @@ impl Model {
             )));
         }
         if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= self.config.vocab_size) {
-            return Err(LlmError::Arg(format!("token id {bad} is outside the vocabulary ({})", self.config.vocab_size)));
+            return Err(LlmError::Arg(format!(
+                "token id {bad} is outside the vocabulary ({})",
+                self.config.vocab_size
+            )));
         }
         let cfg = &self.config;
         let (hd, nh, nkv) = (cfg.head_dim, cfg.num_heads, cfg.num_kv_heads);

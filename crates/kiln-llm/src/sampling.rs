@@ -86,7 +86,8 @@ impl Sampler {
         }
         idx.sort_unstable_by(by_logit);
         let max = logits[idx[0] as usize] as f64;
-        let mut probs: Vec<f64> = idx.iter().map(|&i| ((logits[i as usize] as f64 - max) / p.temperature).exp()).collect();
+        let mut probs: Vec<f64> =
+            idx.iter().map(|&i| ((logits[i as usize] as f64 - max) / p.temperature).exp()).collect();
         let sum: f64 = probs.iter().sum();
         probs.iter_mut().for_each(|x| *x /= sum);
         if let Some(top_p) = p.top_p {

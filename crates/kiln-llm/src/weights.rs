@@ -59,7 +59,10 @@ impl SafetensorsDir {
         } else {
             return Err(LlmError::MissingFile {
                 path: single,
-                why: format!("the model folder needs model.safetensors or model.safetensors.index.json (in {})", dir.display()),
+                why: format!(
+                    "the model folder needs model.safetensors or model.safetensors.index.json (in {})",
+                    dir.display()
+                ),
             });
         };
         SafetensorsDir::open_files(paths)
@@ -75,14 +78,18 @@ impl SafetensorsDir {
         let mut entries = HashMap::new();
         for (i, path) in paths.into_iter().enumerate() {
             let bad = |msg: String| LlmError::BadFile { path: path.clone(), msg };
-            let file = File::open(&path).map_err(|e| LlmError::MissingFile { path: path.clone(), why: e.to_string() })?;
+            let file =
+                File::open(&path).map_err(|e| LlmError::MissingFile { path: path.clone(), why: e.to_string() })?;
             // SAFETY: the map is read-only; like every mmap reader we assume nobody truncates the file meanwhile.
             let mmap = unsafe { Mmap::map(&file) }.map_err(|e| bad(e.to_string()))?;
             let (header_len, metadata) = SafeTensors::read_metadata(&mmap).map_err(|e| bad(e.to_string()))?;
             let data_start = 8 + header_len;
             for (name, info) in metadata.tensors() {
                 let dtype = kiln_dtype(info.dtype).ok_or_else(|| {
-                    LlmError::weight(&name, format!("stored as {:?} in {}: kiln-llm reads f32, f16 and bf16", info.dtype, path.display()))
+                    LlmError::weight(
+                        &name,
+                        format!("stored as {:?} in {}: kiln-llm reads f32, f16 and bf16", info.dtype, path.display()),
+                    )
                 })?;
                 let (s, e) = info.data_offsets;
                 let meta = TensorMeta { shape: info.shape.clone(), dtype };
@@ -106,10 +113,11 @@ fn shard_paths(index: &Path, dir: &Path) -> Result<Vec<PathBuf>> {
     let bad = |msg: String| LlmError::BadFile { path: index.to_path_buf(), msg };
     let text = std::fs::read_to_string(index).map_err(|e| bad(e.to_string()))?;
     let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
-    let map = v
-        .get("weight_map")
-        .and_then(|m| m.as_object())
-        .ok_or_else(|| LlmError::Config { file: "model.safetensors.index.json", field: "weight_map".into(), msg: "missing or not an object".into() })?;
+    let map = v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| LlmError::Config {
+        file: "model.safetensors.index.json",
+        field: "weight_map".into(),
+        msg: "missing or not an object".into(),
+    })?;
     let mut shards: BTreeMap<String, ()> = BTreeMap::new();
     for (name, f) in map {
         let f = f.as_str().ok_or_else(|| LlmError::Config {

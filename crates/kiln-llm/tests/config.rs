@@ -77,7 +77,12 @@ fn missing_files_are_named() {
 fn llama3_inverse_frequencies() {
     // Wavelengths below original/high_freq_factor stay, above original/low_freq_factor are divided by
     // the factor, between they blend (transformers' _compute_llama3_parameters).
-    let s = RopeScaling::Llama3 { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position_embeddings: 64 };
+    let s = RopeScaling::Llama3 {
+        factor: 8.0,
+        low_freq_factor: 1.0,
+        high_freq_factor: 4.0,
+        original_max_position_embeddings: 64,
+    };
     let plain = kiln_llm::rope::inv_freq(16, 10000.0, None);
     let scaled = kiln_llm::rope::inv_freq(16, 10000.0, Some(&s));
     for (p, q) in plain.iter().zip(&scaled) {

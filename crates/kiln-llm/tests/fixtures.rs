@@ -23,12 +23,18 @@ struct Expected {
 
 fn expected(name: &str) -> Expected {
     let dir = fixture(name);
-    let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
     let ids = |k: &str| j[k].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect::<Vec<_>>();
     let w = kiln_llm::SafetensorsDir::open_file(&dir.join("expected.safetensors")).unwrap();
     use kiln_llm::WeightSource;
     let logits = w.load("logits", DType::F32, &Device::cpu()).unwrap().to_vec2::<f32>().unwrap();
-    Expected { prompt: j["prompt"].as_str().unwrap().to_string(), prompt_ids: ids("prompt_ids"), generated: ids("generated_ids"), logits }
+    Expected {
+        prompt: j["prompt"].as_str().unwrap().to_string(),
+        prompt_ids: ids("prompt_ids"),
+        generated: ids("generated_ids"),
+        logits,
+    }
 }
 
 /// The CPU, and the GPU (with output poisoning) when there is one; `KILN_REQUIRE_GPU=1` makes a missing
@@ -148,7 +154,10 @@ fn generation_loop_reproduces_greedy_continuation() {
             .unwrap();
             assert_eq!(ids, e.generated, "{name} {dev}");
             assert_eq!(streamed, ids);
-            assert_eq!((stats.prompt_tokens, stats.generated_tokens, stats.decode_steps), (e.prompt_ids.len(), ids.len(), ids.len() - 1));
+            assert_eq!(
+                (stats.prompt_tokens, stats.generated_tokens, stats.decode_steps),
+                (e.prompt_ids.len(), ids.len(), ids.len() - 1)
+            );
             assert_eq!(stats.peak_gpu_bytes.is_some(), dev.is_gpu());
         }
     }
@@ -159,7 +168,8 @@ fn sampling_is_seeded_and_stops_at_stop_tokens() {
     let dev = Device::cpu();
     let e = expected("llama");
     let model = load("llama", &dev, DType::F32);
-    let sampling = SamplingParams { temperature: 1.0, top_k: Some(20), top_p: Some(0.9), repeat_penalty: 1.1, repeat_last_n: 64 };
+    let sampling =
+        SamplingParams { temperature: 1.0, top_k: Some(20), top_p: Some(0.9), repeat_penalty: 1.1, repeat_last_n: 64 };
     let run = |seed: u64, stop: Vec<u32>| {
         let opts = GenerateOptions { max_tokens: 10, sampling: sampling.clone(), seed, stop_tokens: stop };
         generate(&model, &mut model.new_cache(), &e.prompt_ids, &opts, |_| Ok(())).unwrap().0
