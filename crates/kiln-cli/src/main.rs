@@ -16,11 +16,7 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "kiln",
-    version,
-    about = "kiln: device info, benchmarks and LLM inference with the kiln tensor library"
-)]
+#[command(name = "kiln", version, about = "kiln: device info, benchmarks and LLM inference")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
