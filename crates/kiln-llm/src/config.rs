@@ -108,12 +108,14 @@ impl LlamaConfig {
         let head_dim = match opt_usize("head_dim")? {
             Some(d) => d,
             None if hidden_size % num_heads == 0 => hidden_size / num_heads,
-            None => return Err(LlmError::config(
-                "head_dim",
-                format!(
+            None => {
+                return Err(LlmError::config(
+                    "head_dim",
+                    format!(
                     "missing, and hidden_size ({hidden_size}) is not a multiple of num_attention_heads ({num_heads})"
                 ),
-            )),
+                ))
+            }
         };
         if head_dim % 2 != 0 {
             return Err(LlmError::config("head_dim", format!("must be even for rotary embeddings, got {head_dim}")));

@@ -98,3 +98,17 @@ fn llama3_inverse_frequencies() {
     }
     assert!(plain.iter().zip(&scaled).any(|(p, q)| p != q));
 }
+
+#[test]
+fn a_model_that_cannot_fit_is_an_error() {
+    let est =
+        kiln_llm::MemoryEstimate { weight_bytes: 1 << 60, kv_cache_bytes: 1 << 40, largest_tensor_bytes: 1 << 30 };
+    let e = kiln_llm::memory::check_fits(&est, &kiln::Device::cpu());
+    if std::path::Path::new("/proc/meminfo").exists() {
+        let e = e.unwrap_err().to_string();
+        assert!(e.contains("out of memory") && e.contains("KV cache"), "{e}");
+    }
+    let small =
+        kiln_llm::MemoryEstimate { weight_bytes: 1 << 20, kv_cache_bytes: 1 << 20, largest_tensor_bytes: 1 << 20 };
+    kiln_llm::memory::check_fits(&small, &kiln::Device::cpu()).unwrap();
+}
