@@ -6,7 +6,8 @@
 # Needs: .devbin/kiln (release build), .gl/ (Vulkan loader debs), .whl/ (transformers and its
 # pure-Python deps; torch and numpy are on the machine).
 # Env: LLM_SHAPES (default "1b 8b"), LLM_8B_LAYERS (default 32: the real depth; fewer to save time),
-#      KILN_DTYPES_1B (default "bf16 f16"), KILN_DTYPES_8B (default "bf16"), LLM_DECODE_TOKENS (32).
+#      KILN_DTYPES_1B (default "bf16 f16"), KILN_DTYPES_8B (default "bf16"), LLM_DECODE_TOKENS (32),
+#      KILN_AUTOTUNE=1 to time matmul candidates first (adds time per shape bucket).
 set -u
 OUT=${OUT:-/tmp/kiln-llm-out}
 mkdir -p "$OUT"
@@ -26,7 +27,7 @@ for shape in ${LLM_SHAPES:-1b 8b}; do
     python3 bench/llm/make_weights.py "$shape" "$dir" $layers 2>&1 | tail -n 2 | tee -a "$OUT/log.txt"
     case $shape in 1b) dtypes=${KILN_DTYPES_1B:-bf16 f16} ;; *) dtypes=${KILN_DTYPES_8B:-bf16} ;; esac
     for dt in $dtypes; do
-        KILN_AUTOTUNE=1 timeout 240 .devbin/kiln llm-bench --model "$dir" --device gpu --dtype "$dt" \
+        KILN_AUTOTUNE=${KILN_AUTOTUNE:-0} timeout 240 .devbin/kiln llm-bench --model "$dir" --device gpu --dtype "$dt" \
             --max-context 4160 --prefill 2048 --contexts 512,4096 --decode-tokens "$N" \
             > "$OUT/kiln_${shape}_$dt.json" 2> "$OUT/kiln_${shape}_$dt.err"
         echo "kiln $shape $dt rc=$? ($SECONDS s)" | tee -a "$OUT/log.txt"; tail -n 4 "$OUT/kiln_${shape}_$dt.err"
