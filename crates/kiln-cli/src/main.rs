@@ -3,8 +3,10 @@
 //! - `kiln info [--json]`: version, compiled-in backends, the devices found and what they offer.
 //! - `kiln bench [--device cpu|gpu|auto] [--json] [--filter SUBSTR] [--quick] [--runs N]`: times a
 //!   fixed set of ops and reports throughput against the machine's limits.
+//! - `kiln generate`, `kiln chat`, `kiln llm-bench`: Llama-family models (src/generate.rs).
 
 mod bench;
+mod generate;
 mod info;
 mod sysinfo;
 
@@ -14,7 +16,7 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
-#[command(name = "kiln", version, about = "kiln: device info and benchmarks for the kiln tensor library")]
+#[command(name = "kiln", version, about = "kiln: device info, benchmarks and LLM inference")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -30,6 +32,12 @@ enum Command {
     },
     /// Time a set of ops on a device (element-wise, reductions, norms, matmul, attention).
     Bench(BenchArgs),
+    /// Generate text from a prompt with a Hugging Face Llama-family model (tokens streamed).
+    Generate(generate::GenerateArgs),
+    /// Chat with an instruction-tuned model (its chat template), one message per line.
+    Chat(generate::ChatArgs),
+    /// Time prefill and decode of a model at given context lengths (JSON on stdout).
+    LlmBench(generate::LlmBenchArgs),
 }
 
 #[derive(Args, Debug)]
@@ -98,5 +106,8 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Bench(args) => bench(args),
+        Command::Generate(args) => generate::generate(args),
+        Command::Chat(args) => generate::chat(args),
+        Command::LlmBench(args) => generate::llm_bench(args),
     }
 }

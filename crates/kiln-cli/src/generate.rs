@@ -1,0 +1,376 @@
+//! `kiln generate`, `kiln chat` and `kiln llm-bench`: Llama-family models from Hugging Face folders
+//! through kiln-llm, tokens streamed as they come, prefill/decode speed and peak GPU memory at the end.
+
+use crate::sysinfo::human_bytes;
+use clap::Args;
+use kiln::{DType, Device, DeviceRequest};
+use kiln_llm::{GenerateOptions, GenerateStats, LoadOptions, Message, Model, ModelDir, SamplingParams, TokenStream};
+use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+#[derive(Args, Debug)]
+pub struct ModelArgs {
+    /// Hugging Face model folder (config.json, model.safetensors[.index.json], tokenizer.json).
+    #[arg(long, value_name = "DIR")]
+    model: PathBuf,
+    /// Device to run on: cpu, gpu, gpu:N or auto.
+    #[arg(long, default_value = "auto", value_parser = crate::parse_device)]
+    device: DeviceRequest,
+    /// Weights, activations and KV cache dtype: f32, f16 or bf16 (default: the model's own dtype on a
+    /// GPU, f32 on the CPU).
+    #[arg(long, value_parser = parse_dtype)]
+    dtype: Option<DType>,
+    /// KV cache length in positions (at most the model's max_position_embeddings).
+    #[arg(long, default_value_t = 4096)]
+    max_context: usize,
+}
+
+#[derive(Args, Debug)]
+pub struct SamplingArgs {
+    /// 0 is greedy decoding.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f64,
+    /// Sample from the K most likely tokens only.
+    #[arg(long)]
+    top_k: Option<usize>,
+    /// Sample from the smallest set of tokens whose probability reaches P.
+    #[arg(long)]
+    top_p: Option<f64>,
+    /// Penalise the last 64 tokens (1 = off, 1.1 is typical).
+    #[arg(long, default_value_t = 1.0)]
+    repeat_penalty: f32,
+    /// Seed of the sampler (the same seed gives the same text).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+impl SamplingArgs {
+    fn params(&self) -> SamplingParams {
+        SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: 64,
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// The prompt (the tokenizer adds BOS if the model wants it).
+    #[arg(long)]
+    prompt: String,
+    /// Most tokens to generate.
+    #[arg(long, default_value_t = 256)]
+    max_tokens: usize,
+    /// Do not stop at the end-of-sequence token.
+    #[arg(long)]
+    ignore_eos: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ChatArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    /// A system message to start the conversation with.
+    #[arg(long)]
+    system: Option<String>,
+    /// Most tokens per answer.
+    #[arg(long, default_value_t = 1024)]
+    max_tokens: usize,
+}
+
+#[derive(Args, Debug)]
+pub struct LlmBenchArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Prompt length of the timed prefill.
+    #[arg(long, default_value_t = 2048)]
+    prefill: usize,
+    /// Context lengths at which decoding is timed (comma-separated).
+    #[arg(long, default_value = "512,4096", value_delimiter = ',')]
+    contexts: Vec<usize>,
+    /// Decode steps timed at each context.
+    #[arg(long, default_value_t = 32)]
+    decode_tokens: usize,
+}
+
+fn parse_dtype(s: &str) -> Result<DType, String> {
+    match DType::parse(s) {
+        Some(d @ (DType::F32 | DType::F16 | DType::BF16)) => Ok(d),
+        _ => Err(format!("unknown dtype '{s}': expected f32, f16 or bf16")),
+    }
+}
+
+/// Opens the device, prints the model and the memory estimate, checks it fits and loads the weights
+/// (with a progress bar for large models).
+fn open(args: &ModelArgs) -> Result<(ModelDir, Model), String> {
+    let device = args.device.open().map_err(|e| format!("cannot open device: {e}"))?;
+    let dir = ModelDir::open(&args.model).map_err(|e| e.to_string())?;
+    let c = &dir.config;
+    let dtype = args.dtype.unwrap_or(match c.saved_dtype {
+        Some(d @ (DType::F16 | DType::BF16)) if device.is_gpu() => d,
+        _ => DType::F32,
+    });
+    let est = dir.estimate(dtype, args.max_context);
+    let ctx = kiln_llm::model::effective_context(c, args.max_context);
+    eprintln!(
+        "model: {:?}, {} layers, hidden {}, {}/{} heads, vocab {} on {device} in {dtype}",
+        c.arch, c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.vocab_size
+    );
+    eprintln!(
+        "memory estimate: weights {} + KV cache {} ({ctx} positions) = {}",
+        human_bytes(est.weight_bytes),
+        human_bytes(est.kv_cache_bytes),
+        human_bytes(est.total())
+    );
+    let bar = (est.weight_bytes > 256 << 20 && std::io::stderr().is_terminal()).then(|| {
+        let b = indicatif::ProgressBar::new(est.weight_bytes);
+        b.set_style(
+            indicatif::ProgressStyle::with_template("loading {bar:40} {bytes}/{total_bytes} {bytes_per_sec} {eta}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    });
+    let progress: Option<Box<dyn FnMut(u64, u64)>> = bar.clone().map(|b| {
+        let f: Box<dyn FnMut(u64, u64)> = Box::new(move |done, _| b.set_position(done));
+        f
+    });
+    let start = Instant::now();
+    let model =
+        dir.load(&device, LoadOptions { dtype, max_context: args.max_context, progress }).map_err(|e| e.to_string())?;
+    device.synchronize().map_err(|e| e.to_string())?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    eprintln!("loaded in {:.1} s", start.elapsed().as_secs_f64());
+    Ok((dir, model))
+}
+
+fn print_stats(s: &GenerateStats) {
+    let mut line = format!(
+        "prompt: {} tokens, {:.1} tokens/s (prefill) | generated: {} tokens, {:.1} tokens/s (decode)",
+        s.prompt_tokens,
+        s.prefill_tokens_per_sec(),
+        s.generated_tokens,
+        s.decode_tokens_per_sec()
+    );
+    if let Some(p) = s.peak_gpu_bytes {
+        line += &format!(" | peak GPU memory {}", human_bytes(p));
+    }
+    eprintln!("\n{line}");
+}
+
+pub fn generate(args: GenerateArgs) -> ExitCode {
+    match run_generate(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kiln generate: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_generate(args: GenerateArgs) -> Result<(), String> {
+    kiln_llm::Sampler::new(args.sampling.params(), 0).map_err(|e| e.to_string())?;
+    let (dir, model) = open(&args.model)?;
+    let tok = dir.tokenizer().map_err(|e| e.to_string())?;
+    let prompt = tok.encode(&args.prompt, true).map_err(|e| e.to_string())?;
+    let stop_tokens = if args.ignore_eos { vec![] } else { dir.stop_tokens(&tok).map_err(|e| e.to_string())? };
+    let opts = GenerateOptions {
+        max_tokens: args.max_tokens,
+        sampling: args.sampling.params(),
+        seed: args.sampling.seed,
+        stop_tokens,
+    };
+    let mut stream = TokenStream::new(&tok);
+    let mut out = std::io::stdout();
+    print!("{}", args.prompt);
+    let (_, stats) = kiln_llm::generate(&model, &mut model.new_cache(), &prompt, &opts, |id| {
+        let piece = stream.push(id)?;
+        print!("{piece}");
+        let _ = out.flush();
+        Ok(())
+    })
+    .map_err(|e| e.to_string())?;
+    println!();
+    print_stats(&stats);
+    Ok(())
+}
+
+pub fn chat(args: ChatArgs) -> ExitCode {
+    match run_chat(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kiln chat: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_chat(args: ChatArgs) -> Result<(), String> {
+    kiln_llm::Sampler::new(args.sampling.params(), 0).map_err(|e| e.to_string())?;
+    let (dir, model) = open(&args.model)?;
+    let tok = dir.tokenizer().map_err(|e| e.to_string())?;
+    let template = dir.chat_template().map_err(|e| e.to_string())?;
+    let stop_tokens = dir.stop_tokens(&tok).map_err(|e| e.to_string())?;
+    let mut messages: Vec<Message> = args.system.iter().map(|s| Message::new("system", s)).collect();
+    let mut cache = model.new_cache();
+    // The tokens whose keys and values are in the cache: a new turn reuses them when the new prompt
+    // starts with them, else the cache starts over.
+    let mut cached: Vec<u32> = Vec::new();
+    eprintln!("chat: type a message and press enter; /reset starts over, /exit (or end of input) quits");
+    let stdin = std::io::stdin();
+    let mut out = std::io::stdout();
+    loop {
+        eprint!("> ");
+        let mut line = String::new();
+        if stdin.lock().read_line(&mut line).map_err(|e| e.to_string())? == 0 {
+            break;
+        }
+        let line = line.trim();
+        match line {
+            "" => continue,
+            "/exit" => break,
+            "/reset" => {
+                messages.retain(|m| m.role == "system");
+                cache.reset();
+                cached.clear();
+                continue;
+            }
+            _ => {}
+        }
+        messages.push(Message::new("user", line));
+        let text = template.render(&messages, true).map_err(|e| e.to_string())?;
+        let ids = tok.encode(&text, false).map_err(|e| e.to_string())?;
+        if !(ids.len() > cached.len() && ids.starts_with(&cached)) {
+            cache.reset();
+            cached.clear();
+        }
+        let new = &ids[cached.len()..];
+        let room = model.max_context().saturating_sub(ids.len());
+        if room == 0 {
+            return Err(format!(
+                "the conversation ({} tokens) fills the context; /reset or raise --max-context",
+                ids.len()
+            ));
+        }
+        let opts = GenerateOptions {
+            max_tokens: args.max_tokens.min(room),
+            sampling: args.sampling.params(),
+            seed: args.sampling.seed.wrapping_add(messages.len() as u64),
+            stop_tokens: stop_tokens.clone(),
+        };
+        let mut stream = TokenStream::new(&tok);
+        let (answer, stats) = kiln_llm::generate(&model, &mut cache, new, &opts, |id| {
+            if !stop_tokens.contains(&id) {
+                print!("{}", stream.push(id)?);
+                let _ = out.flush();
+            }
+            Ok(())
+        })
+        .map_err(|e| e.to_string())?;
+        println!();
+        print_stats(&stats);
+        // Every answer token but the last went through the model.
+        cached = ids;
+        cached.extend_from_slice(&answer[..answer.len().saturating_sub(1)]);
+        let reply: Vec<u32> = answer.into_iter().filter(|t| !stop_tokens.contains(t)).collect();
+        messages.push(Message::new("assistant", &tok.decode(&reply, true).map_err(|e| e.to_string())?));
+    }
+    Ok(())
+}
+
+pub fn llm_bench(args: LlmBenchArgs) -> ExitCode {
+    match run_llm_bench(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kiln llm-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Random prompt ids (seeded), all inside the vocabulary.
+fn random_ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % vocab as u64) as u32
+        })
+        .collect()
+}
+
+/// Greedy steps after a prompt of `context` tokens: (prefill seconds, decode seconds).
+fn timed_run(model: &Model, context: usize, steps: usize) -> kiln_llm::Result<(f64, f64)> {
+    let mut cache = model.new_cache();
+    let prompt = random_ids(context, model.config.vocab_size, context as u64);
+    let start = Instant::now();
+    let logits = model.forward(&prompt, &mut cache, false)?;
+    let mut next = logits.argmax(-1, false)?.to_vec::<i64>()?[0] as u32;
+    let prefill = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    for _ in 0..steps {
+        let logits = model.forward(&[next], &mut cache, false)?;
+        next = logits.argmax(-1, false)?.to_vec::<i64>()?[0] as u32;
+    }
+    Ok((prefill, start.elapsed().as_secs_f64()))
+}
+
+fn run_llm_bench(args: LlmBenchArgs) -> Result<(), String> {
+    let (dir, model) = open(&args.model)?;
+    let err = |e: kiln_llm::LlmError| e.to_string();
+    let device: &Device = model.device();
+    let need = args.contexts.iter().map(|c| c + args.decode_tokens).chain([args.prefill]).max().unwrap_or(0);
+    if need > model.max_context() {
+        return Err(format!("the runs need {need} positions, the context is {} (--max-context)", model.max_context()));
+    }
+    eprintln!("warm-up ...");
+    timed_run(&model, 64, 4).map_err(err)?;
+    timed_run(&model, args.prefill, 1).map_err(err)?;
+    device.reset_peak_memory();
+    let mut prefill_best = f64::INFINITY;
+    for _ in 0..2 {
+        prefill_best = prefill_best.min(timed_run(&model, args.prefill, 0).map_err(err)?.0);
+    }
+    let mut decode = Vec::new();
+    for &ctx in &args.contexts {
+        let (_, secs) = timed_run(&model, ctx, args.decode_tokens).map_err(err)?;
+        decode.push(serde_json::json!({
+            "context": ctx,
+            "steps": args.decode_tokens,
+            "secs": secs,
+            "tokens_per_sec": args.decode_tokens as f64 / secs,
+        }));
+        eprintln!("decode at context {ctx}: {:.1} tokens/s", args.decode_tokens as f64 / secs);
+    }
+    eprintln!("prefill of {} tokens: {:.1} tokens/s", args.prefill, args.prefill as f64 / prefill_best);
+    let c = &dir.config;
+    let report = serde_json::json!({
+        "engine": "kiln",
+        "device": device.name(),
+        "dtype": model.dtype().as_str(),
+        "layers": c.num_layers,
+        "hidden": c.hidden_size,
+        "vocab": c.vocab_size,
+        "weight_bytes": dir.estimate(model.dtype(), 1).weight_bytes,
+        "kv_bytes_per_position": c.kv_bytes_per_position(model.dtype()),
+        "prefill": {"tokens": args.prefill, "secs": prefill_best, "tokens_per_sec": args.prefill as f64 / prefill_best},
+        "decode": decode,
+        "peak_gpu_bytes": device.memory_stats().map(|m| m.peak_bytes),
+    });
+    println!("{report:#}");
+    Ok(())
+}

@@ -1,0 +1,47 @@
+//! Whether a model fits before it is loaded: the estimate against the device's limits.
+
+use crate::model::MemoryEstimate;
+use crate::{LlmError, Result};
+use kiln::Device;
+
+/// An error (not a crash later) when the weights and KV cache cannot fit on `device`: on the CPU and
+/// on unified-memory GPUs against the host's available memory; on any GPU every tensor against the
+/// adapter's largest buffer. (Discrete GPUs do not report their free memory through wgpu: an
+/// allocation that fails later is an `Err` from kiln's pool.)
+pub fn check_fits(est: &MemoryEstimate, device: &Device) -> Result<()> {
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    if let Some(info) = device.gpu_info() {
+        let limit = info.max_buffer_size.min(info.max_storage_binding);
+        if est.largest_tensor_bytes > limit {
+            return Err(LlmError::Memory(format!(
+                "a {:.2} GiB tensor exceeds the adapter's largest buffer ({:.2} GiB, {}): use a smaller --dtype or --max-context",
+                gib(est.largest_tensor_bytes),
+                gib(limit),
+                info.name
+            )));
+        }
+        if !info.unified_memory {
+            return Ok(());
+        }
+    }
+    if let Some(avail) = available_host_memory() {
+        if est.total() > avail {
+            return Err(LlmError::Memory(format!(
+                "the model needs {:.2} GiB (weights {:.2} + KV cache {:.2}) but {:.2} GiB of memory are available: use a smaller --dtype or --max-context",
+                gib(est.total()),
+                gib(est.weight_bytes),
+                gib(est.kv_cache_bytes),
+                gib(avail)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `MemAvailable` of `/proc/meminfo` (Linux), else `None`.
+fn available_host_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}

@@ -1,0 +1,123 @@
+//! Choosing the next token from the logits: greedy (argmax on the device, one index read back) or,
+//! with a temperature, top-k / top-p sampling from a seeded ChaCha generator (reproducible for a seed
+//! on every machine). The repeat penalty follows transformers: a logit of a token already in the
+//! window is divided by the penalty when positive and multiplied by it when negative.
+
+use crate::{LlmError, Result};
+use kiln::Tensor;
+use rand::{RngExt, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+#[derive(Debug, Clone)]
+pub struct SamplingParams {
+    /// 0 means greedy.
+    pub temperature: f64,
+    /// Keep only the `k` most likely tokens (0 or `None`: all).
+    pub top_k: Option<usize>,
+    /// Keep the smallest set of most likely tokens whose probabilities sum to at least `p`.
+    pub top_p: Option<f64>,
+    /// 1 means none.
+    pub repeat_penalty: f32,
+    /// How many of the last tokens the penalty looks at.
+    pub repeat_last_n: usize,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams { temperature: 0.0, top_k: None, top_p: None, repeat_penalty: 1.0, repeat_last_n: 64 }
+    }
+}
+
+pub struct Sampler {
+    params: SamplingParams,
+    rng: ChaCha8Rng,
+}
+
+impl Sampler {
+    pub fn new(params: SamplingParams, seed: u64) -> Result<Sampler> {
+        if !(params.temperature.is_finite() && params.temperature >= 0.0) {
+            return Err(LlmError::Arg(format!("--temperature must be >= 0, got {}", params.temperature)));
+        }
+        if let Some(p) = params.top_p {
+            if !(p > 0.0 && p <= 1.0) {
+                return Err(LlmError::Arg(format!("--top-p must be in (0, 1], got {p}")));
+            }
+        }
+        if !(params.repeat_penalty.is_finite() && params.repeat_penalty > 0.0) {
+            return Err(LlmError::Arg(format!("--repeat-penalty must be > 0, got {}", params.repeat_penalty)));
+        }
+        Ok(Sampler { params, rng: ChaCha8Rng::seed_from_u64(seed) })
+    }
+
+    /// The next token from f32 `logits` `(1, vocab)`; `history` is every token so far (for the penalty).
+    pub fn sample(&mut self, logits: &Tensor, history: &[u32]) -> Result<u32> {
+        let p = &self.params;
+        let penalise = p.repeat_penalty != 1.0 && !history.is_empty();
+        if p.temperature == 0.0 && !penalise {
+            let i = logits.argmax(-1, false)?.to_vec::<i64>()?;
+            return Ok(i[0] as u32);
+        }
+        let mut l = logits.to_vec::<f32>()?;
+        if penalise {
+            let start = history.len().saturating_sub(p.repeat_last_n);
+            let mut seen = history[start..].to_vec();
+            seen.sort_unstable();
+            seen.dedup();
+            for &t in &seen {
+                if let Some(x) = l.get_mut(t as usize) {
+                    *x = if *x > 0.0 { *x / p.repeat_penalty } else { *x * p.repeat_penalty };
+                }
+            }
+        }
+        if p.temperature == 0.0 {
+            return Ok(argmax(&l));
+        }
+        Ok(self.sample_host(&l))
+    }
+
+    fn sample_host(&mut self, logits: &[f32]) -> u32 {
+        let p = &self.params;
+        let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
+        let by_logit = |a: &u32, b: &u32| logits[*b as usize].total_cmp(&logits[*a as usize]);
+        let k = p.top_k.filter(|&k| k > 0).unwrap_or(idx.len()).min(idx.len());
+        if k < idx.len() {
+            idx.select_nth_unstable_by(k - 1, by_logit);
+            idx.truncate(k);
+        }
+        idx.sort_unstable_by(by_logit);
+        let max = logits[idx[0] as usize] as f64;
+        let mut probs: Vec<f64> =
+            idx.iter().map(|&i| ((logits[i as usize] as f64 - max) / p.temperature).exp()).collect();
+        let sum: f64 = probs.iter().sum();
+        probs.iter_mut().for_each(|x| *x /= sum);
+        if let Some(top_p) = p.top_p {
+            let mut acc = 0.0;
+            let keep = probs.iter().position(|&x| {
+                acc += x;
+                acc >= top_p
+            });
+            let keep = keep.map_or(probs.len(), |i| i + 1);
+            probs.truncate(keep);
+            let s: f64 = probs.iter().sum();
+            probs.iter_mut().for_each(|x| *x /= s);
+        }
+        let mut r: f64 = self.rng.random::<f64>();
+        for (i, &q) in probs.iter().enumerate() {
+            if r < q {
+                return idx[i];
+            }
+            r -= q;
+        }
+        idx[probs.len() - 1]
+    }
+}
+
+fn argmax(l: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in l.iter().enumerate() {
+        if x > l[best] {
+            best = i;
+        }
+    }
+    best as u32
+}

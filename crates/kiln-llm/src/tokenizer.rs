@@ -1,0 +1,106 @@
+//! `tokenizer.json` through the `tokenizers` crate, special tokens from `tokenizer_config.json` and
+//! `generation_config.json`, and a [`TokenStream`] that turns tokens into text as they come.
+
+use crate::{LlmError, Result};
+use serde_json::Value;
+use std::path::Path;
+
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+}
+
+impl Tokenizer {
+    /// Reads `DIR/tokenizer.json`.
+    pub fn from_dir(dir: &Path) -> Result<Tokenizer> {
+        let path = dir.join("tokenizer.json");
+        if !path.exists() {
+            return Err(LlmError::MissingFile {
+                path,
+                why: "kiln-llm needs the Hugging Face fast tokenizer file tokenizer.json".into(),
+            });
+        }
+        let inner = tokenizers::Tokenizer::from_file(&path)
+            .map_err(|e| LlmError::BadFile { path: path.clone(), msg: e.to_string() })?;
+        Ok(Tokenizer { inner })
+    }
+
+    /// Token ids of `text`; `add_special` adds what the tokenizer's post-processor adds (e.g. BOS).
+    pub fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>> {
+        let enc = self.inner.encode(text, add_special).map_err(|e| LlmError::Tokenizer(e.to_string()))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> Result<String> {
+        self.inner.decode(ids, skip_special).map_err(|e| LlmError::Tokenizer(e.to_string()))
+    }
+
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+}
+
+/// A token written in `tokenizer_config.json`: a string or `{"content": "..."}`.
+pub(crate) fn special_token(v: &Value, field: &str) -> Option<String> {
+    match v.get(field)? {
+        Value::String(s) => Some(s.clone()),
+        Value::Object(o) => o.get("content").and_then(Value::as_str).map(str::to_string),
+        _ => None,
+    }
+}
+
+/// Reads an optional JSON file of the model folder (`None` when absent).
+pub(crate) fn read_json(dir: &Path, name: &str) -> Result<Option<Value>> {
+    let path = dir.join(name);
+    if !path.exists() {
+        return Ok(None);
+    }
+    let bad = |msg: String| LlmError::BadFile { path: path.clone(), msg };
+    let text = std::fs::read_to_string(&path).map_err(|e| bad(e.to_string()))?;
+    serde_json::from_str(&text).map(Some).map_err(|e| bad(e.to_string()))
+}
+
+/// Every id that ends generation: `eos_token_id` of config.json and generation_config.json and the
+/// `eos_token` of tokenizer_config.json.
+pub fn stop_tokens(dir: &Path, config_eos: &[u32], tok: &Tokenizer) -> Result<Vec<u32>> {
+    let mut ids = config_eos.to_vec();
+    if let Some(g) = read_json(dir, "generation_config.json")? {
+        ids.extend(crate::config::token_ids(&g, "eos_token_id")?);
+    }
+    if let Some(c) = read_json(dir, "tokenizer_config.json")? {
+        if let Some(id) = special_token(&c, "eos_token").and_then(|t| tok.token_to_id(&t)) {
+            ids.push(id);
+        }
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    Ok(ids)
+}
+
+/// Turns a stream of token ids into text pieces: each call returns the text the new token completes
+/// (nothing while a multi-byte character is still incomplete).
+pub struct TokenStream<'a> {
+    tok: &'a Tokenizer,
+    ids: Vec<u32>,
+    printed: usize,
+}
+
+impl<'a> TokenStream<'a> {
+    pub fn new(tok: &'a Tokenizer) -> TokenStream<'a> {
+        TokenStream { tok, ids: Vec::new(), printed: 0 }
+    }
+
+    pub fn push(&mut self, id: u32) -> Result<String> {
+        self.ids.push(id);
+        let text = self.tok.decode(&self.ids, true)?;
+        if text.ends_with('\u{FFFD}') || text.len() <= self.printed || !text.is_char_boundary(self.printed) {
+            return Ok(String::new());
+        }
+        let piece = text[self.printed..].to_string();
+        self.printed = text.len();
+        Ok(piece)
+    }
+}

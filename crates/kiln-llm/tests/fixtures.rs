@@ -1,0 +1,276 @@
+//! The tiny Llama / Qwen2 / Mistral fixtures (made by `fixtures/make_fixtures.py` with transformers)
+//! on the CPU and the GPU: prefill logits, the greedy continuation token by token through the KV
+//! cache (logits of every step too), the generation loop, f16/bf16 against the f32 reference, the
+//! tokenizer and the chat template.
+
+use kiln::{DType, Device, Tensor};
+use kiln_llm::{generate, GenerateOptions, LoadOptions, Message, Model, ModelDir, SamplingParams};
+use std::path::PathBuf;
+
+const ARCHS: [&str; 3] = ["llama", "qwen2", "mistral"];
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+struct Expected {
+    prompt: String,
+    prompt_ids: Vec<u32>,
+    generated: Vec<u32>,
+    /// `(len(prompt) + len(generated) - 1, vocab)` f32 logits of transformers.
+    logits: Vec<Vec<f32>>,
+}
+
+fn expected(name: &str) -> Expected {
+    let dir = fixture(name);
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
+    let ids = |k: &str| j[k].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect::<Vec<_>>();
+    let w = kiln_llm::SafetensorsDir::open_file(&dir.join("expected.safetensors")).unwrap();
+    use kiln_llm::WeightSource;
+    let logits = w.load("logits", DType::F32, &Device::cpu()).unwrap().to_vec2::<f32>().unwrap();
+    Expected {
+        prompt: j["prompt"].as_str().unwrap().to_string(),
+        prompt_ids: ids("prompt_ids"),
+        generated: ids("generated_ids"),
+        logits,
+    }
+}
+
+/// The CPU, and the GPU (with output poisoning) when there is one; `KILN_REQUIRE_GPU=1` makes a missing
+/// adapter a failure.
+fn devices() -> Vec<Device> {
+    let mut devs = vec![Device::cpu()];
+    match Device::gpu() {
+        Ok(d) => {
+            d.set_poison(true);
+            devs.push(d);
+        }
+        Err(e) if std::env::var("KILN_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+            panic!("KILN_REQUIRE_GPU=1 but no GPU adapter: {e}")
+        }
+        Err(e) => eprintln!("GPU half skipped: {e}"),
+    }
+    devs
+}
+
+fn load(name: &str, dev: &Device, dtype: DType) -> Model {
+    let dir = ModelDir::open(fixture(name)).unwrap();
+    dir.load(dev, LoadOptions { dtype, max_context: 64, progress: None }).unwrap()
+}
+
+/// Max |a - b| over a row, relative to max(1, max |b|).
+fn row_err(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let scale = b.iter().fold(1.0f64, |m, &x| m.max((x as f64).abs()));
+    let diff = a.iter().zip(b).fold(0.0f64, |m, (&x, &y)| m.max((x as f64 - y as f64).abs()));
+    if diff.is_nan() || a.iter().any(|x| x.is_nan()) {
+        return f64::INFINITY;
+    }
+    diff / scale
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    (0..row.len()).fold(0, |b, i| if row[i] > row[b] { i } else { b }) as u32
+}
+
+/// Top-1 minus top-2 logit: how safely the greedy choice is decided.
+fn margin(row: &[f32]) -> f32 {
+    let mut s = row.to_vec();
+    s.sort_by(|a, b| b.total_cmp(a));
+    s[0] - s[1]
+}
+
+/// Prefill rows, then each continuation token through the cache: logits within `tol` of transformers
+/// and the greedy token equal wherever transformers' margin exceeds `margin_floor`.
+fn check(name: &str, dev: &Device, dtype: DType, tol: f64, margin_floor: f32) {
+    let e = expected(name);
+    let model = load(name, dev, dtype);
+    let mut cache = model.new_cache();
+    let t = e.prompt_ids.len();
+    let got = model.forward(&e.prompt_ids, &mut cache, true).unwrap().to_vec2::<f32>().unwrap();
+    assert_eq!(got.len(), t);
+    let mut worst = 0.0f64;
+    for (i, row) in got.iter().enumerate() {
+        let err = row_err(row, &e.logits[i]);
+        worst = worst.max(err);
+        assert!(err <= tol, "{name} {dev} {dtype}: prefill row {i} relative error {err:.2e} > {tol:.0e}");
+    }
+    let greedy_ok = |row: &[f32], want: &[f32], tok: u32, step: usize| {
+        if margin(want) > margin_floor {
+            assert_eq!(argmax(row), tok, "{name} {dev} {dtype}: greedy token {step}");
+        }
+    };
+    greedy_ok(&got[t - 1], &e.logits[t - 1], e.generated[0], 0);
+    for (step, &tok) in e.generated[..e.generated.len() - 1].iter().enumerate() {
+        let row = model.forward(&[tok], &mut cache, false).unwrap().to_vec2::<f32>().unwrap().remove(0);
+        let want = &e.logits[t + step];
+        let err = row_err(&row, want);
+        worst = worst.max(err);
+        assert!(err <= tol, "{name} {dev} {dtype}: decode step {step} relative error {err:.2e} > {tol:.0e}");
+        greedy_ok(&row, want, e.generated[step + 1], step + 1);
+    }
+    eprintln!("{name} {dev} {dtype}: worst relative logit error {worst:.2e} (tolerance {tol:.0e})");
+}
+
+#[test]
+fn f32_logits_and_greedy_match_transformers() {
+    for dev in devices() {
+        for name in ARCHS {
+            check(name, &dev, DType::F32, 1e-4, 0.0);
+        }
+    }
+}
+
+/// f16 and bf16 weights, activations and KV cache (computed in f32 inside each op) against the f32
+/// transformers reference: logits within 2e-2 (f16) and 8e-2 (bf16) of max(1, |row|); greedy tokens
+/// equal wherever the reference margin exceeds twice that.
+#[test]
+fn half_precision_within_documented_tolerance() {
+    for dev in devices() {
+        for name in ARCHS {
+            check(name, &dev, DType::F16, 2e-2, 0.2);
+            check(name, &dev, DType::BF16, 8e-2, 0.8);
+        }
+    }
+}
+
+#[test]
+fn generation_loop_reproduces_greedy_continuation() {
+    for dev in devices() {
+        for name in ARCHS {
+            let e = expected(name);
+            let dir = ModelDir::open(fixture(name)).unwrap();
+            let tok = dir.tokenizer().unwrap();
+            assert_eq!(tok.encode(&e.prompt, true).unwrap(), e.prompt_ids, "{name}: tokenizer");
+            let model = load(name, &dev, DType::F32);
+            let opts = GenerateOptions {
+                max_tokens: e.generated.len(),
+                sampling: SamplingParams::default(),
+                seed: 0,
+                stop_tokens: vec![],
+            };
+            let mut streamed = Vec::new();
+            let (ids, stats) = generate(&model, &mut model.new_cache(), &e.prompt_ids, &opts, |t| {
+                streamed.push(t);
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(ids, e.generated, "{name} {dev}");
+            assert_eq!(streamed, ids);
+            assert_eq!(
+                (stats.prompt_tokens, stats.generated_tokens, stats.decode_steps),
+                (e.prompt_ids.len(), ids.len(), ids.len() - 1)
+            );
+            assert_eq!(stats.peak_gpu_bytes.is_some(), dev.is_gpu());
+        }
+    }
+}
+
+#[test]
+fn sampling_is_seeded_and_stops_at_stop_tokens() {
+    let dev = Device::cpu();
+    let e = expected("llama");
+    let model = load("llama", &dev, DType::F32);
+    let sampling =
+        SamplingParams { temperature: 1.0, top_k: Some(20), top_p: Some(0.9), repeat_penalty: 1.1, repeat_last_n: 64 };
+    let run = |seed: u64, stop: Vec<u32>| {
+        let opts = GenerateOptions { max_tokens: 10, sampling: sampling.clone(), seed, stop_tokens: stop };
+        generate(&model, &mut model.new_cache(), &e.prompt_ids, &opts, |_| Ok(())).unwrap().0
+    };
+    let a = run(7, vec![]);
+    assert_eq!(a, run(7, vec![]), "same seed, same tokens");
+    let others: Vec<Vec<u32>> = (8..12).map(|s| run(s, vec![])).collect();
+    assert!(others.iter().any(|o| *o != a), "different seeds should give different samples");
+    let stopped = run(7, vec![a[3]]);
+    let first = a.iter().position(|&t| t == a[3]).unwrap();
+    assert_eq!(stopped, a[..=first].to_vec());
+}
+
+#[test]
+fn cache_length_is_bounded_by_the_context() {
+    let dev = Device::cpu();
+    let dir = ModelDir::open(fixture("qwen2")).unwrap();
+    let model = dir.load(&dev, LoadOptions { dtype: DType::F32, max_context: 12, progress: None }).unwrap();
+    let mut cache = model.new_cache();
+    let err = model.forward(&[5; 13], &mut cache, false).unwrap_err().to_string();
+    assert!(err.contains("context of 12"), "{err}");
+    let err = model.forward(&[5000], &mut cache, false).unwrap_err().to_string();
+    assert!(err.contains("outside the vocabulary"), "{err}");
+    let opts = GenerateOptions { max_tokens: 50, sampling: SamplingParams::default(), seed: 0, stop_tokens: vec![] };
+    let (ids, _) = generate(&model, &mut cache, &[3, 4, 5, 6, 7, 8, 9, 10], &opts, |_| Ok(())).unwrap();
+    assert_eq!(ids.len(), 5, "8 prompt + 4 decoded positions fill 12, the 5th token is sampled from the last");
+}
+
+#[test]
+fn chat_template_renders_and_tokenizes() {
+    let dir = ModelDir::open(fixture("qwen2")).unwrap();
+    let tmpl = dir.chat_template().unwrap();
+    let text = tmpl.render(&[Message::new("user", "hello kiln")], true).unwrap();
+    assert_eq!(text, "<|im_start|>user\nhello kiln<|im_end|>\n<|im_start|>assistant\n");
+    let tok = dir.tokenizer().unwrap();
+    let ids = tok.encode(&text, false).unwrap();
+    assert_eq!(ids[0], tok.token_to_id("<|im_start|>").unwrap());
+    assert_eq!(tok.decode(&ids, false).unwrap(), text);
+    let stops = dir.stop_tokens(&tok).unwrap();
+    assert_eq!(stops, vec![tok.token_to_id("</s>").unwrap()]);
+}
+
+#[test]
+fn streaming_decoder_rebuilds_the_text() {
+    let dir = ModelDir::open(fixture("llama")).unwrap();
+    let tok = dir.tokenizer().unwrap();
+    let text = "The kiln cools — slowly, für a day.";
+    let ids = tok.encode(text, false).unwrap();
+    let mut stream = kiln_llm::TokenStream::new(&tok);
+    let pieces: String = ids.iter().map(|&i| stream.push(i).unwrap()).collect();
+    assert_eq!(pieces, text);
+}
+
+#[test]
+fn tensor_roundtrip_helper_is_sane() {
+    // row_err must flag NaN and real differences (guards the checks above).
+    assert!(row_err(&[f32::NAN, 0.0], &[0.0, 0.0]).is_infinite());
+    assert!(row_err(&[1.0, 2.0], &[1.0, 2.5]) > 0.1);
+    assert_eq!(row_err(&[1.0, 2.0], &[1.0, 2.0]), 0.0);
+    let _ = Tensor::zeros(1, DType::F32, &Device::cpu()).unwrap();
+}
+
+/// The qwen2 fixture split into two shards with a `model.safetensors.index.json` gives the same logits
+/// as the single file.
+#[test]
+fn sharded_weights_load_like_one_file() {
+    use safetensors::tensor::{SafeTensors, TensorView};
+    let src = fixture("qwen2");
+    let tmp = std::env::temp_dir().join(format!("kiln-llm-shards-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    for f in ["config.json", "tokenizer.json"] {
+        std::fs::copy(src.join(f), tmp.join(f)).unwrap();
+    }
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let mut map = serde_json::Map::new();
+    for (shard, pick) in [("a.safetensors", true), ("b.safetensors", false)] {
+        let part: Vec<(String, TensorView)> =
+            st.tensors().into_iter().filter(|(n, _)| n.contains("layers.0.") == pick).collect();
+        for (n, _) in &part {
+            map.insert(n.clone(), serde_json::Value::String(shard.into()));
+        }
+        safetensors::serialize_to_file(part, None, &tmp.join(shard)).unwrap();
+    }
+    let index = serde_json::json!({ "metadata": {}, "weight_map": map });
+    std::fs::write(tmp.join("model.safetensors.index.json"), index.to_string()).unwrap();
+    let dev = Device::cpu();
+    let opts = || LoadOptions { dtype: DType::F32, max_context: 16, progress: None };
+    let one = ModelDir::open(&src).unwrap().load(&dev, opts()).unwrap();
+    let sharded = ModelDir::open(&tmp).unwrap().load(&dev, opts()).unwrap();
+    let ids = [3, 50, 7, 99];
+    let a = one.forward(&ids, &mut one.new_cache(), true).unwrap().to_vec::<f32>().unwrap();
+    let b = sharded.forward(&ids, &mut sharded.new_cache(), true).unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(a, b);
+    // A shard named in the index but missing is an error naming the file.
+    std::fs::remove_file(tmp.join("b.safetensors")).unwrap();
+    let e = ModelDir::open(&tmp).err().unwrap().to_string();
+    assert!(e.contains("b.safetensors"), "{e}");
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
