@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyString;
 
 /// A kiln element type. Compare with `==` against other dtypes or names (`kiln.float32 == "float32"`).
-#[pyclass(name = "DType", module = "kiln", frozen, eq, hash)]
+#[pyclass(name = "DType", module = "kiln", frozen)]
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PyDType(pub DType);
 
@@ -66,9 +66,24 @@ impl PyDType {
     fn __str__(&self) -> &'static str {
         np_name(self.0)
     }
-    fn __reduce__(&self) -> (String, ()) {
-        // Pickles as the module attribute of the same name.
-        (np_name(self.0).to_string(), ())
+    /// `kiln.DType("float32")`: the dtype of any dtype-like (a name, a NumPy dtype, float/int/bool).
+    #[new]
+    fn new(dtype: &Bound<'_, PyAny>) -> PyResult<Self> {
+        Ok(PyDType(to_dtype(dtype)?))
+    }
+    /// Pickles as `DType(name)`.
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (&'static str,))> {
+        Ok((py.get_type::<PyDType>().into_any(), (np_name(self.0),)))
+    }
+    /// Equal to the same dtype and to anything naming it (`"float32"`, `"f32"`, `numpy.float32`).
+    fn __eq__(&self, other: &Bound<'_, PyAny>) -> bool {
+        to_dtype(other).is_ok_and(|d| d == self.0)
+    }
+    fn __ne__(&self, other: &Bound<'_, PyAny>) -> bool {
+        !self.__eq__(other)
+    }
+    fn __hash__(&self) -> u64 {
+        self.0 as u64 + 0x6b696c6e
     }
 }
 

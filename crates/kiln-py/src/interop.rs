@@ -194,8 +194,11 @@ pub fn asarray_impl(
     };
     // Convert on the host when the target has a NumPy dtype (saves a device cast and f64 uploads).
     let host_dtype = if target != DType::BF16 && !(target == DType::F64 && device.is_gpu()) { target } else { src };
-    let contiguous = np.getattr("ascontiguousarray")?;
-    a = contiguous.call1((a, np_name(host_dtype)))?;
+    // `asarray(order="C")` keeps 0-d arrays 0-d (`ascontiguousarray` makes them 1-d).
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("dtype", np_name(host_dtype))?;
+    kwargs.set_item("order", "C")?;
+    a = np.getattr("asarray")?.call((a,), Some(&kwargs))?;
     let shape: Vec<usize> = a.getattr("shape")?.extract()?;
     let iface = a.getattr("__array_interface__")?;
     let (addr, _ro): (usize, bool) = iface.get_item("data")?.extract()?;

@@ -177,9 +177,9 @@ def clip(x, /, min=None, max=None):
 
 # Composed element-wise functions.
 def isnan(x, /):
-    """True where `x` is NaN (`x != x`); all False for integer and bool tensors."""
+    """True where `x` is NaN (`not x == x`); all False for integer and bool tensors."""
     x = _t(x)
-    return x != x
+    return ~(x == x)
 
 
 def isinf(x, /):
