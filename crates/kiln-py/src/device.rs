@@ -104,9 +104,11 @@ impl PyDevice {
         self.0.reset_peak_memory()
     }
 
-    /// Caps the bytes of GPU memory kiln allocates (0: no limit); beyond it ops raise MemoryError.
-    fn set_memory_limit(&self, bytes: u64) {
-        self.0.set_memory_limit(bytes)
+    /// Caps the bytes the GPU pool may hold (active + cached; None: no limit); past it ops raise
+    /// MemoryError after dropping the cache.
+    #[pyo3(signature = (bytes = None))]
+    fn set_memory_limit(&self, bytes: Option<u64>) {
+        self.0.set_memory_limit(bytes.unwrap_or(u64::MAX))
     }
 
     /// Fills GPU outputs with NaN bits before each op (tests use it, so unwritten elements show).

@@ -17,6 +17,8 @@ use pyo3::types::{PyDict, PyTuple};
 #[pyclass(module = "kiln", frozen)]
 pub struct HostView {
     t: Tensor,
+    /// True for a host copy made for this view alone (nothing else sees its memory).
+    writable: bool,
 }
 
 /// NumPy's type string of a dtype (`<f4`); bf16 has none.
@@ -47,7 +49,7 @@ impl HostView {
         d.set_item("version", 3)?;
         d.set_item("shape", PyTuple::new(py, t.dims())?)?;
         d.set_item("typestr", typestr(t.dtype()).ok_or_else(|| type_err("__array__", "bf16 has no NumPy dtype"))?)?;
-        d.set_item("data", (ptr as usize + offset, true))?;
+        d.set_item("data", (ptr as usize + offset, !self.writable))?;
         let strides: Vec<usize> = t.strides().iter().map(|s| s * size).collect();
         d.set_item("strides", PyTuple::new(py, strides)?)?;
         Ok(d)
@@ -74,7 +76,7 @@ pub fn to_numpy<'py>(py: Python<'py>, t: &Tensor, copy: Option<bool>) -> PyResul
             Ok(h)
         }
     })?;
-    let view = Bound::new(py, HostView { t: host })?;
+    let view = Bound::new(py, HostView { t: host, writable: needs_copy })?;
     let np = py.import("numpy")?;
     if copy == Some(true) && !needs_copy {
         return np.getattr("array")?.call1((view,));
