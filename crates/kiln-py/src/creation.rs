@@ -37,7 +37,13 @@ fn dtype_or(py: Python<'_>, dtype: Any<'_, '_>, default: DType, device: &kiln::D
 /// A tensor of `shape` filled with `fill_value`.
 #[pyfunction]
 #[pyo3(signature = (shape, fill_value, *, dtype = None, device = None))]
-fn full(py: Python<'_>, shape: &Bound<'_, PyAny>, fill_value: &Bound<'_, PyAny>, dtype: Any, device: Any) -> PyResult<PyTensor> {
+fn full(
+    py: Python<'_>,
+    shape: &Bound<'_, PyAny>,
+    fill_value: &Bound<'_, PyAny>,
+    dtype: Any,
+    device: Any,
+) -> PyResult<PyTensor> {
     let dev = to_device(py, device)?;
     let default = if fill_value.is_instance_of::<pyo3::types::PyBool>() {
         DType::Bool
@@ -134,7 +140,8 @@ fn arange(
 ) -> PyResult<PyTensor> {
     let dev = to_device(py, device)?;
     let is_int = |o: &Bound<'_, PyAny>| o.is_instance_of::<pyo3::types::PyInt>();
-    let all_int = is_int(start) && stop.is_none_or(|s| s.is_none() || is_int(s)) && step.is_none_or(|s| s.is_none() || is_int(s));
+    let all_int =
+        is_int(start) && stop.is_none_or(|s| s.is_none() || is_int(s)) && step.is_none_or(|s| s.is_none() || is_int(s));
     let dt = dtype_or(py, dtype, if all_int { DType::I64 } else { DType::F32 }, &dev)?;
     let (a, b) = match stop.filter(|s| !s.is_none()) {
         Some(s) => (start.extract::<f64>()?, s.extract::<f64>()?),

@@ -169,7 +169,13 @@ fn import(py: Python<'_>, capsule: &Bound<'_, PyAny>, device: Device, op: &str) 
         return Err(type_err(op, format!("only CPU DLPack tensors import (device type {})", dl.device.device_type)));
     }
     let dtype = from_dl_dtype(dl.dtype).ok_or_else(|| {
-        type_err(op, format!("DLPack dtype (code {}, {} bits, {} lanes) has no kiln equivalent", dl.dtype.code, dl.dtype.bits, dl.dtype.lanes))
+        type_err(
+            op,
+            format!(
+                "DLPack dtype (code {}, {} bits, {} lanes) has no kiln equivalent",
+                dl.dtype.code, dl.dtype.bits, dl.dtype.lanes
+            ),
+        )
     })?;
     let rank = dl.ndim as usize;
     // SAFETY: shape (and strides, when not null) point to `ndim` entries by the protocol.

@@ -65,8 +65,9 @@ fn classify<'py>(py: Python<'py>, obj: &Bound<'py, PyAny>) -> PyResult<Item<'py>
             }
         }
     }
-    let t = asarray_impl(py, obj, None, Some(Device::cpu()), None)
-        .map_err(|_| type_err("index", format!("cannot index with {}", obj.repr().map(|r| r.to_string()).unwrap_or_default())))?;
+    let t = asarray_impl(py, obj, None, Some(Device::cpu()), None).map_err(|_| {
+        type_err("index", format!("cannot index with {}", obj.repr().map(|r| r.to_string()).unwrap_or_default()))
+    })?;
     let shape = t.dims().to_vec();
     match t.dtype() {
         DType::Bool => Ok(Item::Mask(run(py, "index", move || t.to_vec::<bool>())?, shape)),
@@ -241,8 +242,12 @@ fn gather_advanced(py: Python<'_>, cur: Tensor, mut adv: Vec<(usize, Vec<i64>, V
         }
         scale *= dims[at + j] as i64;
     }
-    let merged: Vec<usize> =
-        dims[..at].iter().copied().chain([dims[at..at + m].iter().product()]).chain(dims[at + m..].iter().copied()).collect();
+    let merged: Vec<usize> = dims[..at]
+        .iter()
+        .copied()
+        .chain([dims[at..at + m].iter().product()])
+        .chain(dims[at + m..].iter().copied())
+        .collect();
     let out: Vec<usize> = dims[..at].iter().chain(&bshape).chain(&dims[at + m..]).copied().collect();
     let dev = cur.device().clone();
     run(py, "index", move || {

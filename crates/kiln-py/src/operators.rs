@@ -76,14 +76,24 @@ impl PyTensor {
         1000.0
     }
 
-    fn __pow__(&self, py: Python<'_>, other: &Bound<'_, PyAny>, modulo: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
+    fn __pow__(
+        &self,
+        py: Python<'_>,
+        other: &Bound<'_, PyAny>,
+        modulo: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
         if modulo.is_some_and(|m| !m.is_none()) {
             return Err(type_err("pow", "three-argument pow is not supported"));
         }
         let (a, b) = (self.t.clone(), PyTensor::operand(&self.t, other)?);
         Ok(run(py, "pow", move || a.pow(&b))?.into())
     }
-    fn __rpow__(&self, py: Python<'_>, other: &Bound<'_, PyAny>, modulo: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
+    fn __rpow__(
+        &self,
+        py: Python<'_>,
+        other: &Bound<'_, PyAny>,
+        modulo: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
         if modulo.is_some_and(|m| !m.is_none()) {
             return Err(type_err("pow", "three-argument pow is not supported"));
         }

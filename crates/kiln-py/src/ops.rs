@@ -135,7 +135,13 @@ impl PyTensor {
     /// Variance over `axis` with `correction` (0: population, 1: sample): the sum of squared
     /// deviations from the mean (two passes) divided by `max(n - correction, 0)`.
     #[pyo3(signature = (axis = None, *, correction = 0, keepdims = false))]
-    fn var(&self, py: Python<'_>, axis: Option<&Bound<'_, PyAny>>, correction: usize, keepdims: bool) -> PyResult<PyTensor> {
+    fn var(
+        &self,
+        py: Python<'_>,
+        axis: Option<&Bound<'_, PyAny>>,
+        correction: usize,
+        keepdims: bool,
+    ) -> PyResult<PyTensor> {
         let axes = self.axes(axis)?;
         let t = self.t.clone();
         Ok(run(py, "var", move || t.var(&axes, keepdims, correction))?.into())
@@ -143,7 +149,13 @@ impl PyTensor {
 
     /// Standard deviation: the square root of `var`.
     #[pyo3(signature = (axis = None, *, correction = 0, keepdims = false))]
-    fn std(&self, py: Python<'_>, axis: Option<&Bound<'_, PyAny>>, correction: usize, keepdims: bool) -> PyResult<PyTensor> {
+    fn std(
+        &self,
+        py: Python<'_>,
+        axis: Option<&Bound<'_, PyAny>>,
+        correction: usize,
+        keepdims: bool,
+    ) -> PyResult<PyTensor> {
         let axes = self.axes(axis)?;
         let t = self.t.clone();
         Ok(run(py, "std", move || t.std(&axes, keepdims, correction))?.into())
@@ -226,7 +238,13 @@ impl PyTensor {
 
     /// Rotary embedding with given `(t, d/2)` `cos` and `sin` tables (see `rope`).
     #[pyo3(signature = (cos, sin, interleaved = false))]
-    fn rope_with_tables(&self, py: Python<'_>, cos: &PyTensor, sin: &PyTensor, interleaved: bool) -> PyResult<PyTensor> {
+    fn rope_with_tables(
+        &self,
+        py: Python<'_>,
+        cos: &PyTensor,
+        sin: &PyTensor,
+        interleaved: bool,
+    ) -> PyResult<PyTensor> {
         let (t, c, s) = (self.t.clone(), cos.t.clone(), sin.t.clone());
         let layout = if interleaved { RopeLayout::Interleaved } else { RopeLayout::HalfSplit };
         Ok(run(py, "rope", move || t.rope_with_tables(&c, &s, layout))?.into())
@@ -285,7 +303,8 @@ impl PyTensor {
             axes.extract()?
         };
         let rank = self.t.rank() as isize;
-        let perm: Vec<usize> = axes.iter().map(|&a| if a < 0 { (a + rank).max(0) as usize } else { a as usize }).collect();
+        let perm: Vec<usize> =
+            axes.iter().map(|&a| if a < 0 { (a + rank).max(0) as usize } else { a as usize }).collect();
         Ok(self.t.permute(&perm).map_err(crate::errors::to_py)?.into())
     }
 
