@@ -119,6 +119,9 @@ impl PyTensor {
     }
 }
 
+/// What `__reduce__` returns: a callable and its arguments.
+type Reduced<'py> = (Bound<'py, PyAny>, (Bound<'py, PyAny>, PyDType));
+
 /// Builds a nested list of Python scalars from row-major `values` (f64 and exact i64 for each).
 fn nest<'py>(py: Python<'py>, values: &[(f64, i64)], dims: &[usize], dtype: DType) -> PyResult<Bound<'py, PyAny>> {
     let item = |(f, i): (f64, i64)| -> PyResult<Bound<'py, PyAny>> {
@@ -269,7 +272,7 @@ impl PyTensor {
         self.__int__(py)
     }
     fn __bool__(&self, py: Python<'_>) -> PyResult<bool> {
-        Ok(self.item(py)?.is_truthy()?)
+        self.item(py)?.is_truthy()
     }
     fn __len__(&self) -> PyResult<usize> {
         self.t.dims().first().copied().ok_or_else(|| type_err("len", "len() of a 0-d tensor"))
@@ -298,7 +301,7 @@ impl PyTensor {
     }
 
     /// Tensors pickle as their host values (dtype and shape kept), unpickled on the CPU.
-    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyAny>, (Bound<'py, PyAny>, PyDType))> {
+    fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Reduced<'py>> {
         let asarray = py.import("kiln")?.getattr("asarray")?;
         Ok((asarray, (self.to_list(py)?, PyDType(self.t.dtype()))))
     }

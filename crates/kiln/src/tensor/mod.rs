@@ -89,7 +89,7 @@ impl Tensor {
     /// alive (tensors are immutable); writing through the pointer is undefined behaviour.
     pub fn cpu_storage_ptr(&self) -> Option<*const u8> {
         match &*self.storage() {
-            Storage::Cpu(s) => Some(crate::cpu::with_vec!(s, v => v.as_ptr() as *const u8)),
+            Storage::Cpu(s) => Some(crate::cpu::with_vec!(s, v => v.as_ptr().cast::<u8>())),
             Storage::Gpu(_) => None,
         }
     }
