@@ -93,3 +93,12 @@ def test_dtype_functions():
     assert kiln.ones(2).astype(np.int32).dtype == kiln.int32
     assert kiln.ones(2, dtype=float).dtype == kiln.float32 and kiln.ones(2, dtype=int).dtype == kiln.int64
     assert math.isclose(kiln.pi, math.pi)
+
+
+def test_docstrings_come_from_rust():
+    assert "numerically stable" in kiln.Tensor.softmax.__doc__
+    assert "grouped-query attention" in kiln.Tensor.sdpa.__doc__
+    assert kiln.Tensor.exp.__doc__ and kiln.exp.__doc__ == kiln.Tensor.exp.__doc__
+    assert "read-only view" in kiln.Tensor.__array__.__doc__
+    for name in ["zeros", "asarray", "from_dlpack", "arange"]:
+        assert getattr(kiln, name).__doc__, name
