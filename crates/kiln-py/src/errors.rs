@@ -3,9 +3,11 @@
 
 use pyo3::exceptions::{PyIndexError, PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyType;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-/// Shapes and arguments give `ValueError`, an index out of range `IndexError`, dtypes `TypeError`,
+/// Shapes and arguments give `ValueError`, an index out of range `kiln.OutOfRangeError` (both an
+/// `IndexError` and a `ValueError`), dtypes `TypeError`,
 /// out of memory `MemoryError`, and the rest (GPU, device lost, missing backend) `RuntimeError`.
 /// Every message names the op, as kiln's messages do.
 pub fn to_py(e: kiln::Error) -> PyErr {
@@ -19,13 +21,24 @@ pub fn to_py(e: kiln::Error) -> PyErr {
         | DuplicateAxis { .. }
         | DeviceMismatch { .. }
         | InvalidArgument { .. } => PyValueError::new_err(msg),
-        OutOfRange { .. } => PyIndexError::new_err(msg),
+        OutOfRange { .. } => out_of_range(msg),
         UnsupportedDType { .. } | DTypeMismatch { .. } => PyTypeError::new_err(msg),
         OutOfMemory { .. } => PyMemoryError::new_err(msg),
         BackendUnavailable { .. } | NotImplemented { .. } | DeviceLost(_) | Gpu { .. } | BadEnv { .. } => {
             PyRuntimeError::new_err(msg)
         }
     }
+}
+
+/// `kiln.OutOfRangeError` (an `IndexError` and a `ValueError`, defined in `kiln/__init__.py`), or a
+/// plain `IndexError` before the package has loaded.
+fn out_of_range(msg: String) -> PyErr {
+    Python::attach(|py| {
+        match py.import("kiln").and_then(|m| m.getattr("OutOfRangeError")).map(|t| t.cast_into::<PyType>()) {
+            Ok(Ok(t)) => PyErr::from_type(t, msg),
+            _ => PyIndexError::new_err(msg),
+        }
+    })
 }
 
 /// `kiln::Result` into `PyResult`.

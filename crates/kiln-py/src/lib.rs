@@ -9,6 +9,7 @@ mod dtype;
 mod errors;
 mod indexing;
 mod interop;
+mod kv_cache;
 mod operators;
 mod ops;
 mod tensor;
@@ -21,6 +22,7 @@ fn _kiln(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dtype::PyDType>()?;
     m.add_class::<device::PyDevice>()?;
     m.add_class::<interop::HostView>()?;
+    m.add_class::<kv_cache::PyKvCache>()?;
     dtype::register(m)?;
     creation::register(m)?;
     interop::register(m)?;

@@ -394,3 +394,21 @@ def test_creation(device):
     z = kiln.zeros_like(a)
     assert z.shape == a.shape and z.device == a.device
     assert_close(kiln.full_like(a, 2.0), np.full(100, 2.0))
+
+
+def test_kv_cache_matches_full_attention(device, rng):
+    q = rng.standard_normal((1, 2, 6, 8)).astype(np.float32)
+    k = rng.standard_normal((1, 2, 6, 8)).astype(np.float32)
+    v = rng.standard_normal((1, 2, 6, 8)).astype(np.float32)
+    cache = kiln.KvCache(8)
+    kk, vv = cache.append(kiln.asarray(k[:, :, :4], device=device), kiln.asarray(v[:, :, :4], device=device))
+    assert len(cache) == 4 and kk.shape == (1, 2, 4, 8)
+    for t in (4, 5):
+        kk, vv = cache.append(kiln.asarray(k[:, :, t : t + 1], device=device), kiln.asarray(v[:, :, t : t + 1], device=device))
+        out = kiln.asarray(q[:, :, t : t + 1], device=device).sdpa(kk, vv, causal=True)
+        ref = _sdpa_ref(*(a.astype(np.float64) for a in (q[:, :, t : t + 1], k[:, :, : t + 1], v[:, :, : t + 1])), True, 1 / np.sqrt(8))
+        assert_close(out, ref, kind="float")
+    with pytest.raises(ValueError, match="kv_cache"):
+        cache.append(kiln.asarray(k[:, :, :3], device=device), kiln.asarray(v[:, :, :3], device=device))
+    cache.reset()
+    assert len(cache) == 0 and cache.current() is None and cache.max_len == 8

@@ -13,6 +13,7 @@ for what is covered. ``kiln.Backend`` is a GPU device API in the style of Python
 from ._kiln import (  # noqa: F401
     Device,
     DType,
+    KvCache,
     Tensor,
     __version__,
     arange,
@@ -53,6 +54,11 @@ from .backend import Backend, DeviceBuffer, Kernel, KernelResult, UnifiedBuffer 
 __array_api_version__ = "2023.12"
 
 
+class OutOfRangeError(IndexError, ValueError):
+    """An index or range outside a dimension (index ops, a full KvCache): an IndexError, as Python
+    has it, and a ValueError, as a bad argument."""
+
+
 def __array_namespace__(api_version=None):
     """The array API namespace: this module."""
     import sys
@@ -68,6 +74,8 @@ def device(name=None):
 __all__ = [
     "Device",
     "DType",
+    "KvCache",
+    "OutOfRangeError",
     "Tensor",
     "Backend",
     "DeviceBuffer",
