@@ -8,7 +8,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// Shapes and arguments give `ValueError`, an index out of range `kiln.OutOfRangeError` (both an
 /// `IndexError` and a `ValueError`), dtypes `TypeError`,
-/// out of memory `MemoryError`, and the rest (GPU, device lost, missing backend) `RuntimeError`.
+/// sizes past the address space `ValueError`, out of (device or host) memory `MemoryError`, and the rest (GPU, device lost, missing backend) `RuntimeError`.
 /// Every message names the op, as kiln's messages do.
 pub fn to_py(e: kiln::Error) -> PyErr {
     use kiln::Error::*;
@@ -20,10 +20,11 @@ pub fn to_py(e: kiln::Error) -> PyErr {
         | AxisOutOfRange { .. }
         | DuplicateAxis { .. }
         | DeviceMismatch { .. }
-        | InvalidArgument { .. } => PyValueError::new_err(msg),
+        | InvalidArgument { .. }
+        | TooLarge { .. } => PyValueError::new_err(msg),
         OutOfRange { .. } => out_of_range(msg),
         UnsupportedDType { .. } | DTypeMismatch { .. } => PyTypeError::new_err(msg),
-        OutOfMemory { .. } => PyMemoryError::new_err(msg),
+        OutOfMemory { .. } | HostOutOfMemory { .. } => PyMemoryError::new_err(msg),
         BackendUnavailable { .. } | NotImplemented { .. } | DeviceLost(_) | Gpu { .. } | BadEnv { .. } => {
             PyRuntimeError::new_err(msg)
         }

@@ -12,14 +12,36 @@ use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
 use pyo3::types::{PyEllipsis, PySlice, PySliceMethods, PyTuple};
 
-/// An integer index tensor for the index ops, on `like`'s device.
-pub fn index_tensor(py: Python<'_>, like: &Tensor, obj: &Bound<'_, PyAny>) -> PyResult<Tensor> {
-    let t = asarray_impl(py, obj, None, Some(like.device().clone()), None)?;
-    // An empty list comes from NumPy as float: it indexes nothing either way.
-    if t.elem_count() == 0 && t.dtype().is_float() {
-        return run(py, "index", move || t.to_dtype(DType::I64));
+/// An integer index tensor for the index ops, on `like`'s device. Indices given as Python or NumPy
+/// data are checked against `size` (the indexed axis) on the host, on every device: kiln's GPU
+/// kernels read ids on the device and give zeros for ids out of range, but host data costs nothing
+/// to check. Index tensors are passed through as they are.
+pub fn index_tensor(
+    py: Python<'_>,
+    op: &'static str,
+    like: &Tensor,
+    obj: &Bound<'_, PyAny>,
+    size: usize,
+) -> PyResult<Tensor> {
+    if let Ok(t) = obj.cast::<PyTensor>() {
+        return Ok(t.get().t.clone());
     }
-    Ok(t)
+    let t = asarray_impl(py, obj, None, Some(Device::cpu()), None)?;
+    let dev = like.device().clone();
+    run(py, op, move || {
+        // An empty list comes from NumPy as float: it indexes nothing either way.
+        let t = if t.elem_count() == 0 && t.dtype().is_float() { t.to_dtype(DType::I64)? } else { t };
+        if t.dtype().is_int() {
+            let ids = t.to_dtype(DType::I64)?.to_vec::<i64>()?;
+            if let Some(i) = ids.into_iter().find(|&i| i < 0 || i as u64 >= size as u64) {
+                return Err(kiln::Error::OutOfRange {
+                    op,
+                    msg: format!("index {i} is out of range for an axis of size {size}; indices must lie in 0..{size}"),
+                });
+            }
+        }
+        t.to_device(&dev)
+    })
 }
 
 enum Item<'py> {

@@ -411,20 +411,23 @@ impl PyTensor {
     /// Entries of `axis` picked by the 1-D integer tensor `ids` (in that order, repeats allowed).
     #[pyo3(signature = (ids, axis = 0))]
     fn index_select(&self, py: Python<'_>, ids: &Bound<'_, PyAny>, axis: isize) -> PyResult<PyTensor> {
-        let (t, i) = (self.t.clone(), crate::indexing::index_tensor(py, &self.t, ids)?);
+        let size = self.t.dim(axis).map_err(crate::errors::to_py)?;
+        let (t, i) = (self.t.clone(), crate::indexing::index_tensor(py, "index_select", &self.t, ids, size)?);
         Ok(run(py, "index_select", move || t.index_select(&i, axis))?.into())
     }
 
     /// Rows of this `(vocab, d)` table for integer `ids` of any shape; output `ids.shape + (d,)`.
     fn embedding(&self, py: Python<'_>, ids: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        let (t, i) = (self.t.clone(), crate::indexing::index_tensor(py, &self.t, ids)?);
+        let size = self.t.dims().first().copied().unwrap_or(0);
+        let (t, i) = (self.t.clone(), crate::indexing::index_tensor(py, "embedding", &self.t, ids, size)?);
         Ok(run(py, "embedding", move || t.embedding(&i))?.into())
     }
 
     /// PyTorch `gather`: `out[..][j][..] = self[..][ids[..][j][..]][..]` along `axis`. `ids` has the
     /// rank of `self` and no dim larger than `self`'s except along `axis`; the result has `ids`'s shape.
     fn gather(&self, py: Python<'_>, axis: isize, ids: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        let (t, i) = (self.t.clone(), crate::indexing::index_tensor(py, &self.t, ids)?);
+        let size = self.t.dim(axis).map_err(crate::errors::to_py)?;
+        let (t, i) = (self.t.clone(), crate::indexing::index_tensor(py, "gather", &self.t, ids, size)?);
         Ok(run(py, "gather", move || t.gather(axis, &i))?.into())
     }
 
