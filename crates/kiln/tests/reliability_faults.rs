@@ -187,7 +187,10 @@ fn an_allocation_over_the_memory_limit_is_an_err_and_the_device_goes_on() {
         assert_eq!(keep.sum_all().unwrap().to_scalar::<f32>().unwrap(), 65536.0);
     }
     dev.set_memory_limit(u64::MAX);
-    assert_eq!(Tensor::ones(2 << 20, DType::F32, &dev).unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap(), 2097152.0);
+    assert_eq!(
+        Tensor::ones(2 << 20, DType::F32, &dev).unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap(),
+        2097152.0
+    );
 }
 
 #[test]
@@ -196,7 +199,9 @@ fn out_of_range_and_negative_ids_are_errors_on_every_device() {
     let _dog = support::Watchdog::new("ids test", Duration::from_secs(120));
     for dev in [Device::cpu(), gpu] {
         let table = Tensor::arange(0.0, 12.0, DType::F32, &dev).unwrap().reshape((4, 3)).unwrap();
-        for (dt, bad) in [(DType::I64, 4.0), (DType::I64, -1.0), (DType::I32, -5.0), (DType::U32, 4.0), (DType::I64, 1e12)] {
+        for (dt, bad) in
+            [(DType::I64, 4.0), (DType::I64, -1.0), (DType::I32, -5.0), (DType::U32, 4.0), (DType::I64, 1e12)]
+        {
             let ids = Tensor::from_f64_values(&[0.0, bad, 1.0], 3, dt, &dev).unwrap();
             let e = table.index_select(&ids, 0).and_then(|t| t.to_vec::<f32>());
             assert!(matches!(&e, Err(e) if e.to_string().starts_with("[index_select]")), "{dev} {dt} {bad}: {e:?}");
@@ -210,4 +215,24 @@ fn out_of_range_and_negative_ids_are_errors_on_every_device() {
         let ids = Tensor::from_f64_values(&[3.0, 0.0], 2, DType::I64, &dev).unwrap();
         assert_eq!(table.index_select(&ids, 0).unwrap().to_vec::<f32>().unwrap(), vec![9.0, 10.0, 11.0, 0.0, 1.0, 2.0]);
     }
+}
+
+#[test]
+fn the_largest_tensor_the_gpu_accepts_works_and_one_element_more_is_an_err() {
+    let Some((dev, _serial)) = gpu() else { return };
+    let _dog = support::Watchdog::new("largest-tensor test", Duration::from_secs(300));
+    // The largest tensor is the largest storage binding (lavapipe: 128 MiB, so 32 Mi f32).
+    let max = dev.gpu_info().unwrap().max_storage_binding.min(dev.gpu_info().unwrap().max_buffer_size);
+    let n = (max / 4) as usize;
+    let t = Tensor::ones(n, DType::F32, &dev).unwrap().mul_scalar(0.5).unwrap();
+    let tail = t.narrow(0, n - 3, 3).unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(tail, vec![0.5; 3]);
+    assert_eq!(t.sum_all().unwrap().to_scalar::<f32>().unwrap(), n as f32 / 2.0);
+    drop(t);
+    for (count, dt) in [(n + 1, DType::F32), (2 * n + 2, DType::F16), (4 * n + 4, DType::U8)] {
+        let e = Tensor::zeros(count, dt, &dev).unwrap_err().to_string();
+        assert!(e.contains("exceeds") && e.starts_with('['), "{count} x {dt}: {e}");
+    }
+    works(&dev);
+    dev.clear_cache();
 }
