@@ -32,6 +32,17 @@ def target(name):
         return "copy", 0.80
     if name.startswith("launch_chain"):
         return "us", 3.0
+    # Issue 9's realistic layouts (realistic_cases.rs).
+    if name.startswith(("linear_f16_m1_", "linear_bf16_m1_")):
+        return "copy", 0.85
+    if name.startswith(("linear_f16", "linear_bf16")):
+        return "ratio", 0.40
+    if name.startswith("linear_f32"):
+        return "sgemm", 0.70
+    if name.startswith(("decode_mlp", "embedding", "rope")):
+        return "copy", 0.80
+    if name.startswith(("concat", "transpose_add")):
+        return "ratio", 0.90
     return None, None
 
 
@@ -75,7 +86,7 @@ def main():
         lim = ""
         if r.get("gbps"):
             lim = f"{100 * r['gbps'] / copy:.0f}% bw"
-        elif name.startswith("matmul_f32") and r.get("gflops"):
+        elif name.startswith(("matmul_f32", "linear_f32")) and r.get("gflops"):
             lim = f"{100 * r['gflops'] / sgemm:.0f}% sgemm"
         goal = ""
         if kind:

@@ -53,6 +53,85 @@ class Inputs:
         return self.cache[key]
 
 
+def realistic_sizes(quick):
+    """Must match `Sizes` in realistic_cases.rs."""
+    if quick:
+        return dict(m=16, k=256, n=688, odd=75, vocab=1000, width=256, ids=64, rope=(1, 4, 128, 64),
+                    cat=(4, 256, 64), side=512, n_bf16=1 << 20, mid=(16, 64, 16))
+    return dict(m=512, k=4096, n=11008, odd=3000, vocab=128256, width=4096, ids=512, rope=(1, 32, 2048, 128),
+                cat=(32, 4096, 128), side=8192, n_bf16=64 << 20, mid=(256, 1024, 256))
+
+
+def realistic(add, quick):
+    """The realistic cases of issue 9 (crates/kiln-cli/src/bench/realistic_cases.rs), same names and shapes."""
+    s = realistic_sizes(quick)
+    m, k, n = s["m"], s["k"], s["n"]
+    names = {torch.float16: "f16", torch.float32: "f32", torch.bfloat16: "bf16"}
+
+    def linear(rows, dtype):
+        size = torch.tensor([], dtype=dtype).element_size()
+        nbytes = size * (rows * k + n * k + rows * n) if rows <= 16 else None
+        add(f"linear_{names[dtype]}_m{rows}_n{n}", f"{rows}x{k} . ({n}x{k})^T", nbytes, 2 * rows * k * n,
+            lambda I: (lambda x=I.randn([rows, k], 1, dtype), w=I.randn([n, k], 2, dtype) * 0.02: F.linear(x, w)))
+
+    linear(m, torch.float16)
+    linear(m, torch.float32)
+    linear(m, torch.bfloat16)
+    o = s["odd"]
+    add(f"matmul_f32_{o}", f"{o}x{o} @ {o}x{o}", None, 2 * o ** 3,
+        lambda I: (lambda a=I.randn([o, o], 1), b=I.randn([o, o], 2): a @ b))
+    linear(1, torch.float16)
+    linear(1, torch.bfloat16)
+
+    def mlp(I):
+        h = torch.float16
+        x, g = I.randn([1, k], 1, h), I.randn([k], 2, h)
+        up, down = I.randn([n, k], 2, h) * 0.02, I.randn([k, n], 3, h) * 0.02
+        return lambda: F.linear(F.silu(F.linear(F.rms_norm(x, (k,), g, 1e-5), up)), down)
+
+    add("decode_mlp_f16", f"1x{k} -> {n} -> {k}", 2 * (2 * n * k + 2 * k + 2 * n), None, mlp)
+    vocab, width, nid = s["vocab"], s["width"], s["ids"]
+
+    def embedding(dtype):
+        size = torch.tensor([], dtype=dtype).element_size()
+        ids = torch.tensor([(i * 2654435761) % vocab for i in range(nid)], dtype=torch.int64, device="cuda")
+        add(f"embedding_{names[dtype]}_{vocab}", f"{nid} ids into {vocab}x{width}", 2 * size * nid * width + 8 * nid,
+            None, lambda I: (lambda t=I.randn([vocab, width], 1, dtype): F.embedding(ids, t)))
+
+    embedding(torch.bfloat16)
+    embedding(torch.float32)
+    b, h, t, d = s["rope"]
+
+    def rope(I):
+        # Hugging Face Llama: (t, d) cos/sin tables made once (cached), x * cos + rotate_half(x) * sin.
+        x = I.randn([b, h, t, d], 1, torch.float16)
+        inv = 10000.0 ** (-torch.arange(0, d, 2, device="cuda", dtype=torch.float32) / d)
+        f = torch.outer(torch.arange(t, device="cuda", dtype=torch.float32), inv)
+        e = torch.cat([f, f], -1)
+        cos, sin = e.cos().half(), e.sin().half()
+
+        def op():
+            x1, x2 = x[..., : d // 2], x[..., d // 2:]
+            return x * cos + torch.cat([-x2, x1], -1) * sin
+
+        return op
+
+    add(f"rope_f16_t{t}", f"{b}x{h}x{t}x{d}", 4 * b * h * t * d, None, rope)
+    ca, cb, cc = s["cat"]
+    add("concat_f16_axis1", f"2 x {ca}x{cb}x{cc}", 8 * ca * cb * cc, None,
+        lambda I: (lambda x=I.randn([ca, cb, cc], 1, torch.float16), y=I.randn([ca, cb, cc], 2, torch.float16):
+                   torch.cat([x, y], 1)))
+    sd = s["side"]
+    add(f"transpose_add_f32_{sd}", f"{sd}x{sd}", 12 * sd * sd, None,
+        lambda I: (lambda x=I.randn([sd, sd], 1), y=I.randn([sd, sd], 2): x.t() + y))
+    nb = s["n_bf16"]
+    add("add_bf16", count(nb), 6 * nb, None,
+        lambda I: (lambda x=I.randn([nb], 1, torch.bfloat16), y=I.randn([nb], 2, torch.bfloat16): x + y))
+    p, q, r = s["mid"]
+    add("sum_mid_axis", f"{p}x{q}x{r}", 4 * (p * q * r + p * r), None,
+        lambda I: (lambda x=I.randn([p, q, r], 1): x.sum(1)))
+
+
 def cases(quick):
     """(name, shape, bytes, flops, build) where build(inputs) returns the op to time."""
     s = sizes(quick)
@@ -127,6 +206,7 @@ def cases(quick):
     add(f"sdpa_decode_d128_kv{L}", f"1x{hq}/{hkv}x1x128 kv {L}", F32 * (2 * hkv * L * 128 + 2 * hq * 128), None,
         lambda I: (lambda q=I.randn([1, hq, 1, 128], 1), k=I.randn([1, hkv, L, 128], 2), v=I.randn([1, hkv, L, 128], 3):
                    F.scaled_dot_product_attention(q, k, v, enable_gqa=True)))
+    realistic(add, quick)
     return out
 
 

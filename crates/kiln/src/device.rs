@@ -170,6 +170,33 @@ impl Device {
         }
     }
 
+    /// How long a wait for a GPU (a readback, `synchronize`) may take before the device is declared
+    /// lost (default 600 s or `KILN_GPU_TIMEOUT` seconds). wgpu has no per-dispatch timeout, so this
+    /// is what stops a kernel that runs too long from hanging the caller: the wait returns
+    /// `Error::DeviceLost`, every later op on this device does too, and `Device::gpu()` opens a fresh
+    /// device. A no-op on the CPU.
+    pub fn set_wait_timeout(&self, limit: std::time::Duration) {
+        if let Some(c) = self.gpu_context() {
+            let ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX).max(1);
+            c.wait_timeout_ms.store(ms, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Whether this GPU device is lost (its ops fail with `Error::DeviceLost`); false on the CPU.
+    pub fn is_lost(&self) -> bool {
+        self.gpu_context().is_some_and(|c| c.is_lost())
+    }
+
+    /// Destroys this GPU device for real (wgpu's `Device::destroy`), to test how a program copes with
+    /// a device loss, which cannot be caused on demand otherwise: every later op on it, and on its
+    /// tensors, fails with `Error::DeviceLost`, and `Device::gpu()` then opens a fresh device. A no-op
+    /// on the CPU.
+    pub fn simulate_device_lost(&self) {
+        if let Some(c) = self.gpu_context() {
+            c.destroy("Device::simulate_device_lost");
+        }
+    }
+
     /// Resets the peak of `memory_stats`.
     pub fn reset_peak_memory(&self) {
         if let Some(c) = self.gpu_context() {
@@ -250,6 +277,15 @@ impl Device {
         match &self.0 {
             DeviceKind::Cpu => Ok(Storage::Cpu(CpuDevice.full(shape, dtype, value)?)),
             DeviceKind::Gpu(c) => Ok(Storage::Gpu(GpuStorage::full(c, dtype, shape.elem_count(), value)?)),
+        }
+    }
+
+    /// Storage of `shape` whose contents are unspecified (the caller writes every element): no fill
+    /// on the GPU (poisoned when poisoning is on), zeros on the CPU.
+    pub(crate) fn uninit_storage(&self, shape: &crate::Shape, dtype: crate::DType) -> Result<Storage> {
+        match &self.0 {
+            DeviceKind::Cpu => Ok(Storage::Cpu(CpuDevice.full(shape, dtype, 0.0)?)),
+            DeviceKind::Gpu(c) => Ok(Storage::Gpu(GpuStorage::alloc(c, dtype, shape.elem_count())?)),
         }
     }
 

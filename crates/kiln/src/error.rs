@@ -56,6 +56,15 @@ pub enum Error {
     #[error("[{op}] {msg}")]
     InvalidArgument { op: &'static str, msg: String },
 
+    /// A shape or size whose element count or byte size does not fit in the address space (it
+    /// overflows, or exceeds `isize::MAX` bytes).
+    #[error("[{op}] {msg}")]
+    TooLarge { op: &'static str, msg: String },
+
+    /// Host memory for a result could not be allocated.
+    #[error("[{op}] could not allocate {bytes} bytes of host memory")]
+    HostOutOfMemory { op: &'static str, bytes: u64 },
+
     /// The device ran out of memory.
     #[error("out of memory: {requested} bytes requested ({active} bytes active, {cached} bytes cached)")]
     OutOfMemory { requested: u64, active: u64, cached: u64 },

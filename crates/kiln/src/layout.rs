@@ -94,7 +94,10 @@ impl Layout {
         let mut dims = self.dims().to_vec();
         dims[axis] = len;
         let mut strides = self.strides.clone();
-        strides[axis] *= step;
+        // With two or more elements, `step < dim`, so the product stays inside the storage extent.
+        if len > 1 {
+            strides[axis] *= step;
+        }
         // An empty result keeps the offset, so it never points past the storage.
         let empty = len == 0 || dims.contains(&0);
         let offset = if empty { self.offset } else { self.offset + start * self.strides[axis] };
@@ -118,6 +121,7 @@ impl Layout {
 
     /// A view of this layout broadcast to `shape` (size-1 and missing leading dims get stride 0).
     pub fn broadcast_as(&self, op: &'static str, shape: &Shape) -> Result<Layout> {
+        shape.check_size(op)?;
         let rank = shape.rank();
         if rank < self.rank() {
             return Err(Error::BroadcastMismatch { op, lhs: self.shape.clone(), rhs: shape.clone() });

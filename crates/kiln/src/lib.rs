@@ -23,6 +23,7 @@ mod kv_cache;
 pub mod layout;
 pub mod op;
 mod ops;
+pub mod quant;
 pub mod shape;
 mod storage;
 mod tensor;

@@ -20,8 +20,30 @@ impl Shape {
     pub fn rank(&self) -> usize {
         self.0.len()
     }
+    /// The number of elements. Every tensor's shape has passed [`Shape::check_size`], so this cannot
+    /// overflow for a shape that belongs to a tensor.
     pub fn elem_count(&self) -> usize {
         self.0.iter().product()
+    }
+
+    /// The number of elements, or `None` when the shape is too large for any tensor: the product of its
+    /// nonzero dims must not exceed `isize::MAX` (so strides and byte offsets of every dtype that fits
+    /// in memory are representable, even where a zero dim makes the shape empty).
+    pub fn checked_elem_count(&self) -> Option<usize> {
+        let nonzero = self.0.iter().filter(|&&d| d != 0).try_fold(1usize, |acc, &d| acc.checked_mul(d))?;
+        if nonzero > isize::MAX as usize {
+            return None;
+        }
+        Some(if self.0.contains(&0) { 0 } else { nonzero })
+    }
+
+    /// The number of elements, or an error naming `op` when the shape is too large for any tensor
+    /// (see [`Shape::checked_elem_count`]). Every path that makes a tensor of a new shape calls this.
+    pub fn check_size(&self, op: &'static str) -> Result<usize> {
+        self.checked_elem_count().ok_or_else(|| Error::TooLarge {
+            op,
+            msg: format!("shape {self} has more elements than any tensor can hold"),
+        })
     }
     /// Row-major strides of a contiguous tensor of this shape, in elements.
     pub fn contiguous_strides(&self) -> Vec<usize> {

@@ -2,6 +2,7 @@
 //! storages on different backends give an error naming the op.
 
 use crate::backend::BackendStorage;
+use crate::cpu::alloc::guard;
 use crate::cpu::CpuStorage;
 use crate::gpu::GpuStorage;
 use crate::op::{AttentionParams, BinaryOp, CmpOp, ReduceOp, UnaryOp};
@@ -18,10 +19,11 @@ fn mixed(op: &'static str) -> Error {
 }
 
 /// Forwards a method of one storage.
+/// CPU arms run inside `alloc::guard`, so a kernel's failed allocation is an `Err` naming the op.
 macro_rules! one {
-    ($self:ident, $s:ident => $e:expr) => {
+    ($op:expr, $self:ident, $s:ident => $e:expr) => {
         match $self {
-            Storage::Cpu($s) => Ok(Storage::Cpu($e?)),
+            Storage::Cpu($s) => Ok(Storage::Cpu(guard($op, || $e)?)),
             Storage::Gpu($s) => Ok(Storage::Gpu($e?)),
         }
     };
@@ -31,7 +33,7 @@ macro_rules! one {
 macro_rules! two {
     ($op:expr, $a:expr, $b:expr, ($x:ident, $y:ident) => $e:expr) => {
         match ($a, $b) {
-            (Storage::Cpu($x), Storage::Cpu($y)) => Ok(Storage::Cpu($e?)),
+            (Storage::Cpu($x), Storage::Cpu($y)) => Ok(Storage::Cpu(guard($op, || $e)?)),
             (Storage::Gpu($x), Storage::Gpu($y)) => Ok(Storage::Gpu($e?)),
             _ => Err(mixed($op)),
         }
@@ -42,7 +44,7 @@ macro_rules! two {
 macro_rules! three {
     ($op:expr, $a:expr, $b:expr, $c:expr, ($x:ident, $y:ident, $z:ident) => $e:expr) => {
         match ($a, $b, $c) {
-            (Storage::Cpu($x), Storage::Cpu($y), Storage::Cpu($z)) => Ok(Storage::Cpu($e?)),
+            (Storage::Cpu($x), Storage::Cpu($y), Storage::Cpu($z)) => Ok(Storage::Cpu(guard($op, || $e)?)),
             (Storage::Gpu($x), Storage::Gpu($y), Storage::Gpu($z)) => Ok(Storage::Gpu($e?)),
             _ => Err(mixed($op)),
         }
@@ -59,13 +61,13 @@ impl Storage {
 
     pub fn to_cpu(&self, l: &Layout) -> Result<CpuStorage> {
         match self {
-            Storage::Cpu(s) => s.to_cpu(l),
+            Storage::Cpu(s) => guard("to_cpu", || s.to_cpu(l)),
             Storage::Gpu(s) => s.to_cpu(l),
         }
     }
 
     pub fn unary(&self, l: &Layout, op: UnaryOp) -> Result<Storage> {
-        one!(self, s => s.unary(l, op))
+        one!(op.name(), self, s => s.unary(l, op))
     }
 
     pub fn binary(&self, l: &Layout, rhs: &Storage, rl: &Layout, op: BinaryOp) -> Result<Storage> {
@@ -81,11 +83,11 @@ impl Storage {
     }
 
     pub fn cast(&self, l: &Layout, dtype: DType) -> Result<Storage> {
-        one!(self, s => s.cast(l, dtype))
+        one!("cast", self, s => s.cast(l, dtype))
     }
 
     pub fn copy_contiguous(&self, l: &Layout) -> Result<Storage> {
-        one!(self, s => s.copy_contiguous(l))
+        one!("contiguous", self, s => s.copy_contiguous(l))
     }
 
     pub fn copy_into(&self, l: &Layout, dst: &mut Storage, dst_l: &Layout) -> Result<()> {
@@ -97,11 +99,11 @@ impl Storage {
     }
 
     pub fn reduce(&self, l: &Layout, op: ReduceOp, axes: &[usize]) -> Result<Storage> {
-        one!(self, s => s.reduce(l, op, axes))
+        one!(op.name(), self, s => s.reduce(l, op, axes))
     }
 
     pub fn cumsum(&self, l: &Layout, axis: usize) -> Result<Storage> {
-        one!(self, s => s.cumsum(l, axis))
+        one!("cumsum", self, s => s.cumsum(l, axis))
     }
 
     pub fn matmul(&self, l: &Layout, rhs: &Storage, rl: &Layout) -> Result<Storage> {
@@ -109,7 +111,7 @@ impl Storage {
     }
 
     pub fn softmax_last(&self, l: &Layout, log: bool) -> Result<Storage> {
-        one!(self, s => s.softmax_last(l, log))
+        one!(if log { "log_softmax" } else { "softmax" }, self, s => s.softmax_last(l, log))
     }
 
     pub fn rms_norm(&self, l: &Layout, w: &Storage, wl: &Layout, eps: f64) -> Result<Storage> {
@@ -125,9 +127,11 @@ impl Storage {
         eps: f64,
     ) -> Result<Storage> {
         match (self, w, b) {
-            (Storage::Cpu(x), Storage::Cpu(w), None) => Ok(Storage::Cpu(x.layer_norm(l, w, wl, None, eps)?)),
+            (Storage::Cpu(x), Storage::Cpu(w), None) => {
+                Ok(Storage::Cpu(guard("layer_norm", || x.layer_norm(l, w, wl, None, eps))?))
+            }
             (Storage::Cpu(x), Storage::Cpu(w), Some((Storage::Cpu(b), bl))) => {
-                Ok(Storage::Cpu(x.layer_norm(l, w, wl, Some((b, bl)), eps)?))
+                Ok(Storage::Cpu(guard("layer_norm", || x.layer_norm(l, w, wl, Some((b, bl)), eps))?))
             }
             (Storage::Gpu(x), Storage::Gpu(w), None) => Ok(Storage::Gpu(x.layer_norm(l, w, wl, None, eps)?)),
             (Storage::Gpu(x), Storage::Gpu(w), Some((Storage::Gpu(b), bl))) => {

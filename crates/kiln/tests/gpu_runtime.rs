@@ -72,6 +72,9 @@ fn a_tensor_larger_than_a_binding_is_refused_clearly() {
     let n = (max / 4 + 1024) as usize;
     let e = Tensor::zeros(n, DType::F32, &dev).unwrap_err().to_string();
     assert!(e.contains("largest storage binding"), "{e}");
+    // The message compares the tensor's own bytes with the limit (not a rounded size class).
+    assert!(e.contains(&format!("{} bytes", 4 * n as u64)) && e.contains(&format!("{max} bytes")), "{e}");
+    assert!(e.contains(&format!("{n} f32 elements")), "{e}");
 }
 
 #[test]

@@ -119,7 +119,9 @@ pub(super) fn sdpa_gqa(name: String, b: usize, (hq, hkv): (usize, usize), t: usi
 /// Every case for `device`, in display order: the GPU set ([`super::gpu_cases`]) on a GPU.
 pub fn all(quick: bool, gpu: bool) -> Vec<Case> {
     if gpu {
-        return super::gpu_cases::all(quick);
+        let mut v = super::gpu_cases::all(quick);
+        v.extend(super::quant_cases::all(quick));
+        return v;
     }
     let s = Sizes::new(quick);
     let (n, r, c) = (s.n, s.rows, s.cols);
@@ -166,6 +168,7 @@ pub fn all(quick: bool, gpu: bool) -> Vec<Case> {
     let h = s.square_f16;
     v.push(matmul(format!("matmul_f16_{h}"), (h, h, h), DType::F16, false));
     v.push(sdpa(1, 8, s.seq, 64));
+    v.extend(super::quant_cases::all(quick));
     v
 }
 

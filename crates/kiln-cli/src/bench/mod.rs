@@ -13,6 +13,8 @@
 mod bandwidth;
 mod cases;
 mod gpu_cases;
+mod quant_cases;
+mod realistic_cases;
 mod report;
 
 use kiln::{DType, Device, Shape, Tensor};
@@ -72,6 +74,11 @@ impl Inputs {
     /// An empty cache for `device`.
     pub fn new(device: &Device) -> Inputs {
         Inputs { device: device.clone(), cache: HashMap::new() }
+    }
+
+    /// The device the inputs live on.
+    pub fn device(&self) -> &Device {
+        &self.device
     }
 
     /// Standard-normal values of `shape` and `dtype`, the same for one seed on every device.

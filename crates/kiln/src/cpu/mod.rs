@@ -2,6 +2,7 @@
 //! with matmul through the `gemm` crate. It is the fallback for every op and the reference the GPU
 //! backend is checked against. f16 and bf16 are stored as such and computed in f32.
 
+pub(crate) mod alloc;
 mod attention;
 mod binary;
 mod cast;
@@ -82,9 +83,16 @@ impl CpuStorage {
         with_vec!(self, v => v.iter().map(|x| x.to_f64()).collect())
     }
 
-    pub(crate) fn full(n: usize, dtype: DType, value: f64) -> CpuStorage {
-        fn fill<T: WithDType>(n: usize, value: f64) -> CpuStorage {
-            T::into_storage(vec![T::from_f64(value); n])
+    /// `n` elements of `value` converted to `dtype`; an `Err` when the memory cannot be had.
+    pub(crate) fn full(n: usize, dtype: DType, value: f64) -> Result<CpuStorage> {
+        fn fill<T: WithDType>(n: usize, value: f64) -> Result<CpuStorage> {
+            // Zero is all-zero bits in every dtype: take zeroed pages, with no pass over them.
+            let v = if value == 0.0 {
+                alloc::try_zeroed("full", n)?
+            } else {
+                alloc::try_filled("full", n, T::from_f64(value))?
+            };
+            Ok(T::into_storage(v))
         }
         match dtype {
             DType::F32 => fill::<f32>(n, value),
@@ -217,7 +225,7 @@ impl BackendDevice for CpuDevice {
     type Storage = CpuStorage;
 
     fn full(&self, shape: &Shape, dtype: DType, value: f64) -> Result<CpuStorage> {
-        Ok(CpuStorage::full(shape.elem_count(), dtype, value))
+        CpuStorage::full(shape.elem_count(), dtype, value)
     }
 
     fn upload(&self, data: &CpuStorage) -> Result<CpuStorage> {

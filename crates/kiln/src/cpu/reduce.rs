@@ -436,7 +436,7 @@ where
         return Vec::new();
     }
     if p.n_red == 0 {
-        return vec![Out::from_acc(O::ident()); p.n_out];
+        return super::alloc::filled_or_unwind(p.n_out, Out::from_acc(O::ident()));
     }
     let offset = l.offset();
     if p.rows() {
@@ -512,7 +512,7 @@ fn arg_slice<T: Conv<A>, A: Num, O: Op<A>>(x: &[T]) -> i64 {
 fn arg_with<T: Conv<A>, A: Num, O: Op<A>>(data: &[T], l: &Layout, axis: usize) -> Vec<i64> {
     let p = Plan::new(l, &[axis], false);
     if p.n_out == 0 || p.n_red == 0 {
-        return vec![0; p.n_out];
+        return super::alloc::filled_or_unwind(p.n_out, 0);
     }
     if !p.rows() {
         let (copy, cl) = gather(data, l, &[axis]);

@@ -12,11 +12,11 @@ use std::borrow::Cow;
 /// Elements per parallel task. Large enough to amortise scheduling, small enough to split 1M elements.
 pub(crate) const CHUNK: usize = 1 << 15;
 
-/// A zero-initialised vector; for large `n` the pages come straight from the OS (no memset pass), and
+/// A zero-initialised vector (an allocation failure unwinds to `alloc::guard`); for large `n` the pages come straight from the OS (no memset pass), and
 /// on Linux they are asked to be transparent huge pages (as NumPy does): faulting in 2 MiB pages
 /// instead of 4 KiB ones is what lets a bandwidth-bound op reach memory speed on fresh output.
 pub(crate) fn zeroed<T: bytemuck::Zeroable>(n: usize) -> Vec<T> {
-    let v = bytemuck::zeroed_vec(n);
+    let v = super::alloc::zeroed_or_unwind(n);
     #[cfg(target_os = "linux")]
     advise_huge_pages(&v);
     v

@@ -253,6 +253,7 @@ pub(crate) fn flash_source(dt: DType, out: DType, c: FlashConfig) -> String {
              let mn = max(m{i}, max(max4(ra), max4(rb)));\n            \
              var al = 1.0; var pv = vec4<f32>(0.0);\n            \
              if (mn > -inf_f32()) {{ al = exp(m{i} - mn); pv = exp(s{i} - mn); }}\n            \
+             pv = select(pv, vec4<f32>(-0.0), s{i} == vec4<f32>(-inf_f32()));\n            \
              m{i} = mn;\n            l{i} = l{i} * al + dot(pv, vec4<f32>(1.0));\n{}            \
              let pc = pr{i} + kg / 4u; let pk = kg % 4u;\n            \
              sm[pc][pk] = pv.x; sm[pc + 2u][pk] = pv.y; sm[pc + 4u][pk] = pv.z; sm[pc + 6u][pk] = pv.w;\n        }}",
@@ -273,7 +274,13 @@ pub(crate) fn flash_source(dt: DType, out: DType, c: FlashConfig) -> String {
                 for n in cols() {
                     let upd = format!("o{i}_{n} + pa{i}.{comp} * v{n}");
                     if masked {
-                        let _ = writeln!(s, "{ind}    o{i}_{n} = select({upd}, o{i}_{n}, pa{i}.{comp} == 0.0);");
+                        // -0 marks a masked key (or a -inf score): skipped, since its value may
+                        // be NaN. A visible key whose weight underflowed to +0 still adds 0 * v,
+                        // so a NaN value makes the row NaN as on the CPU.
+                        let _ = writeln!(
+                            s,
+                            "{ind}    o{i}_{n} = select({upd}, o{i}_{n}, bitcast<u32>(pa{i}.{comp}) == 0x80000000u);"
+                        );
                     } else {
                         let _ = writeln!(s, "{ind}    o{i}_{n} = {upd};");
                     }
@@ -460,7 +467,11 @@ pub(crate) fn decode_source(dt: DType, out: DType, c: DecodeConfig) -> String {
              {ind}    let pr = select(0.0, exp(s2 - mn), s2 > -inf_f32());\n\
              {ind}    l{x} = l{x} * a + pr; m{x} = mn;\n{}\
              {ind}}}",
-            lines(0..nv, |n| format!("{ind}    o{x}_{n} = o{x}_{n} * a + pr * v{w}_{n};"))
+            // Masked keys add nothing (their values may be NaN); visible ones add pr * v even when pr
+            // underflowed to 0, so a NaN value poisons the row as on the CPU.
+            lines(0..nv, |n| format!(
+                "{ind}    o{x}_{n} = o{x}_{n} * a + select(vec4<f32>(0.0), pr * v{w}_{n}, live);"
+            ))
         )
     });
     let write_ml = lines(0..r, |x| {

@@ -89,12 +89,18 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
         if dt != DType::I64 {
             vectorised(&mut push, dt);
         }
-        for ids in IDS {
-            push(
-                format!("index_select:{dt}:{ids}"),
-                ew::source("ss", &[dt, ids], dt, &index::index_select_body(ids), FUNCS),
-            );
-            push(format!("gather:{dt}:{ids}"), ew::source("ss", &[dt, ids], dt, &index::gather_body(ids), FUNCS));
+        // Sub-word elements whose rows do not fill whole words take the elementwise fallback.
+        if dt.size_in_bytes() < 4 {
+            for ids in IDS {
+                push(
+                    format!("index_select:{dt}:{ids}"),
+                    ew::source("ss", &[dt, ids], dt, &index::index_select_body(dt, ids), FUNCS),
+                );
+                push(
+                    format!("gather:{dt}:{ids}"),
+                    ew::source("ss", &[dt, ids], dt, &index::gather_body(dt, ids), FUNCS),
+                );
+            }
         }
         reduce::catalog(dt, &mut push);
         for (name, src) in matmul::variants(dt) {
@@ -117,9 +123,21 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
     for size in [1, 2, 4, 8] {
         push(format!("copy_into:{size}"), index::copy_into_source(size));
     }
+    for unit in [4, 8, 16] {
+        push(format!("copy_units:{unit}"), index::copy_units_source(unit));
+    }
+    for ids in IDS {
+        for unit in [4, 8, 16] {
+            push(format!("index_rows:rows:{unit}:{ids}"), index::rows_source(unit, ids, false));
+        }
+        for unit in [4, 8] {
+            push(format!("index_rows:gather:{unit}:{ids}"), index::rows_source(unit, ids, true));
+        }
+    }
     push("fill".into(), index::fill_source());
     push("bandwidth:copy".into(), super::bandwidth::SOURCE.to_string());
     push("matmul_splitk".into(), matmul::splitk_source());
+    super::quant::catalog(&mut push);
     out.extend(attention::catalog());
     // Cooperative-matrix f16 matmul (SPIR-V and, for 8x8, MSL only: naga's HLSL has no coop matrix).
     out.extend(matmul_coop::catalog());

@@ -6,7 +6,7 @@ use super::exec::Exec;
 use super::kernels::Pipelines;
 use super::pool::Pool;
 use crate::{Error, Result};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// What kiln knows about one adapter, for `kiln info` and for choosing.
@@ -139,10 +139,24 @@ pub struct GpuContext {
     errors: Arc<Mutex<Vec<String>>>,
     /// Fill every op output with all-ones bits before the op runs, so unwritten elements show up.
     pub(crate) poison: AtomicBool,
+    /// How long a wait for the GPU (readback, synchronize) may take, in milliseconds, before the
+    /// device is declared lost: wgpu has no per-dispatch timeout, so a kernel that runs too long
+    /// is caught here.
+    pub(crate) wait_timeout_ms: AtomicU64,
+}
+
+/// The default wait limit: `KILN_GPU_TIMEOUT` seconds, else 600.
+fn default_wait_timeout_ms() -> u64 {
+    std::env::var("KILN_GPU_TIMEOUT")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .map_or(600_000, |s| (s * 1000.0).ceil() as u64)
 }
 
 impl GpuContext {
-    /// Opens adapter `index` (cached: one context per adapter per process).
+    /// Opens adapter `index` (cached: one context per adapter per process, replaced by a fresh one
+    /// once the cached device is lost, so that `Device::gpu()` works again after a device loss).
     pub(crate) fn open(index: usize) -> Result<Arc<GpuContext>> {
         static OPEN: OnceLock<Mutex<Vec<Option<Arc<GpuContext>>>>> = OnceLock::new();
         let list = adapters();
@@ -152,7 +166,7 @@ impl GpuContext {
         })?;
         let open = OPEN.get_or_init(|| Mutex::new(vec![None; list.len()]));
         let mut open = open.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(ctx) = &open[index] {
+        if let Some(ctx) = open[index].as_ref().filter(|c| !c.is_lost()) {
             return Ok(ctx.clone());
         }
         let ctx = Arc::new(Self::create(index, adapter)?);
@@ -225,6 +239,7 @@ impl GpuContext {
             lost_reason,
             errors,
             poison: AtomicBool::new(std::env::var("KILN_GPU_POISON").is_ok_and(|v| v == "1")),
+            wait_timeout_ms: AtomicU64::new(default_wait_timeout_ms()),
         })
     }
 
@@ -242,10 +257,31 @@ impl GpuContext {
         Ok(())
     }
 
-    /// Marks the device lost (used when wgpu reports it through a failed wait).
+    /// Marks the device lost (used when wgpu reports it through a failed wait). The first reason
+    /// is kept.
     pub(crate) fn mark_lost(&self, why: String) {
-        *self.lost_reason.lock().unwrap_or_else(|e| e.into_inner()) = why;
+        let mut reason = self.lost_reason.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.lost.load(Ordering::SeqCst) || reason.is_empty() {
+            *reason = why;
+        }
         self.lost.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the device is lost (every op fails with `DeviceLost`).
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+
+    /// Really loses the device (wgpu's `Device::destroy`): for testing how kiln behaves on a device
+    /// loss, which cannot be caused on demand otherwise.
+    pub(crate) fn destroy(&self, why: &str) {
+        self.mark_lost(format!("destroyed: {why}"));
+        self.device.destroy();
+    }
+
+    /// The wait limit.
+    pub(crate) fn wait_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.wait_timeout_ms.load(Ordering::Relaxed))
     }
 
     pub(crate) fn has(&self, f: wgpu::Features) -> bool {

@@ -40,7 +40,8 @@ pub(crate) fn custom_kernel(
         .collect::<Result<_>>()?;
     let mut outs = Vec::with_capacity(outputs.len());
     for (shape, dt) in outputs {
-        outs.push(GpuStorage::alloc(ctx, *dt, shape.elem_count())?);
+        let n = Tensor::check_size("custom_kernel", shape, *dt)?;
+        outs.push(GpuStorage::alloc(ctx, *dt, n)?);
     }
     {
         let guards: Vec<_> = ins.iter().map(|t| t.storage()).collect();

@@ -176,7 +176,7 @@ pub(crate) fn cmp_body(op: CmpOp) -> String {
 
 pub(crate) const WHERE_BODY: &str = "return select(ld2(at2(e)), ld1(at1(e)), ld0(at0(e)) != 0u);";
 pub(crate) const COPY_BODY: &str = "return ld0(at0(e));";
-pub(crate) const SILU_MUL_BODY: &str = "let a = ld0(at0(e)); let b = ld1(at1(e)); return a / (1.0 + exp(-a)) * b;";
+pub(crate) const SILU_MUL_BODY: &str = "let a = ld0(at0(e)); let b = ld1(at1(e)); return silu_(a) * b;";
 
 pub(crate) fn cast_body(from: DType, to: DType) -> String {
     match (from, to) {
@@ -215,14 +215,41 @@ fn wide_cast(from: DType) -> String {
 
 /// Scalar functions used by op expressions.
 pub(crate) const FUNCS: &str = r#"
-fn tanh_(x: f32) -> f32 { let t = exp(-2.0 * abs(x)); return select(-1.0, 1.0, x >= 0.0) * (1.0 - t) / (1.0 + t) + 0.0 * x; }
-fn erf_(x: f32) -> f32 {
-    // Abramowitz-Stegun 7.1.26 refined: |error| < 1.5e-7.
+// tanh, silu, gelu and erfc are the CPU's formulas (cpu/math.rs), so both backends round alike: tanh as
+// 1 - 2 / (e^2|x| + 1) (not (1 - t) / (1 + t), which reaches +-1 an ulp early and turns a float-to-int
+// cast of tanh(9) into 1 where the CPU gives 0); gelu as x * sigmoid(2u) and 0.5 x erfc(-x / sqrt 2),
+// which keep the tiny negative tail that 1 + tanh / 1 + erf cancel to 0; and f(-inf) = -0 for silu and
+// both gelus (the limit, where the plain formula gives -inf / inf = NaN).
+fn is_neg_inf(x: f32) -> bool { return bitcast<u32>(x) == 0xff800000u; }
+fn tanh_(x: f32) -> f32 {
     let a = abs(x);
-    let t = 1.0 / (1.0 + 0.3275911 * a);
-    let y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * exp(-a * a);
-    return select(-y, y, x >= 0.0) + 0.0 * x;
+    let z = x * x;
+    let small = ((((-5.7049887e-3 * z + 2.0639089e-2) * z - 5.3739716e-2) * z + 1.3331442e-1) * z - 3.3333282e-1) * z * x + x;
+    let large = 1.0 - 2.0 / (exp(2.0 * a) + 1.0);
+    if (is_nan(x)) { return x; }
+    return select(select(-large, large, x >= 0.0), small, a < 0.625);
 }
+fn erfc_abs_(a: f32) -> f32 {
+    let t = 1.0 / (1.0 + 0.5 * a);
+    let p = -1.2655122 + t * (1.0000237 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806 + t * (0.27886807
+        + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))));
+    return t * exp(-a * a + p);
+}
+fn erf_small_(x: f32) -> f32 {
+    let z = x * x;
+    let p = ((((-1.0 / 1320.0 * z + 1.0 / 216.0) * z - 1.0 / 42.0) * z + 0.1) * z - 1.0 / 3.0) * z + 1.0;
+    return x * p * 1.1283791670955126;
+}
+fn erfc_(x: f32) -> f32 {
+    let e = erfc_abs_(abs(x));
+    return select(select(e, 2.0 - e, x < 0.0), 1.0 - erf_small_(x), abs(x) < 0.5);
+}
+fn silu_(x: f32) -> f32 { return select(x / (1.0 + exp(-x)), -0.0, is_neg_inf(x)); }
+fn gelu_tanh_(x: f32) -> f32 {
+    let u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+    return select(x / (1.0 + exp(-2.0 * u)), -0.0, is_neg_inf(x));
+}
+fn gelu_erf_(x: f32) -> f32 { return select(0.5 * x * erfc_(-x * 0.7071067811865476), -0.0, is_neg_inf(x)); }
 fn powf_(a: f32, b: f32) -> f32 {
     if (b == 0.0 || a == 1.0) { return 1.0; }
     if (is_nan(a) || is_nan(b)) { return nan_f32(); }
@@ -290,9 +317,9 @@ pub(crate) fn unary_expr(op: UnaryOp, t: &str) -> String {
         }
         .into(),
         UnaryOp::Sigmoid => "1.0 / (1.0 + exp(-x))".into(),
-        UnaryOp::Silu => "x / (1.0 + exp(-x))".into(),
-        UnaryOp::GeluTanh => "0.5 * x * (1.0 + tanh_(0.7978845608028654 * (x + 0.044715 * x * x * x)))".into(),
-        UnaryOp::GeluErf => "0.5 * x * (1.0 + erf_(x * 0.7071067811865476))".into(),
+        UnaryOp::Silu => "silu_(x)".into(),
+        UnaryOp::GeluTanh => "gelu_tanh_(x)".into(),
+        UnaryOp::GeluErf => "gelu_erf_(x)".into(),
         UnaryOp::Not => "select(0u, 1u, x == 0u)".into(),
         UnaryOp::Clamp { .. } => {
             let lo = format!("bitcast<{t}>(p[37])");
@@ -329,7 +356,9 @@ pub(crate) fn binary_expr(op: BinaryOp, t: &str) -> String {
 pub(crate) fn cmp_expr(op: CmpOp) -> &'static str {
     match op {
         CmpOp::Eq => "a == b",
-        CmpOp::Ne => "a != b",
+        // Written as !(a == b): NaN is unequal to everything on every backend, whatever ordered or
+        // unordered comparison a shader compiler picks for `!=`.
+        CmpOp::Ne => "!(a == b)",
         CmpOp::Lt => "a < b",
         CmpOp::Le => "a <= b",
         CmpOp::Gt => "a > b",

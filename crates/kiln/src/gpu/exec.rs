@@ -242,14 +242,22 @@ impl Exec {
     }
 }
 
-/// Blocks until the queue has finished `index` (or everything).
+/// Blocks until the queue has finished `index` (or everything), at most the context's wait limit
+/// (`Device::set_wait_timeout`, `KILN_GPU_TIMEOUT`). Past it the device is declared lost: work that
+/// runs that long is a hung kernel, the state of the queue is unknown, and on real GPUs the driver
+/// resets the device anyway. Every later op fails with `DeviceLost`; `Device::gpu()` opens a fresh one.
 pub(crate) fn wait(ctx: &GpuContext, index: Option<wgpu::SubmissionIndex>) -> Result<()> {
+    ctx.check()?;
     let start = Instant::now();
-    let r = ctx
-        .device
-        .poll(wgpu::PollType::Wait { submission_index: index, timeout: Some(std::time::Duration::from_secs(600)) });
+    let limit = ctx.wait_timeout();
+    let r = ctx.device.poll(wgpu::PollType::Wait { submission_index: index, timeout: Some(limit) });
     if let Err(e) = r {
-        let why = format!("waiting for the GPU failed after {:?}: {e}", start.elapsed());
+        let why = match e {
+            wgpu::PollError::Timeout => {
+                format!("the GPU did not finish its work within the wait limit of {limit:?} (a kernel that runs too long?)")
+            }
+            e => format!("waiting for the GPU failed after {:?}: {e}", start.elapsed()),
+        };
         ctx.mark_lost(why);
     }
     ctx.check()

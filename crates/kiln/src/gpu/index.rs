@@ -9,6 +9,7 @@ use crate::{DType, Error, Layout, Result};
 
 const FILL: &str = include_str!("fill.wgsl");
 const COPY_INTO: &str = include_str!("copy_into.wgsl");
+const INDEX_ROWS: &str = include_str!("index_rows.wgsl");
 
 /// Fills the whole buffer of `s` with the repeating word pattern `words` (1 or 2 words).
 pub(crate) fn fill_words(s: &GpuStorage, words: &[u32]) -> Result<()> {
@@ -32,22 +33,100 @@ pub(crate) fn copy_into(src: &GpuStorage, l: &Layout, dst: &mut GpuStorage, dl: 
     }
     let dt = src.dtype;
     let ctx = src.ctx.clone();
-    let key = format!("copy_into:{}", dt.size_in_bytes());
-    let kernel = ctx.pipelines.get(&ctx, &key, 1, || copy_into_source(dt.size_in_bytes()))?;
+    let sz = dt.size_in_bytes();
+    let offsets = [l.offset(), dl.offset()];
+    let bufs = [src.buffer.size(), dst.buffer.size()];
+    let (kernel, dims, strides, offsets) = match unit_plan(sz, &dims, &strides, offsets, bufs) {
+        Some((unit, dims, strides, offsets)) => (
+            ctx.pipelines.get(&ctx, &format!("copy_units:{unit}"), 1, || copy_units_source(unit))?,
+            dims,
+            strides,
+            offsets,
+        ),
+        None => {
+            let kernel = ctx.pipelines.get(&ctx, &format!("copy_into:{sz}"), 1, || copy_into_source(sz))?;
+            (kernel, dims, [strides[0].clone(), strides[1].clone()], offsets)
+        }
+    };
+    let count: usize = dims.iter().product();
     let mut params = vec![0u32; 36];
-    params[0] = n as u32;
+    params[0] = count as u32;
     params[1] = dims.len() as u32;
     for (k, &d) in dims.iter().enumerate() {
         params[2 + k] = d as u32;
         params[10 + k] = strides[0][k] as u32;
         params[18 + k] = strides[1][k] as u32;
     }
-    params[34] = l.offset() as u32;
-    params[35] = dl.offset() as u32;
-    let groups = wgsl::grid(n, 256, ctx.limits.max_compute_workgroups_per_dimension);
+    params[34] = offsets[0] as u32;
+    params[35] = offsets[1] as u32;
+    let groups = wgsl::grid(count, 256, ctx.limits.max_compute_workgroups_per_dimension);
     let bufs = [dst.buffer.raw(), src.buffer.raw()];
     let mut exec = ctx.exec.lock().unwrap_or_else(|e| e.into_inner());
     exec.dispatch(&ctx, &kernel, &bufs, &params, groups)
+}
+
+/// A contiguous copy of the strided view `l` of `src` through the unit copy, where one applies (rows
+/// of a KV-cache slice, a narrowed or permuted view keeping whole words together); `None` otherwise.
+pub(crate) fn copy_strided(src: &GpuStorage, l: &Layout) -> Result<Option<GpuStorage>> {
+    let n = l.elem_count();
+    let (dims, strides) = collapse(l.dims(), &[l.strides()]);
+    if n == 0 || dims.len() > 8 {
+        return Ok(None);
+    }
+    let mut dst = GpuStorage::alloc(&src.ctx, src.dtype, n)?;
+    let mut contiguous = vec![1; dims.len()];
+    for k in (0..dims.len().saturating_sub(1)).rev() {
+        contiguous[k] = contiguous[k + 1] * dims[k + 1];
+    }
+    let both = [strides[0].clone(), contiguous];
+    if unit_plan(src.dtype.size_in_bytes(), &dims, &both, [l.offset(), 0], [src.buffer.size(), dst.buffer.size()])
+        .is_none()
+    {
+        return Ok(None);
+    }
+    let dl = Layout::new(dims.clone().into(), both[1].clone(), 0);
+    let sl = Layout::new(dims.into(), both[0].clone(), l.offset());
+    copy_into(src, &sl, &mut dst, &dl)?;
+    Ok(Some(dst))
+}
+
+/// The copy in whole units, if one applies: `(unit bytes, dims, [src, dst] strides, offsets)` in
+/// units. Elements of 4 or 8 bytes are units of their own, any strides; wider units (up to 16 bytes)
+/// need the innermost dim contiguous in both views and every size, stride, offset and buffer size in
+/// bytes a multiple of the unit. `None` for sub-word elements that do not fill whole words.
+#[allow(clippy::type_complexity)]
+pub(crate) fn unit_plan(
+    sz: usize,
+    dims: &[usize],
+    strides: &[Vec<usize>],
+    offsets: [usize; 2],
+    bufs: [u64; 2],
+) -> Option<(usize, Vec<usize>, [Vec<usize>; 2], [usize; 2])> {
+    let last = dims.len().checked_sub(1)?;
+    let inner_unit = strides[0][last] == 1 && strides[1][last] == 1;
+    let fits = |u: usize| {
+        if u < sz {
+            return false;
+        }
+        if u == sz {
+            return true;
+        }
+        inner_unit
+            && (dims[last] * sz).is_multiple_of(u)
+            && offsets.iter().all(|o| (o * sz).is_multiple_of(u))
+            && strides.iter().all(|s| s[..last].iter().all(|st| (st * sz).is_multiple_of(u)))
+            && bufs.iter().all(|b| b.is_multiple_of(u as u64))
+    };
+    let unit = [16usize, 8, 4].into_iter().find(|&u| fits(u))?;
+    if unit == sz {
+        return Some((unit, dims.to_vec(), [strides[0].clone(), strides[1].clone()], offsets));
+    }
+    let mut d = dims.to_vec();
+    d[last] = dims[last] * sz / unit;
+    let scale = |s: &Vec<usize>| -> Vec<usize> {
+        s.iter().enumerate().map(|(k, &st)| if k == last { 1 } else { st * sz / unit }).collect()
+    };
+    Some((unit, d, [scale(&strides[0]), scale(&strides[1])], [offsets[0] * sz / unit, offsets[1] * sz / unit]))
 }
 
 /// The strided-scatter kernel for elements of `size` bytes.
@@ -64,38 +143,132 @@ pub(crate) fn copy_into_source(size: usize) -> String {
             )
         }
     };
-    render(COPY_INTO, &[("BODY", &body)])
+    render(COPY_INTO, &[("DST", "atomic<u32>"), ("SRC", "u32"), ("BODY", &body)])
+}
+
+/// The strided copy in units of `unit` bytes (4, 8 or 16), plain stores.
+pub(crate) fn copy_units_source(unit: usize) -> String {
+    let ty = unit_type(unit);
+    render(COPY_INTO, &[("DST", ty), ("SRC", ty), ("BODY", "dst[d] = src[s];")])
 }
 
 pub(crate) fn fill_source() -> String {
     FILL.to_string()
 }
 
-/// Reads index `j` of the ids buffer as u32.
-fn id_expr(ids: DType) -> &'static str {
-    match wgsl::ct(ids) {
-        "i32" => "u32(ld1(p[35] + j))",
-        _ => "ld1(p[35] + j)",
+/// `id_at(j)` of `index_rows.wgsl`: id `j` of the ids buffer as u32, out-of-range values (negative,
+/// or an i64 with a nonzero high word) as 0xffffffff.
+fn id_load(ids: DType) -> &'static str {
+    match ids {
+        DType::I64 => "let lo = ids[2u * j]; return select(0xffffffffu, lo, ids[2u * j + 1u] == 0u);",
+        DType::U8 => "return (ids[j >> 2u] >> (8u * (j & 3u))) & 0xffu;",
+        // A negative i32 reads as a u32 of at least 2^31, past any axis a binding can hold.
+        _ => "return ids[j];",
     }
 }
 
-pub(crate) fn index_select_body(ids: DType) -> String {
+/// The same read inside an elementwise kernel (ids are its input 1), at element `x`.
+fn id_expr(ids: DType, x: &str) -> String {
+    match ids {
+        DType::I64 => format!("select(0xffffffffu, in1[2u * ({x})], in1[2u * ({x}) + 1u] == 0u)"),
+        DType::I32 => format!("bitcast<u32>(ld1({x}))"),
+        _ => format!("ld1({x})"),
+    }
+}
+
+/// The WGSL type of a raw-bit unit of `bytes` bytes.
+fn unit_type(bytes: usize) -> &'static str {
+    match bytes {
+        4 => "u32",
+        8 => "vec2<u32>",
+        16 => "vec4<u32>",
+        _ => unreachable!("index units are 4, 8 or 16 bytes"),
+    }
+}
+
+const ROWS_BODY: &str = "let inner = p[1]; let i = w % inner; let r = w / inner; let j = r % p[2]; let o = r / p[2]; \
+     let id = id_at(p[5] + j); if (id >= p[3]) { return 0xffffffffu; } return p[4] + (o * p[3] + id) * inner + i;";
+const GATHER_BODY: &str = "let id = id_at(p[5] + w); if (id >= p[3]) { return 0xffffffffu; } var rem = w; \
+     var off = p[4]; for (var d = p[1]; d > 0u; d--) { let k = d - 1u; let idx = rem % p[6u + k]; \
+     rem /= p[6u + k]; off += select(idx, id, k == p[2]) * p[14u + k]; } return off;";
+
+/// The raw-bit kernel of `index_rows.wgsl`: rows (index_select) or elements (gather) in units of
+/// `unit` bytes, ids of dtype `ids`.
+pub(crate) fn rows_source(unit: usize, ids: DType, gather: bool) -> String {
+    let body = if gather { GATHER_BODY } else { ROWS_BODY };
+    render(INDEX_ROWS, &[("UNIT", unit_type(unit)), ("ID", id_load(ids)), ("BODY", body)])
+}
+
+/// The elementwise fallback for rows of sub-word elements that do not fill whole words.
+pub(crate) fn index_select_body(out: DType, ids: DType) -> String {
     format!(
         "let inner = p[37]; let nid = p[38]; let dim = p[39]; let i = e % inner; let j = (e / inner) % nid; \
-         let o = e / (inner * nid); let id = {}; return ld0(p[34] + (o * dim + id) * inner + i);",
-        id_expr(ids)
+         let o = e / (inner * nid); let id = {}; if (id >= dim) {{ return {}(0); }} \
+         return ld0(p[34] + (o * dim + id) * inner + i);",
+        id_expr(ids, "p[35] + j"),
+        wgsl::ct(out)
     )
 }
 
-pub(crate) fn gather_body(ids: DType) -> String {
+/// The elementwise fallback of `gather` for elements narrower than a word.
+pub(crate) fn gather_body(out: DType, ids: DType) -> String {
     format!(
-        "let j = e; let id = {}; var rem = e; var off = p[34]; \
-         for (var d = p[37]; d > 0u; d--) {{ let k = d - 1u; let idx = rem % p[39u + k]; rem /= p[39u + k]; \
-         off += select(idx, id, k == p[38]) * p[47u + k]; }} return ld0(off);",
-        id_expr(ids)
+        "let j = e; let id = {}; if (id >= p[39]) {{ return {}(0); }} var rem = e; var off = p[34]; \
+         for (var d = p[37]; d > 0u; d--) {{ let k = d - 1u; let idx = rem % p[40u + k]; rem /= p[40u + k]; \
+         off += select(idx, id, k == p[38]) * p[48u + k]; }} return ld0(off);",
+        id_expr(ids, "p[35] + j"),
+        wgsl::ct(out)
     )
 }
 
+/// The ids as a contiguous buffer and the element offset of the first id (no copy when they are
+/// contiguous already).
+fn contiguous_ids(ids: &GpuStorage, il: &Layout) -> Result<(Option<GpuStorage>, usize)> {
+    if il.is_contiguous() {
+        Ok((None, il.offset()))
+    } else {
+        Ok((Some(super::BackendStorage::copy_contiguous(ids, il)?), 0))
+    }
+}
+
+/// Launches `index_rows.wgsl` writing `units` units of `unit` bytes into `out`.
+fn run_rows(
+    src: &GpuStorage,
+    ids: &GpuStorage,
+    out: GpuStorage,
+    unit: usize,
+    gather: bool,
+    params: Vec<u32>,
+) -> Result<GpuStorage> {
+    let ctx = src.ctx.clone();
+    let units = params[0] as usize;
+    let key = format!("index_rows:{}:{unit}:{}", if gather { "gather" } else { "rows" }, ids.dtype);
+    let idt = ids.dtype;
+    let kernel = ctx.pipelines.get(&ctx, &key, 2, || rows_source(unit, idt, gather))?;
+    let groups = wgsl::grid(units, 256, ctx.limits.max_compute_workgroups_per_dimension);
+    let bufs = [out.buffer.raw(), src.buffer.raw(), ids.buffer.raw()];
+    ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(&ctx, &kernel, &bufs, &params, groups)?;
+    Ok(out)
+}
+
+/// An error unless `count` units (or elements) can be indexed in 32 bits.
+fn check_count(op: &'static str, count: usize) -> Result<()> {
+    if count >= u32::MAX as usize {
+        return Err(Error::Gpu { op, msg: format!("{count} output elements exceed the 32-bit index range") });
+    }
+    Ok(())
+}
+
+/// The widest unit (16, 8 or 4 bytes) dividing every byte count in `bytes` and the size of every
+/// buffer in `bufs`; `None` when not even a word does.
+fn widest_unit(bytes: &[usize], bufs: &[u64]) -> Option<usize> {
+    [16usize, 8, 4]
+        .into_iter()
+        .find(|&u| bytes.iter().all(|b| b.is_multiple_of(u)) && bufs.iter().all(|b| b.is_multiple_of(u as u64)))
+}
+
+/// Entries of `axis` picked by `ids`. Ids are read on the device (no host round trip); an id outside
+/// the axis gives zeros (the host-side API checks ids only on the CPU backend, see `ops/index.rs`).
 pub(crate) fn index_select(
     src: &GpuStorage,
     l: &Layout,
@@ -111,20 +284,37 @@ pub(crate) fn index_select(
         &src_c
     };
     let base = if l.is_contiguous() { l.offset() } else { 0 };
-    let ids_c = super::BackendStorage::copy_contiguous(ids, il)?;
+    let (ids_c, id_off) = contiguous_ids(ids, il)?;
+    let ids = ids_c.as_ref().unwrap_or(ids);
     let dims = l.dims();
     let inner: usize = dims[axis + 1..].iter().product();
     let outer: usize = dims[..axis].iter().product();
     let nid = il.elem_count();
     let n = outer * nid * inner;
-    let body = index_select_body(ids.dtype);
+    let dt = src.dtype;
+    let sz = dt.size_in_bytes();
+    check_count("index_select", n)?;
+    let out = GpuStorage::alloc(&src.ctx, dt, n)?;
+    if let Some(unit) = widest_unit(&[inner * sz, base * sz], &[src.buffer.size(), out.buffer.size()]) {
+        let units = (n * sz) / unit;
+        let params = vec![
+            units as u32,
+            ((inner * sz) / unit) as u32,
+            nid as u32,
+            dims[axis] as u32,
+            ((base * sz) / unit) as u32,
+            id_off as u32,
+        ];
+        return run_rows(src, ids, out, unit, false, params);
+    }
+    drop(out);
     let l0 = Layout::new(vec![n].into(), vec![0], base);
-    let l1 = Layout::new(vec![n].into(), vec![0], 0);
+    let l1 = Layout::new(vec![n].into(), vec![0], id_off);
     Elementwise {
         name: "index_select".into(),
-        inputs: vec![(src, &l0), (&ids_c, &l1)],
-        out: src.dtype,
-        body,
+        inputs: vec![(src, &l0), (ids, &l1)],
+        out: dt,
+        body: index_select_body(dt, ids.dtype),
         funcs: FUNCS,
         consts: vec![inner as u32, nid as u32, dims[axis] as u32],
         raw: Some(n),
@@ -132,26 +322,41 @@ pub(crate) fn index_select(
     .run()
 }
 
+/// PyTorch `gather` along `axis`, ids read on the device; an id outside the axis gives zero.
 pub(crate) fn gather(src: &GpuStorage, l: &Layout, ids: &GpuStorage, il: &Layout, axis: usize) -> Result<GpuStorage> {
-    let ids_c = super::BackendStorage::copy_contiguous(ids, il)?;
+    let (ids_c, id_off) = contiguous_ids(ids, il)?;
+    let ids = ids_c.as_ref().unwrap_or(ids);
     let rank = l.rank();
     if rank > 8 {
         return Err(Error::Gpu { op: "gather", msg: format!("rank {rank} is not supported (max 8)") });
     }
     let n = il.elem_count();
-    let mut consts = vec![rank as u32, axis as u32];
+    let dt = src.dtype;
+    let sz = dt.size_in_bytes();
+    let dim = l.dims()[axis] as u32;
+    check_count("gather", n)?;
+    if sz >= 4 {
+        // One unit per element: strides and offset in elements are strides in units.
+        let mut params = vec![n as u32, rank as u32, axis as u32, dim, l.offset() as u32, id_off as u32];
+        params.extend(il.dims().iter().map(|&d| d as u32));
+        params.resize(14, 0);
+        params.extend(l.strides().iter().map(|&s| s as u32));
+        params.resize(22, 0);
+        let out = GpuStorage::alloc(&src.ctx, dt, n)?;
+        return run_rows(src, ids, out, sz, true, params);
+    }
+    let mut consts = vec![rank as u32, axis as u32, dim];
     consts.extend(il.dims().iter().map(|&d| d as u32));
-    consts.resize(10, 0);
+    consts.resize(11, 0);
     consts.extend(l.strides().iter().map(|&s| s as u32));
-    consts.resize(18, 0);
-    let body = gather_body(ids.dtype);
+    consts.resize(19, 0);
     let l0 = Layout::new(vec![n].into(), vec![0], l.offset());
-    let l1 = Layout::new(vec![n].into(), vec![0], 0);
+    let l1 = Layout::new(vec![n].into(), vec![0], id_off);
     Elementwise {
         name: "gather".into(),
-        inputs: vec![(src, &l0), (&ids_c, &l1)],
-        out: src.dtype,
-        body,
+        inputs: vec![(src, &l0), (ids, &l1)],
+        out: dt,
+        body: gather_body(dt, ids.dtype),
         funcs: FUNCS,
         consts,
         raw: Some(n),

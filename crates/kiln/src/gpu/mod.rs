@@ -21,6 +21,7 @@ mod matmul_tiled;
 mod nn;
 mod pool;
 mod profile;
+pub(crate) mod quant;
 mod reduce;
 mod rowwise;
 mod transfer;
@@ -70,7 +71,19 @@ impl GpuStorage {
         ctx.check()?;
         wgsl::check_dtype("alloc", dtype)?;
         let bytes = wgsl::buffer_bytes(dtype, n).max(4);
-        let buffer = ctx.pool.alloc(&ctx.device, bytes, ctx.max_binding())?;
+        let max = ctx.max_binding();
+        if bytes > max {
+            // One tensor lives in one buffer bound whole: beyond the binding limit there is no way
+            // to read it in a kernel (docs/PERFORMANCE.md, "Tensors near the binding limit").
+            return Err(Error::Gpu {
+                op: "alloc",
+                msg: format!(
+                    "a tensor of {n} {dtype} elements ({bytes} bytes) exceeds the adapter's largest storage \
+                     binding of {max} bytes; split it (e.g. an embedding table into row blocks) or keep it on the CPU"
+                ),
+            });
+        }
+        let buffer = ctx.pool.alloc(&ctx.device, bytes, max)?;
         let s = GpuStorage { ctx: ctx.clone(), buffer, dtype, len: n };
         if ctx.poison.load(std::sync::atomic::Ordering::Relaxed) && n > 0 {
             index::fill_words(&s, &[u32::MAX])?;
@@ -91,7 +104,7 @@ impl GpuStorage {
     /// `n` elements all equal to `value` converted to `dtype` like a host cast.
     pub(crate) fn full(ctx: &Arc<GpuContext>, dtype: DType, n: usize, value: f64) -> Result<GpuStorage> {
         let s = GpuStorage::alloc(ctx, dtype, n)?;
-        let one = CpuStorage::full(4, dtype, value);
+        let one = CpuStorage::full(4, dtype, value)?;
         let bytes = host_bytes(&one);
         let words: Vec<u32> = bytemuck::pod_collect_to_vec(&bytes);
         let period = if dtype.size_in_bytes() == 8 { 2 } else { 1 };
@@ -235,6 +248,12 @@ impl BackendStorage for GpuStorage {
     }
 
     fn copy_contiguous(&self, l: &Layout) -> Result<Self> {
+        // Strided views that keep whole words together copy in words or 16-byte units.
+        if !l.is_contiguous() {
+            if let Some(s) = index::copy_strided(self, l)? {
+                return Ok(s);
+            }
+        }
         self.ew("copy".into(), vec![(self, l)], self.dtype, COPY_BODY.into()).run()
     }
 

@@ -91,6 +91,21 @@ pub(crate) fn size_class(bytes: u64) -> u64 {
     b.div_ceil(step) * step
 }
 
+/// The size class of a request of at most `max_binding` bytes, capped so that it stays bindable: a
+/// request that fits the binding limit is always served, by a buffer rounded down to 16 bytes below
+/// the limit where that still holds it (16-byte vector bindings), else to exactly the limit.
+pub(crate) fn capped_class(bytes: u64, max_binding: u64) -> u64 {
+    let cap = max_binding / 16 * 16;
+    let class = size_class(bytes);
+    if class <= cap {
+        class
+    } else if bytes <= cap {
+        cap
+    } else {
+        max_binding / 4 * 4
+    }
+}
+
 const DEFAULT_CACHE_LIMIT: u64 = 4 << 30;
 
 impl Pool {
@@ -143,8 +158,7 @@ impl Pool {
     /// A buffer of at least `bytes` bytes (STORAGE | COPY_SRC | COPY_DST, and MAP_READ on unified
     /// memory).
     pub(crate) fn alloc(&self, device: &wgpu::Device, bytes: u64, max_binding: u64) -> Result<GpuBuffer> {
-        let class = size_class(bytes);
-        if class > max_binding {
+        if bytes > max_binding {
             return Err(Error::Gpu {
                 op: "alloc",
                 msg: format!(
@@ -152,6 +166,7 @@ impl Pool {
                 ),
             });
         }
+        let class = capped_class(bytes, max_binding);
         {
             let mut s = self.lock();
             let hit = s.free.range((class, 0)..(class.saturating_mul(2), u64::MAX)).next().map(|(k, _)| *k);
@@ -208,7 +223,23 @@ impl Pool {
 
 #[cfg(test)]
 mod tests {
-    use super::size_class;
+    use super::{capped_class, size_class};
+
+    #[test]
+    fn classes_near_the_binding_limit_stay_bindable() {
+        // Issue 9: a (128256, 4096) f32 table under a 2^31 - 4 byte binding limit.
+        let max = 2_147_483_644u64;
+        let table = 128_256u64 * 4096 * 4;
+        assert!(size_class(table) > max);
+        assert_eq!(capped_class(table, max), max / 16 * 16);
+        assert_eq!(capped_class(max, max), max);
+        assert_eq!(capped_class(max - 8, max), max);
+        assert_eq!(capped_class(1000, max), 1024);
+        for b in [1u64, 255, 4096, 1 << 20, max / 2 + 1, max - 16, max] {
+            let c = capped_class(b, max);
+            assert!(c >= b && c <= max && c.is_multiple_of(4), "{b} -> {c}");
+        }
+    }
 
     #[test]
     fn size_classes_waste_at_most_a_quarter() {

@@ -28,12 +28,12 @@ fn roundtrip_every_dtype() {
         }
         for n in [0usize, 1, 3, 5, 1000] {
             let vals: Vec<f64> = (0..n).map(|i| (i % 7) as f64 - 2.0).collect();
-            let host = CpuStorage::full(0, dt, 0.0);
+            let host = CpuStorage::full(0, dt, 0.0).unwrap();
             let host = match host {
                 CpuStorage::F32(_) => CpuStorage::F32(vals.iter().map(|&v| v as f32).collect()),
                 _ => {
                     let f = CpuStorage::F32(vals.iter().map(|&v| v as f32).collect());
-                    f.cast(&Layout::contiguous(n), dt).unwrap_or_else(|_| CpuStorage::full(n, dt, 1.0))
+                    f.cast(&Layout::contiguous(n), dt).unwrap_or_else(|_| CpuStorage::full(n, dt, 1.0).unwrap())
                 }
             };
             let g = GpuStorage::from_cpu(&c, &host).unwrap();

@@ -47,8 +47,13 @@ impl Tensor {
         }
         let d = q_[3];
         let scale = scale.unwrap_or(if d == 0 { 1.0 } else { 1.0 / (d as f64).sqrt() });
-        if !scale.is_finite() {
-            return Err(Error::arg(OP, format!("scale must be finite, got {scale}")));
+        // Scores are computed in f32 on every backend: a scale f32 cannot hold makes every score
+        // infinite and the whole output NaN, so it is refused rather than answered with NaN.
+        if !scale.is_finite() || scale.abs() > f32::MAX as f64 {
+            return Err(Error::arg(
+                OP,
+                format!("scale must be finite and within f32 range (|scale| <= {:e}), got {scale:e}", f32::MAX),
+            ));
         }
         let out_shape = (q_[0], hq, q_[2], v_[3]);
         if q_[0] * hq * q_[2] * v_[3] == 0 || k_[2] == 0 {

@@ -1,9 +1,12 @@
 //! Index-driven selection: `index_select`, `embedding`, `gather`.
 //!
-//! Index tensors hold `i64`, `i32`, `u32` or `u8`. Every index is checked on the host before the
+//! Index tensors hold `i64`, `i32`, `u32` or `u8`. On the CPU every index is checked before the
 //! backend runs: negative indices are refused (like PyTorch's `index_select`/`gather`; there is no
 //! wrap-around) and so are indices at or past the size of the axis, with an error naming the index,
-//! the axis and its size.
+//! the axis and its size. On the GPU the ids stay on the device (checking them on the host would
+//! read them back and wait for all queued work on every call): the kernels check each id as they
+//! read it, and an out-of-range id (negative, or at or past the size) selects zeros, never other
+//! memory. Dtype, shape and device errors are the same on both backends.
 
 use crate::{DType, Error, Result, Shape, Tensor};
 
@@ -16,6 +19,11 @@ fn check_ids(op: &'static str, src: &Tensor, ids: &Tensor, axis: usize) -> Resul
     src.same_device(op, ids)?;
     if !INDEX_DTYPES.contains(&ids.dtype()) {
         return Err(Error::dtype(op, ids.dtype(), "index tensors must be i64, i32, u32 or u8"));
+    }
+    if !ids.device().is_cpu() {
+        // On the GPU the kernels read the ids on the device (a host check would read them back and
+        // wait for the queue on every call): an id outside 0..size gives zeros there.
+        return Ok(());
     }
     let size = src.dims()[axis];
     let bad = if ids.dtype() == DType::I64 {
@@ -38,7 +46,8 @@ fn check_ids(op: &'static str, src: &Tensor, ids: &Tensor, axis: usize) -> Resul
 
 impl Tensor {
     /// Entries of `axis` picked by the 1-D integer tensor `ids` (in that order, repeats allowed).
-    /// The result has this tensor's shape with `axis` resized to `ids.len()`.
+    /// The result has this tensor's shape with `axis` resized to `ids.len()`. An id outside the axis
+    /// is an `Err` on the CPU and selects zeros on the GPU (see the module docs).
     pub fn index_select(&self, ids: &Tensor, axis: isize) -> Result<Tensor> {
         self.index_select_op("index_select", ids, axis)
     }

@@ -48,7 +48,10 @@ impl Tensor {
         }
         let mut dims = first.dims().to_vec();
         dims[axis] = total;
-        let out = Tensor::zeros(dims, dtype, first.device())?;
+        // Every element is written by one input below: no fill first.
+        let shape = crate::Shape::new(dims);
+        Tensor::check_size(op, &shape, dtype)?;
+        let out = Tensor::from_storage(first.device().uninit_storage(&shape, dtype)?, shape, first.device());
         let mut start = 0;
         for t in tensors {
             let len = t.dims()[axis];
@@ -138,7 +141,10 @@ impl Tensor {
         }
         let mut dims = self.dims().to_vec();
         for (d, &(b, a)) in dims.iter_mut().zip(pads) {
-            *d += b + a;
+            *d = d.checked_add(b).and_then(|d| d.checked_add(a)).ok_or_else(|| Error::TooLarge {
+                op: "pad",
+                msg: format!("padding shape {} by {pads:?} overflows", self.shape()),
+            })?;
         }
         let out = Tensor::full(value, dims, self.dtype(), self.device())?;
         let mut dst = out.layout().clone();

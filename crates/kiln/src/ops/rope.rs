@@ -24,10 +24,14 @@ impl Tensor {
     /// Rotary embedding of `self` `(b, h, t, d)` for positions `offset..offset + t` with base `theta`
     /// (10000 in Llama). The tables are computed in f64 ([`Tensor::rope_tables`]) and cast to this
     /// tensor's dtype. `d` must be even.
+    ///
+    /// The tables are cached per (device, `d`, `theta`, dtype) for positions `0..` a power of two
+    /// covering `offset + t` (see [`cached_tables`]): repeated calls (every layer of every step) cost
+    /// no host work and no upload, and read rows `offset..offset + t` of the cached tables in place.
     pub fn rope(&self, offset: usize, theta: f64, layout: RopeLayout) -> Result<Tensor> {
         self.check_rope_input("rope")?;
         let (t, d) = (self.dims()[2], self.dims()[3]);
-        let (cos, sin) = Tensor::rope_tables(t, d, offset, theta, self.dtype(), self.device())?;
+        let (cos, sin) = cached_tables(t, d, offset, theta, self.dtype(), self.device())?;
         self.rope_with_tables(&cos, &sin, layout)
     }
 
@@ -115,4 +119,56 @@ impl Tensor {
             Tensor::from_f64_values(&sin, (t, half), dtype, device)?,
         ))
     }
+}
+
+/// Most table entries (positions x d/2) one cached pair may hold; longer ranges are built per call.
+const MAX_CACHED_ENTRIES: usize = 1 << 24;
+/// Cached pairs kept (oldest dropped first).
+const MAX_CACHED_PAIRS: usize = 16;
+
+/// A cached pair of tables: its key (device, d, theta bits, dtype), the positions it covers from 0,
+/// and the `(positions, d/2)` cos and sin tables.
+type CachedPair = ((Device, usize, u64, DType), usize, Tensor, Tensor);
+
+/// Rows `offset..offset + t` of the `(positions, d/2)` tables for (`device`, `d`, `theta`, `dtype`),
+/// cached: built once (in f64, like [`Tensor::rope_tables`], so every entry is the same value) for
+/// positions `0..P`, `P` the power of two (at least 256) covering `offset + t`, and rebuilt at the next
+/// power of two when a later call passes it. Ranges over 2^24 entries are not cached.
+fn cached_tables(
+    t: usize,
+    d: usize,
+    offset: usize,
+    theta: f64,
+    dtype: DType,
+    device: &Device,
+) -> Result<(Tensor, Tensor)> {
+    use std::sync::{Mutex, OnceLock};
+    static CACHE: OnceLock<Mutex<Vec<CachedPair>>> = OnceLock::new();
+    let end = offset
+        .checked_add(t)
+        .ok_or_else(|| Error::arg("rope", format!("positions {offset}..{offset} + {t} overflow")))?;
+    let positions = end.max(256).next_power_of_two();
+    if positions.saturating_mul(d / 2) > MAX_CACHED_ENTRIES {
+        return Tensor::rope_tables(t, d, offset, theta, dtype, device);
+    }
+    let key = (device.clone(), d, theta.to_bits(), dtype);
+    let cache = CACHE.get_or_init(|| Mutex::new(Vec::new()));
+    let hit = {
+        let list = cache.lock().unwrap_or_else(|e| e.into_inner());
+        list.iter().find(|(k, p, _, _)| *k == key && *p >= end).map(|(_, _, c, s)| (c.clone(), s.clone()))
+    };
+    let (cos, sin) = match hit {
+        Some(pair) => pair,
+        None => {
+            let (c, s) = Tensor::rope_tables(positions, d, 0, theta, dtype, device)?;
+            let mut list = cache.lock().unwrap_or_else(|e| e.into_inner());
+            list.retain(|(k, _, _, _)| *k != key);
+            if list.len() >= MAX_CACHED_PAIRS {
+                list.remove(0);
+            }
+            list.push((key, positions, c.clone(), s.clone()));
+            (c, s)
+        }
+    };
+    Ok((cos.narrow(0, offset, t)?, sin.narrow(0, offset, t)?))
 }

@@ -12,7 +12,7 @@ impl Tensor {
     /// A tensor of `shape` holding `data` in row-major order.
     pub fn from_vec<T: WithDType>(data: Vec<T>, shape: impl Into<Shape>, device: &Device) -> Result<Tensor> {
         let shape = shape.into();
-        if data.len() != shape.elem_count() {
+        if data.len() != Tensor::check_size("from_vec", &shape, T::DTYPE)? {
             return Err(Error::ElementCountMismatch {
                 op: "from_vec",
                 len: data.len(),
@@ -28,12 +28,16 @@ impl Tensor {
         Tensor::from_vec(data.to_vec(), shape, device)
     }
 
-    /// Refuses shapes whose bytes cannot be allocated at all (overflowing `isize`).
-    pub(crate) fn check_size(op: &'static str, shape: &Shape, dtype: DType) -> Result<()> {
-        let n = shape.dims().iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
-        match n.and_then(|n| n.checked_mul(dtype.size_in_bytes())) {
-            Some(bytes) if bytes <= isize::MAX as usize => Ok(()),
-            _ => Err(Error::arg(op, format!("a {dtype} tensor of shape {shape} is too large to allocate"))),
+    /// Refuses shapes whose element count or bytes cannot exist at all (overflowing `usize`, or more
+    /// than `isize::MAX` bytes); returns the element count. Allocations that are representable but
+    /// fail are `Error::HostOutOfMemory` / `Error::OutOfMemory` where they happen.
+    pub(crate) fn check_size(op: &'static str, shape: &Shape, dtype: DType) -> Result<usize> {
+        let n = shape.check_size(op)?;
+        match n.checked_mul(dtype.size_in_bytes()) {
+            Some(bytes) if bytes <= isize::MAX as usize => Ok(n),
+            _ => {
+                Err(Error::TooLarge { op, msg: format!("a {dtype} tensor of shape {shape} is too large to allocate") })
+            }
         }
     }
 
@@ -96,7 +100,7 @@ impl Tensor {
             ));
         }
         let n = n as usize;
-        let values: Vec<f64> = (0..n).map(|i| start + i as f64 * step).collect();
+        let values = crate::cpu::alloc::try_collect("arange", n, |i| start + i as f64 * step)?;
         Tensor::from_f64_values(&values, n, dtype, device)
     }
 
@@ -104,15 +108,20 @@ impl Tensor {
     pub fn linspace(start: f64, end: f64, n: usize, dtype: DType, device: &Device) -> Result<Tensor> {
         Tensor::check_size("linspace", &Shape::new(vec![n, 8 / dtype.size_in_bytes()]), dtype)?;
         let step = if n > 1 { (end - start) / (n - 1) as f64 } else { 0.0 };
-        let values: Vec<f64> =
-            (0..n).map(|i| if i + 1 == n && n > 1 { end } else { start + i as f64 * step }).collect();
+        let values = crate::cpu::alloc::try_collect("linspace", n, |i| {
+            if i + 1 == n && n > 1 {
+                end
+            } else {
+                start + i as f64 * step
+            }
+        })?;
         Tensor::from_f64_values(&values, n, dtype, device)
     }
 
     /// The `n x n` identity matrix.
     pub fn eye(n: usize, dtype: DType, device: &Device) -> Result<Tensor> {
         Tensor::check_size("eye", &Shape::new(vec![n, n, 8 / dtype.size_in_bytes()]), dtype)?;
-        let mut values = vec![0.0; n * n];
+        let mut values = crate::cpu::alloc::try_collect("eye", n * n, |_| 0.0)?;
         for i in 0..n {
             values[i * n + i] = 1.0;
         }
@@ -124,7 +133,8 @@ impl Tensor {
         let shape = shape.into();
         Tensor::check_size("rand", &Shape::new([shape.dims(), &[8 / dtype.size_in_bytes()]].concat()), dtype)?;
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let values: Vec<f64> = (0..shape.elem_count()).map(|_| lo + (hi - lo) * rng.random::<f64>()).collect();
+        let values =
+            crate::cpu::alloc::try_collect("rand", shape.elem_count(), |_| lo + (hi - lo) * rng.random::<f64>())?;
         Tensor::from_f64_values(&values, shape, dtype, device)
     }
 
@@ -138,13 +148,12 @@ impl Tensor {
         device: &Device,
     ) -> Result<Tensor> {
         let shape = shape.into();
+        Tensor::check_size("randn", &Shape::new([shape.dims(), &[8 / dtype.size_in_bytes()]].concat()), dtype)?;
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let values: Vec<f64> = (0..shape.elem_count())
-            .map(|_| {
-                let z: f64 = StandardNormal.sample(&mut rng);
-                mean + std * z
-            })
-            .collect();
+        let values = crate::cpu::alloc::try_collect("randn", shape.elem_count(), |_| {
+            let z: f64 = StandardNormal.sample(&mut rng);
+            mean + std * z
+        })?;
         Tensor::from_f64_values(&values, shape, dtype, device)
     }
 
@@ -154,7 +163,7 @@ impl Tensor {
             T::into_storage(v.iter().map(|&x| T::from_f64(x)).collect())
         }
         let shape = shape.into();
-        if values.len() != shape.elem_count() {
+        if values.len() != Tensor::check_size("from_f64_values", &shape, dtype)? {
             return Err(Error::ElementCountMismatch {
                 op: "from_f64_values",
                 len: values.len(),

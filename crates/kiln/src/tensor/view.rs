@@ -8,7 +8,7 @@ impl Tensor {
     /// it (always for contiguous data), else a copy. See [`Tensor::reshape_infer`] for `-1`.
     pub fn reshape(&self, shape: impl Into<Shape>) -> Result<Tensor> {
         let shape = shape.into();
-        if shape.elem_count() != self.elem_count() {
+        if shape.check_size("reshape")? != self.elem_count() {
             return Err(Error::shape(
                 "reshape",
                 format!(
@@ -30,7 +30,8 @@ impl Tensor {
     pub fn reshape_infer(&self, dims: &[isize]) -> Result<Tensor> {
         let bad =
             || Error::shape("reshape", format!("cannot reshape a tensor of shape {} into {dims:?}", self.shape()));
-        let known: usize = dims.iter().filter(|&&d| d >= 0).map(|&d| d as usize).product();
+        let known = dims.iter().filter(|&&d| d > 0).try_fold(1usize, |acc, &d| acc.checked_mul(d as usize));
+        let known = if dims.contains(&0) { 0 } else { known.ok_or_else(bad)? };
         let holes = dims.iter().filter(|&&d| d == -1).count();
         if holes > 1 || dims.iter().any(|&d| d < -1) {
             return Err(bad());

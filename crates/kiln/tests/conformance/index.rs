@@ -100,16 +100,34 @@ fn index_select_large_parallel(dev: &Device) {
     }
 }
 
+/// An out-of-range id: an error naming it on the CPU; on the GPU (where the ids are never read back)
+/// zeros in its place and the other ids selected as usual (the output is poisoned first, so an
+/// unwritten element would show).
+fn assert_oob(dev: &Device, r: kiln::Result<Tensor>, parts: &[&str], gpu_expected: &[f64]) {
+    if dev.is_cpu() {
+        assert_err(r, parts)
+    } else {
+        let got = r.expect("out-of-range ids select zeros on the GPU").to_f64_vec().unwrap();
+        assert_eq!(got, gpu_expected, "{parts:?}");
+    }
+}
+
 fn index_select_errors(dev: &Device) {
     let x = rand_tensor(&[3, 4], DType::F32, 1, dev);
     let ids = |v: Vec<i64>| Tensor::from_vec(v.clone(), v.len(), dev).unwrap();
-    assert_err(x.index_select(&ids(vec![0, -1]), 0), &["index_select", "index -1", "axis 0", "size 3"]);
-    assert_err(x.index_select(&ids(vec![1, 4]), 1), &["index_select", "index 4", "axis 1", "size 4"]);
-    assert_err(x.index_select(&ids(vec![3]), -2), &["index_select", "index 3", "axis 0", "size 3"]);
+    let xv = x.to_f64_vec().unwrap();
+    let row0: Vec<f64> = xv[..4].iter().copied().chain([0.0; 4]).collect();
+    assert_oob(dev, x.index_select(&ids(vec![0, -1]), 0), &["index_select", "index -1", "axis 0", "size 3"], &row0);
+    let col1: Vec<f64> = (0..3).flat_map(|r| [xv[r * 4 + 1], 0.0]).collect();
+    assert_oob(dev, x.index_select(&ids(vec![1, 4]), 1), &["index_select", "index 4", "axis 1", "size 4"], &col1);
+    assert_oob(dev, x.index_select(&ids(vec![3]), -2), &["index_select", "index 3", "axis 0", "size 3"], &[0.0; 4]);
     let big = Tensor::from_vec(vec![i64::MAX], 1, dev).unwrap();
-    assert_err(x.index_select(&big, 0), &["index_select", &i64::MAX.to_string(), "size 3"]);
+    assert_oob(dev, x.index_select(&big, 0), &["index_select", &i64::MAX.to_string(), "size 3"], &[0.0; 4]);
+    // Low word in range, high word not: still out of range.
+    let high = Tensor::from_vec(vec![(1i64 << 32) + 1], 1, dev).unwrap();
+    assert_oob(dev, x.index_select(&high, 0), &["index_select", "4294967297", "size 3"], &[0.0; 4]);
     let u8ids = Tensor::from_vec(vec![200u8], 1, dev).unwrap();
-    assert_err(x.index_select(&u8ids, 1), &["index_select", "index 200", "size 4"]);
+    assert_oob(dev, x.index_select(&u8ids, 1), &["index_select", "index 200", "size 4"], &[0.0; 3]);
     let fids = Tensor::from_vec(vec![0.0f32], 1, dev).unwrap();
     assert_err(x.index_select(&fids, 0), &["index_select", "f32"]);
     let bids = Tensor::from_vec(vec![true], 1, dev).unwrap();
@@ -119,7 +137,7 @@ fn index_select_errors(dev: &Device) {
     assert_err(x.index_select(&ids(vec![0]), 2), &["index_select", "axis 2", "(3, 4)"]);
     assert_err(x.index_select(&ids(vec![0]), -3), &["index_select", "axis -3"]);
     let empty = Tensor::zeros((0, 4), DType::F32, dev).unwrap();
-    assert_err(empty.index_select(&ids(vec![0]), 0), &["index_select", "index 0", "size 0"]);
+    assert_oob(dev, empty.index_select(&ids(vec![0]), 0), &["index_select", "index 0", "size 0"], &[0.0; 4]);
     let s = Tensor::scalar(1.0, DType::F32, dev).unwrap();
     assert_err(s.index_select(&ids(vec![0]), 0), &["index_select", "axis 0", "rank 0"]);
 }
@@ -157,9 +175,13 @@ fn embedding_matches_reference(dev: &Device) {
 fn embedding_errors(dev: &Device) {
     let table = rand_tensor(&[4, 3], DType::F32, 2, dev);
     let ids = Tensor::from_vec(vec![1i64, 4, 0, 2], (2, 2), dev).unwrap();
-    assert_err(table.embedding(&ids), &["embedding", "index 4", "axis 0", "size 4"]);
+    let tv = table.to_f64_vec().unwrap();
+    let tv = &tv;
+    let rows: Vec<f64> =
+        [1usize, 4, 0, 2].iter().flat_map(|&r| (0..3).map(move |c| if r < 4 { tv[r * 3 + c] } else { 0.0 })).collect();
+    assert_oob(dev, table.embedding(&ids), &["embedding", "index 4", "axis 0", "size 4"], &rows);
     let neg = Tensor::from_vec(vec![-2i32], 1, dev).unwrap();
-    assert_err(table.embedding(&neg), &["embedding", "index -2"]);
+    assert_oob(dev, table.embedding(&neg), &["embedding", "index -2"], &[0.0; 3]);
     let f = Tensor::from_vec(vec![1.0f32], 1, dev).unwrap();
     assert_err(table.embedding(&f), &["embedding", "f32"]);
     let s = Tensor::scalar(1.0, DType::F32, dev).unwrap();
@@ -241,8 +263,9 @@ fn gather_errors(dev: &Device) {
     let ids = |v: Vec<i64>, s: &[usize]| Tensor::from_vec(v, s.to_vec(), dev).unwrap();
     assert_err(x.gather(1, &ids(vec![0, 1], &[2])), &["gather", "(2,)", "(3, 4)", "rank"]);
     assert_err(x.gather(1, &ids(vec![0; 8], &[4, 2])), &["gather", "(4, 2)", "(3, 4)", "axis 0"]);
-    assert_err(x.gather(1, &ids(vec![0, 4], &[1, 2])), &["gather", "index 4", "axis 1", "size 4"]);
-    assert_err(x.gather(0, &ids(vec![0, -1], &[1, 2])), &["gather", "index -1", "axis 0", "size 3"]);
+    let x0 = x.to_f64_vec().unwrap()[0];
+    assert_oob(dev, x.gather(1, &ids(vec![0, 4], &[1, 2])), &["gather", "index 4", "axis 1", "size 4"], &[x0, 0.0]);
+    assert_oob(dev, x.gather(0, &ids(vec![0, -1], &[1, 2])), &["gather", "index -1", "axis 0", "size 3"], &[x0, 0.0]);
     assert_err(x.gather(2, &ids(vec![0], &[1, 1])), &["gather", "axis 2"]);
     let f = Tensor::from_vec(vec![0.0f32; 2], (1, 2), dev).unwrap();
     assert_err(x.gather(0, &f), &["gather", "f32"]);
@@ -250,7 +273,62 @@ fn gather_errors(dev: &Device) {
     assert_err(x.gather(0, &f0), &["gather", "f16"]);
 }
 
+/// The GPU moves raw bits in units of 4, 8 or 16 bytes where rows (and their offset) allow, and
+/// falls back to per-element reads where they do not: every unit on tables whose rows and view
+/// offsets hit each case, i64 values beyond 32 bits, NaN/Inf payloads, ids views with an offset.
+fn index_ops_move_exact_values(dev: &Device) {
+    let mut seed = 900;
+    // (dtype, row length): row bytes 6 (sub-word fallback for 16-bit types), 4, 8, 16, 12.
+    let cases = [
+        (DType::F16, 3),
+        (DType::BF16, 2),
+        (DType::F16, 4),
+        (DType::BF16, 8),
+        (DType::U8, 5),
+        (DType::U8, 16),
+        (DType::F32, 3),
+        (DType::F32, 4),
+        (DType::I32, 1),
+        (DType::I64, 3),
+        (DType::I64, 2),
+    ];
+    for (dtype, d) in cases {
+        for first in [0usize, 1] {
+            seed += 1;
+            let rows = 7;
+            let mut vals = payload(rows * d, dtype, seed);
+            if dtype == DType::I64 {
+                for (i, v) in vals.iter_mut().enumerate() {
+                    *v = ((1i64 << 40) + i as i64 * 977 - (1i64 << 41) * (i % 2) as i64) as f64;
+                }
+            }
+            // Rows first.. of the table: a contiguous view with an offset of `first` rows.
+            let full = tensor(&vals, &[rows, d], dtype, dev);
+            let table = full.narrow(0, first, rows - first).unwrap();
+            let tr = RefArray::new(vec![rows - first, d], vals[first * d..].to_vec());
+            let ids = random_ids(9, rows - first, seed);
+            for id_dtype in ID_DTYPES {
+                // Ids stored after one leading element: a contiguous view with an offset.
+                let mut stored = vec![0.0];
+                stored.extend(ids.iter().map(|&i| i as f64));
+                let it = tensor(&stored, &[ids.len() + 1], id_dtype, dev).narrow(0, 1, ids.len()).unwrap();
+                let ctx = format!("{dtype} rows of {d} from row {first}, {id_dtype} ids");
+                let got = table.index_select(&it, 0).unwrap();
+                assert_exact(&got, &ref_index_select(&tr, &ids, 0), &format!("index_select {ctx}"));
+                let got = table.embedding(&it).unwrap();
+                assert_exact(&got, &ref_index_select(&tr, &ids, 0), &format!("embedding {ctx}"));
+                let cols = random_ids(2 * d, d, seed + 1);
+                let ct = tensor(&cols.iter().map(|&i| i as f64).collect::<Vec<_>>(), &[1, 2 * d], id_dtype, dev);
+                let cr = RefArray::new(vec![1, 2 * d], cols.iter().map(|&i| i as f64).collect());
+                let got = table.gather(1, &ct).unwrap();
+                assert_exact(&got, &ref_gather(&tr, &cr, 1), &format!("gather {ctx}"));
+            }
+        }
+    }
+}
+
 backend_tests!(
+    index_ops_move_exact_values,
     index_select_matches_reference,
     index_select_large_parallel,
     index_select_errors,

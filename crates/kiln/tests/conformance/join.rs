@@ -97,6 +97,83 @@ fn concat_single_and_large(dev: &Device) {
     assert_exact(&got, &expected, "large concat");
 }
 
+/// Concat and contiguous copies move whole words or 16-byte units where rows and offsets allow, and
+/// merge sub-word elements with atomics where they do not; parts of both kinds in one output (the
+/// GPU output is poisoned, not zeroed, so an unwritten element shows).
+fn concat_and_copies_by_unit(dev: &Device) {
+    let mut seed = 4000;
+    // (dtype, row lengths of the parts along axis 1)
+    let cases: [(DType, &[usize]); 8] = [
+        (DType::F16, &[8, 8]),
+        (DType::BF16, &[2, 6, 8]),
+        (DType::F16, &[8, 3, 5]),
+        (DType::U8, &[16, 4, 3]),
+        (DType::Bool, &[5, 16]),
+        (DType::F32, &[4, 1, 7]),
+        (DType::I64, &[2, 3]),
+        (DType::I32, &[8, 8]),
+    ];
+    for (dtype, lens) in cases {
+        for axis in [0usize, 1] {
+            let rows = 3;
+            let parts: Vec<Vec<f64>> = lens
+                .iter()
+                .map(|&l| {
+                    seed += 1;
+                    payload(rows * l.max(1) * 2, dtype, seed)
+                })
+                .collect();
+            // Along axis 1 the parts are (rows, len); along axis 0 (len, 4) each.
+            let shapes: Vec<Vec<usize>> =
+                lens.iter().map(|&l| if axis == 1 { vec![rows, l] } else { vec![l, 4] }).collect();
+            let ts: Vec<Tensor> =
+                parts.iter().zip(&shapes).map(|(v, sh)| tensor(&v[..sh.iter().product()], sh, dtype, dev)).collect();
+            let views: Vec<&Tensor> = ts.iter().collect();
+            let got = Tensor::concat(&views, axis as isize).unwrap();
+            let total: usize = lens.iter().sum();
+            let oshape = if axis == 1 { vec![rows, total] } else { vec![total, 4] };
+            let mut expected = RefArray::new(oshape.clone(), vec![0.0; oshape.iter().product()]);
+            for i in 0..expected.data.len() {
+                let mut idx = expected.unravel(i);
+                let mut part = 0;
+                while idx[axis] >= lens[part] {
+                    idx[axis] -= lens[part];
+                    part += 1;
+                }
+                let r = RefArray::new(shapes[part].clone(), parts[part][..shapes[part].iter().product()].to_vec());
+                expected.data[i] = r.get(&idx);
+            }
+            assert_exact(&got, &expected, &format!("concat {dtype} {lens:?} axis {axis}"));
+        }
+        // Contiguous copies of a KV-cache-like slice (b, h, t of T, d) and of a column range.
+        seed += 1;
+        let d = lens[0];
+        let vals = payload(2 * 3 * 6 * d, dtype, seed);
+        let full = tensor(&vals, &[2, 3, 6, d], dtype, dev);
+        let r = RefArray::new(vec![2, 3, 6, d], vals);
+        for (start, len) in [(0usize, 4usize), (1, 3), (2, 4)] {
+            let got = full.narrow(2, start, len).unwrap().contiguous().unwrap();
+            let mut expected = RefArray::new(vec![2, 3, len, d], vec![0.0; 2 * 3 * len * d]);
+            for i in 0..expected.data.len() {
+                let mut idx = expected.unravel(i);
+                idx[2] += start;
+                expected.data[i] = r.get(&idx);
+            }
+            assert_exact(&got, &expected, &format!("slice copy {dtype} d {d} from {start}"));
+        }
+        if d >= 3 {
+            let got = full.narrow(3, 1, d - 2).unwrap().contiguous().unwrap();
+            let mut expected = RefArray::new(vec![2, 3, 6, d - 2], vec![0.0; 36 * (d - 2)]);
+            for i in 0..expected.data.len() {
+                let mut idx = expected.unravel(i);
+                idx[3] += 1;
+                expected.data[i] = r.get(&idx);
+            }
+            assert_exact(&got, &expected, &format!("column copy {dtype} d {d}"));
+        }
+    }
+}
+
 fn concat_errors(dev: &Device) {
     let a = rand_tensor(&[2, 3], DType::F32, 1, dev);
     let b = rand_tensor(&[2, 4], DType::F32, 2, dev);
@@ -365,6 +442,7 @@ fn triangle_errors(dev: &Device) {
 }
 
 backend_tests!(
+    concat_and_copies_by_unit,
     concat_matches_reference,
     concat_single_and_large,
     concat_errors,

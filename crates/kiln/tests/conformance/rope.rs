@@ -169,7 +169,34 @@ fn fused_matches_composed_rope(dev: &Device) {
     }
 }
 
+/// `rope` reads its tables from a per-device cache (positions `0..` a power of two, regrown when an
+/// offset passes it): the result must equal `rope_with_tables` on freshly built tables exactly, for
+/// decode-style offsets crossing the first cached range (256) and for a `(b, t, h, d)` projection
+/// viewed as `(b, h, t, d)` (read through its strides on the GPU).
+fn rope_cached_tables_are_exact(dev: &Device) {
+    for dtype in supported(dev, &FLOATS) {
+        let (b, h, d) = (1, 3, 8);
+        for (t, offsets) in [(1usize, [0usize, 254, 255, 256, 300]), (3, [1, 253, 254, 511, 512])] {
+            for &offset in &offsets {
+                let vals = round_to(&random_values(b * t * h * d, dtype, 500 + offset as u64), dtype);
+                // Stored (b, t, h, d), viewed (b, h, t, d).
+                let x = tensor(&vals, &[b, t, h, d], dtype, dev).permute(&[0, 2, 1, 3]).unwrap();
+                for layout in LAYOUTS {
+                    let got = x.rope(offset, 10000.0, layout).unwrap();
+                    let (c, s) = Tensor::rope_tables(t, d, offset, 10000.0, dtype, dev).unwrap();
+                    let want = x.rope_with_tables(&c, &s, layout).unwrap();
+                    let ctx = format!("rope {dtype} t {t} offset {offset} {layout:?}");
+                    assert_eq!(got.dims(), want.dims(), "{ctx}");
+                    let (g, w) = (got.to_f64_vec().unwrap(), want.to_f64_vec().unwrap());
+                    assert!(g.iter().zip(&w).all(|(a, b)| a.to_bits() == b.to_bits()), "{ctx}: {g:?} vs {w:?}");
+                }
+            }
+        }
+    }
+}
+
 backend_tests!(
+    rope_cached_tables_are_exact,
     rope_matches_reference,
     rope_tables_match_reference,
     rope_with_custom_tables,

@@ -1,0 +1,37 @@
+//! Quantized matrix-vector benchmarks (`Tensor::qlinear` with M = 1, the decode step of a quantized
+//! LLM): Llama-sized weights of 4096x4096 (attention projections) and 14336x4096 (the MLP of
+//! Llama 3 8B) in each quantized format. Bytes are the packed weight plus the input and output
+//! vectors, so GB/s compares with the copy bandwidth (the target is 80% of it). Weights are random
+//! normals quantized on the host before timing.
+
+use super::cases::{case, SEED_A, SEED_B};
+use super::{Bound, Case, Op};
+use kiln::quant::{QTensor, QuantType};
+use kiln::DType;
+
+/// The cases: full-size shapes, or small ones for `--quick`.
+pub fn all(quick: bool) -> Vec<Case> {
+    let shapes: [(usize, usize); 2] = if quick { [(512, 512), (1536, 512)] } else { [(4096, 4096), (14336, 4096)] };
+    let mut v = Vec::new();
+    for qt in QuantType::ALL {
+        for (n, k) in shapes {
+            let weight = (n * k / qt.block_elems() * qt.block_bytes()) as f64;
+            let bytes = weight + 4.0 * (n + k) as f64;
+            let name = format!("qmatvec_{}_{n}x{k}", qt.name().to_lowercase());
+            v.push(case(
+                name,
+                format!("1x{k} @ ({n}x{k} {qt})^T"),
+                DType::F32,
+                Bound::Memory,
+                Some(bytes),
+                None,
+                move |inp| {
+                    let w = QTensor::quantize(&inp.randn((n, k), DType::F32, SEED_B)?, qt)?;
+                    let x = inp.randn((1, k), DType::F32, SEED_A)?;
+                    Ok(Box::new(move || x.qlinear(&w, None)) as Op)
+                },
+            ));
+        }
+    }
+    v
+}

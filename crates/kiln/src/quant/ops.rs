@@ -1,0 +1,79 @@
+//! `Tensor::qlinear`: `x @ w^T (+ bias)` with a quantized `(out, in)` weight.
+//!
+//! Up to `MAX_SKINNY_ROWS` rows of `x` (decode and small batches) run a kernel that reads the
+//! packed weight once per block of 8 rows and dequantises in registers (`quant/cpu.rs`,
+//! `gpu/quant_matvec.wgsl`). More rows (prefill) dequantise the weight to `x`'s dtype and use
+//! kiln's matmul: a choice made without measurements, simple and already fast where matmul is
+//! compute bound; the dequantised copy is temporary.
+
+use super::{cpu, QTensor};
+use crate::cpu::CpuStorage;
+use crate::storage::Storage;
+use crate::{DType, Error, Result, Tensor};
+
+/// Rows of `x` up to which `qlinear` reads the packed weight directly.
+pub const MAX_SKINNY_ROWS: usize = 64;
+
+impl Tensor {
+    /// `self (..., in) @ w^T (+ bias)` for a quantized `(out, in)` weight: `(..., out)` in
+    /// `self`'s dtype (f32, f16 or bf16; computed in f32). `bias` is `(out,)` of the same dtype.
+    pub fn qlinear(&self, w: &QTensor, bias: Option<&Tensor>) -> Result<Tensor> {
+        let op = "qlinear";
+        if w.dims().len() != 2 {
+            return Err(Error::shape(op, format!("weight must be (out, in), got shape {}", w.shape())));
+        }
+        let (n, k) = (w.dims()[0], w.dims()[1]);
+        if self.rank() == 0 || self.dims()[self.rank() - 1] != k {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "input of shape {} does not end in the {k} inputs of {} weight {}",
+                    self.shape(),
+                    w.qtype(),
+                    w.shape()
+                ),
+            ));
+        }
+        if !matches!(self.dtype(), DType::F32 | DType::F16 | DType::BF16) {
+            return Err(Error::dtype(op, self.dtype(), "qlinear takes f32, f16 or bf16 input"));
+        }
+        if self.device() != w.device() {
+            return Err(Error::DeviceMismatch { op, lhs: self.device().name(), rhs: w.device().name() });
+        }
+        if let Some(b) = bias {
+            self.same_device(op, b)?;
+            self.same_dtype(op, b)?;
+            if b.dims() != [n] {
+                return Err(Error::shape(
+                    op,
+                    format!("bias of shape {} does not match the {n} outputs of weight {}", b.shape(), w.shape()),
+                ));
+            }
+        }
+        let m = self.elem_count() / k.max(1);
+        let mut out_dims = self.dims().to_vec();
+        *out_dims.last_mut().expect("rank >= 1") = n;
+        let y = if m > MAX_SKINNY_ROWS || m == 0 || n == 0 {
+            let wf = w.dequantize(self.dtype())?;
+            return self.linear(&wf, bias);
+        } else {
+            let xf = self.to_dtype(DType::F32)?.contiguous()?;
+            let off = xf.layout().offset();
+            let storage = match (&*xf.storage(), &*w.data().storage()) {
+                (Storage::Cpu(CpuStorage::F32(x)), Storage::Cpu(CpuStorage::U32(wd))) => {
+                    let v = cpu::qmatmul(w.qtype(), bytemuck::cast_slice(wd), n, k, &x[off..off + m * k], m);
+                    Storage::Cpu(CpuStorage::F32(v))
+                }
+                (Storage::Gpu(x), Storage::Gpu(wd)) => {
+                    Storage::Gpu(crate::gpu::quant::qmatmul(x, off, wd, w.qtype(), n, k, m)?)
+                }
+                _ => return Err(Error::DeviceMismatch { op, lhs: self.device().name(), rhs: w.device().name() }),
+            };
+            Tensor::from_storage(storage, out_dims, self.device()).to_dtype(self.dtype())?
+        };
+        match bias {
+            Some(b) => y.add(b),
+            None => Ok(y),
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! Quantized tensors (`kiln::quant`): dequantisation against ggml's block definitions (written here
+//! element by element from `dequantize_row_*`), quantise -> dequantise error bounds, `qlinear`
+//! against an f64 product with the dequantised weight (few-row kernel and the prefill path), and
+//! the errors. Each runs on every backend.
+
+use crate::common::{random_values, rng, tensor};
+use half::f16;
+use kiln::quant::{QTensor, QuantType};
+use kiln::{DType, Device, Tensor};
+use rand::RngExt;
+
+/// ggml's `get_scale_min_k4`.
+fn scale_min(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+    }
+}
+
+/// Element `i` of ggml block `blk`, following `dequantize_row_*` (f32, same operation order).
+fn ref_value(qt: QuantType, blk: &[u8], i: usize) -> f32 {
+    let h16 = |o: usize| f16::from_le_bytes([blk[o], blk[o + 1]]).to_f32();
+    match qt {
+        QuantType::Q8_0 => (blk[2 + i] as i8) as f32 * h16(0),
+        QuantType::Q4_0 => {
+            let byte = blk[2 + i % 16];
+            let nib = if i < 16 { byte & 0xF } else { byte >> 4 };
+            (nib as i32 - 8) as f32 * h16(0)
+        }
+        QuantType::Q4K => {
+            let (p, within) = (i / 64, i % 64);
+            let (sc, m) = scale_min(2 * p + within / 32, &blk[4..16]);
+            let byte = blk[16 + 32 * p + within % 32];
+            let nib = if within < 32 { byte & 0xF } else { byte >> 4 };
+            h16(0) * sc as f32 * nib as f32 - h16(2) * m as f32
+        }
+        QuantType::Q6K => {
+            let (h, t, l) = (i / 128, (i % 128) / 32, i % 32);
+            let ql = blk[64 * h + l + 32 * (t & 1)];
+            let nib = if t < 2 { ql & 0xF } else { ql >> 4 };
+            let hi = (blk[128 + 32 * h + l] >> (2 * t)) & 3;
+            let q = (nib | (hi << 4)) as i32 - 32;
+            let sc = blk[192 + 8 * h + l / 16 + 2 * t] as i8;
+            h16(208) * sc as f32 * q as f32
+        }
+    }
+}
+
+/// Random ggml blocks with finite scales of either sign.
+fn random_raw(qt: QuantType, blocks: usize, seed: u64) -> Vec<u8> {
+    let mut r = rng(seed);
+    let mut raw: Vec<u8> = (0..blocks * qt.block_bytes()).map(|_| r.random::<u32>() as u8).collect();
+    for blk in raw.chunks_exact_mut(qt.block_bytes()) {
+        let offs: &[usize] = match qt {
+            QuantType::Q8_0 | QuantType::Q4_0 => &[0],
+            QuantType::Q4K => &[0, 2],
+            QuantType::Q6K => &[208],
+        };
+        for &o in offs {
+            let d = f16::from_f32((r.random::<f32>() - 0.3) * 0.05);
+            blk[o..o + 2].copy_from_slice(&d.to_le_bytes());
+        }
+    }
+    raw
+}
+
+fn dequantize_matches_ggml(dev: &Device) {
+    for qt in QuantType::ALL {
+        let shape = [3, 2 * qt.block_elems()];
+        let blocks = 6;
+        let raw = random_raw(qt, blocks, 7 + qt.ggml_type() as u64);
+        let q = QTensor::from_raw(&raw, qt, shape, dev).unwrap();
+        assert_eq!(q.to_raw().unwrap(), raw, "{qt}: planar layout round trip");
+        let want: Vec<f32> = raw
+            .chunks_exact(qt.block_bytes())
+            .flat_map(|blk| (0..qt.block_elems()).map(move |i| ref_value(qt, blk, i)))
+            .collect();
+        let got = q.dequantize(DType::F32).unwrap();
+        assert_eq!(got.dims(), shape);
+        let got = got.to_vec::<f32>().unwrap();
+        for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+            // The CPU computes ggml's f32 operations exactly; a GPU compiler may fuse a multiply-add.
+            let tol = if dev.is_cpu() { 0.0 } else { 1e-6 * w.abs().max(1e-3) };
+            assert!((g - w).abs() <= tol, "{qt} {dev:?} element {i}: {g} vs {w}");
+        }
+        for dt in [DType::F16, DType::BF16] {
+            let got = q.dequantize(dt).unwrap();
+            assert_eq!(got.dtype(), dt);
+            let got = got.to_f64_vec().unwrap();
+            let rel = if dt == DType::F16 { 1e-3 } else { 8e-3 };
+            for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                assert!((g - w as f64).abs() <= rel * (w.abs() as f64) + 1e-7, "{qt} {dt} element {i}: {g} vs {w}");
+            }
+        }
+    }
+}
+
+/// The largest error a value of a block with largest magnitude `amax` may get from `qt`'s
+/// quantisation (see `quant/formats.rs`: rounding to the grid, scales rounded up to cover it).
+fn error_bound(qt: QuantType, amax: f32) -> f32 {
+    match qt {
+        // Half a step of amax / 127, plus the f16 rounding of d over 127 steps.
+        QuantType::Q8_0 => 0.6 * amax / 127.0,
+        // Values of the other sign than the largest one may clamp at 15: one step of amax / 8.
+        QuantType::Q4_0 => 1.01 * amax / 8.0,
+        // Half a step of the sub-block (<= 2 amax / 15) plus the min's 6-bit rounding (<= dmin).
+        QuantType::Q4K => 0.55 * 2.0 * amax / 15.0 + 1.01 * amax / 63.0,
+        // Half a step of amax / 31 (the sub-block scale rounded up by at most d = amax / (31 * 127)).
+        QuantType::Q6K => 0.51 * amax / 31.0,
+    }
+}
+
+fn quantize_error_within_bound(dev: &Device) {
+    for qt in QuantType::ALL {
+        let be = qt.block_elems();
+        let shape = [5, 2 * be];
+        let mut vals = random_values(10 * be, DType::F32, 3);
+        // An all-zero block and one tiny block.
+        vals[..be].iter_mut().for_each(|v| *v = 0.0);
+        vals[be..2 * be].iter_mut().for_each(|v| *v *= 1e-3);
+        let x = tensor(&vals, &shape, DType::F32, dev);
+        let q = QTensor::quantize(&x, qt).unwrap();
+        assert_eq!((q.qtype(), q.dims()), (qt, &shape[..]));
+        assert_eq!(q.storage_bytes(), (10usize * qt.block_bytes()).div_ceil(16) * 16);
+        let back = q.dequantize(DType::F32).unwrap().to_vec::<f32>().unwrap();
+        for (b, (xs, ys)) in vals.chunks(be).zip(back.chunks(be)).enumerate() {
+            let amax = xs.iter().fold(0f32, |a, &v| a.max((v as f32).abs()));
+            let bound = error_bound(qt, amax) + 1e-7;
+            for (i, (&x, &y)) in xs.iter().zip(ys).enumerate() {
+                assert!((x as f32 - y).abs() <= bound, "{qt} block {b} value {i}: {x} -> {y} (bound {bound})");
+            }
+        }
+        assert!(back[..be].iter().all(|&v| v == 0.0), "{qt}: zeros stay zeros");
+        // The same tensor quantises to the same bytes on every device (quantisation runs on the host).
+        let cpu = QTensor::quantize(&x.to_device(&Device::cpu()).unwrap(), qt).unwrap();
+        assert_eq!(q.to_raw().unwrap(), cpu.to_raw().unwrap());
+    }
+}
+
+/// `x @ w^T + bias` in f64 from the dequantised weight.
+fn reference(x: &[f64], w: &[f64], bias: Option<&[f64]>, m: usize, n: usize, k: usize) -> Vec<f64> {
+    let mut out = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            let s: f64 = (0..k).map(|t| x[i * k + t] * w[j * k + t]).sum();
+            out[i * n + j] = s + bias.map_or(0.0, |b| b[j]);
+        }
+    }
+    out
+}
+
+fn qlinear_matches_reference(dev: &Device) {
+    for qt in QuantType::ALL {
+        let (n, k) = (13, 2 * qt.block_elems().max(64));
+        let wv = random_values(n * k, DType::F32, 11);
+        let w = QTensor::quantize(&tensor(&wv, &[n, k], DType::F32, dev), qt).unwrap();
+        let wd = w.dequantize(DType::F32).unwrap().to_f64_vec().unwrap();
+        for (lead, dt, with_bias) in [
+            (vec![1], DType::F32, false),
+            (vec![3], DType::F32, true),
+            (vec![2, 4], DType::F32, false),
+            (vec![9], DType::F16, true),
+            (vec![5], DType::BF16, false),
+            (vec![70], DType::F32, true),
+        ] {
+            let m: usize = lead.iter().product();
+            let xv = random_values(m * k, DType::F32, 5 + m as u64);
+            let mut shape = lead.clone();
+            shape.push(k);
+            let x = tensor(&xv, &shape, dt, dev);
+            let xr = x.to_f64_vec().unwrap();
+            let bv = random_values(n, DType::F32, 9);
+            let b = tensor(&bv, &[n], dt, dev);
+            let bias = with_bias.then_some(&b);
+            let y = x.qlinear(&w, bias).unwrap();
+            let mut out_shape = lead.clone();
+            out_shape.push(n);
+            assert_eq!((y.dims(), y.dtype()), (&out_shape[..], dt));
+            let br = b.to_f64_vec().unwrap();
+            let want = reference(&xr, &wd, with_bias.then_some(&br[..]), m, n, k);
+            let got = y.to_f64_vec().unwrap();
+            // f32 sums of k products (order differs): 1e-5 of sum |x w|; then rounding to dt.
+            let rel = match dt {
+                DType::F16 => 2e-3,
+                DType::BF16 => 1.6e-2,
+                _ => 0.0,
+            };
+            for i in 0..m {
+                for j in 0..n {
+                    let mag: f64 = (0..k).map(|t| (xr[i * k + t] * wd[j * k + t]).abs()).sum();
+                    let (g, e) = (got[i * n + j], want[i * n + j]);
+                    assert!(
+                        (g - e).abs() <= 1e-5 * mag + rel * e.abs() + 1e-6,
+                        "{qt} {dt} m={m} ({i}, {j}): {g} vs {e}"
+                    );
+                }
+            }
+        }
+        // A non-contiguous input (a transposed view) and an input at an odd offset.
+        let xt = tensor(&random_values(3 * k, DType::F32, 2), &[k, 3], DType::F32, dev).t().unwrap();
+        let want = xt.contiguous().unwrap().qlinear(&w, None).unwrap().to_vec::<f32>().unwrap();
+        assert_eq!(xt.qlinear(&w, None).unwrap().to_vec::<f32>().unwrap(), want, "{qt} transposed view");
+        let big = tensor(&random_values(3 * k + 1, DType::F32, 4), &[3 * k + 1], DType::F32, dev);
+        let xo = big.narrow(0, 1, 3 * k).unwrap().reshape((3, k)).unwrap();
+        let want = xo.contiguous().unwrap();
+        let want = Tensor::from_vec(want.to_vec::<f32>().unwrap(), (3, k), dev).unwrap().qlinear(&w, None).unwrap();
+        assert_eq!(
+            xo.qlinear(&w, None).unwrap().to_vec::<f32>().unwrap(),
+            want.to_vec::<f32>().unwrap(),
+            "{qt} offset view"
+        );
+        // No rows.
+        let e = Tensor::zeros((0, k), DType::F32, dev).unwrap().qlinear(&w, None).unwrap();
+        assert_eq!(e.dims(), [0, n]);
+    }
+}
+
+fn quant_errors(dev: &Device) {
+    let x = Tensor::zeros((4, 48), DType::F32, dev).unwrap();
+    let e = QTensor::quantize(&x, QuantType::Q8_0).unwrap_err().to_string();
+    assert!(e.contains("[quantize]") && e.contains("(4, 48)") && e.contains("32"), "{e}");
+    let e = QTensor::quantize(&x.to_dtype(DType::I32).unwrap(), QuantType::Q8_0).unwrap_err().to_string();
+    assert!(e.contains("[quantize]") && e.contains("i32"), "{e}");
+    let nan = Tensor::full(f64::NAN, (1, 32), DType::F32, dev).unwrap();
+    assert!(QTensor::quantize(&nan, QuantType::Q4_0).unwrap_err().to_string().contains("NaN"));
+    let e = QTensor::from_raw(&[0u8; 33], QuantType::Q8_0, (1, 32), dev).unwrap_err().to_string();
+    assert!(e.contains("34 bytes") && e.contains("33"), "{e}");
+    let w = QTensor::quantize(&Tensor::zeros((8, 64), DType::F32, dev).unwrap(), QuantType::Q4_0).unwrap();
+    let e = Tensor::zeros((2, 32), DType::F32, dev).unwrap().qlinear(&w, None).unwrap_err().to_string();
+    assert!(e.contains("[qlinear]") && e.contains("(2, 32)") && e.contains("(8, 64)"), "{e}");
+    let xi = Tensor::zeros((2, 64), DType::I32, dev).unwrap();
+    assert!(xi.qlinear(&w, None).unwrap_err().to_string().contains("[qlinear] dtype i32"));
+    let x = Tensor::zeros((2, 64), DType::F32, dev).unwrap();
+    let b = Tensor::zeros(7, DType::F32, dev).unwrap();
+    assert!(x.qlinear(&w, Some(&b)).unwrap_err().to_string().contains("bias of shape"));
+    let e = QTensor::from_raw(&[0u8; 18], QuantType::Q4_0, (1, 32), dev).unwrap().dequantize(DType::I32);
+    assert!(e.unwrap_err().to_string().contains("[dequantize]"));
+    if dev.is_gpu() {
+        let xc = Tensor::zeros((2, 64), DType::F32, &Device::cpu()).unwrap();
+        assert!(xc.qlinear(&w, None).unwrap_err().to_string().contains("different devices"));
+    }
+}
+
+crate::backend_tests!(dequantize_matches_ggml, quantize_error_within_bound, qlinear_matches_reference, quant_errors);
