@@ -187,7 +187,10 @@ fn an_allocation_over_the_memory_limit_is_an_err_and_the_device_goes_on() {
         assert_eq!(keep.sum_all().unwrap().to_scalar::<f32>().unwrap(), 65536.0);
     }
     dev.set_memory_limit(u64::MAX);
-    assert_eq!(Tensor::ones(2 << 20, DType::F32, &dev).unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap(), 2097152.0);
+    assert_eq!(
+        Tensor::ones(2 << 20, DType::F32, &dev).unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap(),
+        2097152.0
+    );
 }
 
 #[test]
@@ -196,7 +199,9 @@ fn out_of_range_and_negative_ids_are_errors_on_every_device() {
     let _dog = support::Watchdog::new("ids test", Duration::from_secs(120));
     for dev in [Device::cpu(), gpu] {
         let table = Tensor::arange(0.0, 12.0, DType::F32, &dev).unwrap().reshape((4, 3)).unwrap();
-        for (dt, bad) in [(DType::I64, 4.0), (DType::I64, -1.0), (DType::I32, -5.0), (DType::U32, 4.0), (DType::I64, 1e12)] {
+        for (dt, bad) in
+            [(DType::I64, 4.0), (DType::I64, -1.0), (DType::I32, -5.0), (DType::U32, 4.0), (DType::I64, 1e12)]
+        {
             let ids = Tensor::from_f64_values(&[0.0, bad, 1.0], 3, dt, &dev).unwrap();
             let e = table.index_select(&ids, 0).and_then(|t| t.to_vec::<f32>());
             assert!(matches!(&e, Err(e) if e.to_string().starts_with("[index_select]")), "{dev} {dt} {bad}: {e:?}");

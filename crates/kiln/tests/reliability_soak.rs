@@ -14,7 +14,6 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 use support::interp::{self, Finding, Mode};
 
-
 const STEPS: usize = 48;
 
 /// `KILN_SOAK_MODE=full` adds huge sizes and NaN/Inf (hand runs; see docs/RELIABILITY.md).
@@ -44,7 +43,8 @@ fn soak(devices: &[Device], programs: usize, seed0: u64) {
         let report = match catch_unwind(AssertUnwindSafe(|| interp::run(&bytes, devices, mode(), STEPS))) {
             Ok(r) => r,
             Err(e) => {
-                let msg = e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()));
+                let msg =
+                    e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()));
                 failures.push(format!("program {seed}: panic: {}", msg.unwrap_or_default()));
                 continue;
             }

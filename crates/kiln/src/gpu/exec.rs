@@ -254,7 +254,9 @@ pub(crate) fn wait(ctx: &GpuContext, index: Option<wgpu::SubmissionIndex>) -> Re
     if let Err(e) = r {
         let why = match e {
             wgpu::PollError::Timeout => {
-                format!("the GPU did not finish its work within the wait limit of {limit:?} (a kernel that runs too long?)")
+                format!(
+                    "the GPU did not finish its work within the wait limit of {limit:?} (a kernel that runs too long?)"
+                )
             }
             e => format!("waiting for the GPU failed after {:?}: {e}", start.elapsed()),
         };

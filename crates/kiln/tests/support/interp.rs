@@ -170,7 +170,21 @@ impl Args {
         let dtype = src.pick(dtypes);
         let dtype2 = if src.u8() % 4 == 0 { src.pick(dtypes) } else { dtype };
         let slots = [src.u8() as usize, src.u8() as usize, src.u8() as usize];
-        Args { slots, dims, dims2, axes, axis, n, f, values, ids, dtype, dtype2, flag: src.u8() % 2 == 0, sub: src.u8() }
+        Args {
+            slots,
+            dims,
+            dims2,
+            axes,
+            axis,
+            n,
+            f,
+            values,
+            ids,
+            dtype,
+            dtype2,
+            flag: src.u8() % 2 == 0,
+            sub: src.u8(),
+        }
     }
 }
 
@@ -337,7 +351,8 @@ fn apply(code: usize, a: &Args, s: &mut Side) -> kiln::Result<Vec<Tensor>> {
         "reshape" => match a.sub % 3 {
             0 => one(t0?.reshape(a.dims.as_slice())),
             1 => {
-                let dims: Vec<isize> = a.dims.iter().zip(&a.axes).map(|(&d, &x)| if x < 0 { -1 } else { d as isize }).collect();
+                let dims: Vec<isize> =
+                    a.dims.iter().zip(&a.axes).map(|(&d, &x)| if x < 0 { -1 } else { d as isize }).collect();
                 one(t0?.reshape_infer(&dims))
             }
             _ => one(t0?.flatten()),
@@ -469,7 +484,11 @@ fn variant(code: usize, a: &Args) -> String {
         },
         "binary" | "binary_scalar" => format!("{op}:{:?}", BINARY[a.sub as usize % BINARY.len()]),
         "cmp" => format!("cmp:{:?}", CMP[a.sub as usize % CMP.len()]),
-        "reduce" => format!("reduce:{}", ["sum", "mean", "max", "min", "prod", "var", "std", "sum_all", "max_all", "min_all", "mean_all"][a.sub as usize % 11]),
+        "reduce" => format!(
+            "reduce:{}",
+            ["sum", "mean", "max", "min", "prod", "var", "std", "sum_all", "max_all", "min_all", "mean_all"]
+                [a.sub as usize % 11]
+        ),
         "to_dtype" => format!("to_dtype:{}", a.dtype),
         _ => op.to_string(),
     }
@@ -571,7 +590,9 @@ pub fn run(bytes: &[u8], devices: &[Device], mode: Mode, max_steps: usize) -> Re
         let op = OPS[code];
         let args = Args::decode(&mut src, mode, &dtypes);
         let results: Vec<kiln::Result<Vec<Tensor>>> = sides.iter_mut().map(|s| apply(code, &args, s)).collect();
-        if results.iter().any(|r| matches!(r, Err(Error::InvalidArgument { msg, .. }) if msg.starts_with("interpreter:")))
+        if results
+            .iter()
+            .any(|r| matches!(r, Err(Error::InvalidArgument { msg, .. }) if msg.starts_with("interpreter:")))
         {
             continue;
         }
