@@ -233,7 +233,7 @@ fn config_of(f: &Gguf) -> std::result::Result<LlamaConfig, Bad> {
         Some(_) => f.get_usize(&key("attention.key_length"))?,
         None => p.embedding_length / p.head_count,
     };
-    if let Some(_) = f.get(&key("attention.value_length")) {
+    if f.get(&key("attention.value_length")).is_some() {
         let v = f.get_usize(&key("attention.value_length"))?;
         if v != head_dim {
             return Err(Bad::Msg(format!("value_length {v} differs from key_length {head_dim}: not supported")));
