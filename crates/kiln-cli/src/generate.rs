@@ -20,7 +20,7 @@ pub struct ModelArgs {
     #[arg(long, value_name = "DIR|FILE.gguf")]
     model: PathBuf,
     /// A Hugging Face tokenizer.json to use instead of the model's own (needed for GGUF files whose
-    /// tokenizer kiln cannot build from the metadata, e.g. SentencePiece `llama` tokenizers).
+    /// tokenizer kiln cannot build from the metadata: other than `gpt2` BPE and `llama` SentencePiece).
     #[arg(long, value_name = "FILE")]
     tokenizer: Option<PathBuf>,
     /// Device to run on: cpu, gpu, gpu:N or auto.

@@ -6,7 +6,8 @@
 //! Architectures: `llama` (Llama 1/2/3, Mistral, SmolLM converted by llama.cpp) and `qwen2`. Llama 3
 //! rope scaling comes as the `rope_freqs.weight` tensor (per-frequency divisors), linear scaling as
 //! `{arch}.rope.scaling.*`. Tokenizers: `gpt2` (byte-level BPE, pre-tokenizer `default`/`gpt2`,
-//! `llama-bpe` or `qwen2`); anything else asks for `--tokenizer tokenizer.json`.
+//! `llama-bpe` or `qwen2`) and `llama` (SentencePiece BPE with byte fallback); anything else asks for
+//! `--tokenizer tokenizer.json`.
 
 use crate::config::{Arch, LlamaConfig, RopeScaling};
 use crate::model::{effective_context, Layer, Linear, LoadOptions, MemoryEstimate, Model, Weight};
@@ -163,7 +164,7 @@ impl GgufModel {
         Model::from_parts(cfg, embed, layers, norm, lm_head, &freqs, opts.max_context, device)
     }
 
-    /// The tokenizer of the `tokenizer.ggml.*` metadata (byte-level BPE models only).
+    /// The tokenizer of the `tokenizer.ggml.*` metadata (byte-level BPE or SentencePiece BPE).
     pub fn tokenizer(&self) -> Result<Tokenizer> {
         tokenizer_of(&self.file).map_err(|m| LlmError::Tokenizer(format!("{}: {m}", self.path.display())))
     }
@@ -344,24 +345,63 @@ const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L
 const QWEN2_SPLIT: &str =
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
-/// A `tokenizers` tokenizer from the GGUF metadata: byte-level BPE (`gpt2`) only.
+/// A `tokenizers` tokenizer from the GGUF metadata: byte-level BPE (`gpt2`) or SentencePiece
+/// (`llama`).
 fn tokenizer_of(f: &Gguf) -> std::result::Result<Tokenizer, String> {
+    use tokenizers::processors::template::TemplateProcessing;
+    use tokenizers::AddedToken;
+
+    let hint = "pass the model's Hugging Face tokenizer with --tokenizer tokenizer.json";
+    let meta = f.tokenizer().map_err(|e| format!("{e}; {hint}"))?;
+    let mut tok = match meta.model.as_str() {
+        "gpt2" => byte_level_bpe(f, &meta, hint)?,
+        "llama" => sentencepiece_bpe(f, &meta)?,
+        other => {
+            return Err(format!(
+                "tokenizer.ggml.model \"{other}\" is not supported (kiln builds \"gpt2\" byte-level BPE and \"llama\" SentencePiece tokenizers); {hint}"
+            ))
+        }
+    };
+    // Control tokens (type 3) are special, user-defined ones (4) matched whole but decoded.
+    let added = |kind: i32, special: bool| -> Vec<AddedToken> {
+        meta.token_types
+            .iter()
+            .zip(&meta.tokens)
+            .filter(|(&t, _)| t == kind)
+            .map(|(_, s)| AddedToken::from(s.clone(), special))
+            .collect()
+    };
+    tok.add_special_tokens(&added(3, true));
+    tok.add_tokens(&added(4, false));
+    // llama.cpp adds BOS by default for SentencePiece models, not for BPE ones.
+    let add_bos = f.get("tokenizer.ggml.add_bos_token").and_then(Value::as_bool).unwrap_or(meta.model == "llama");
+    if let (true, Some(bos)) = (add_bos, meta.bos_id) {
+        let text = meta.tokens.get(bos as usize).ok_or("bos_token_id outside the vocabulary")?.clone();
+        let err = |e: String| format!("post-processor: {e}");
+        let mut post = TemplateProcessing::builder();
+        post.try_single(format!("{text} $A").as_str()).map_err(err)?;
+        post.try_pair(format!("{text} $A {text} $B").as_str()).map_err(err)?;
+        post.special_tokens(vec![(text, bos)]);
+        let post = post.build().map_err(|e| err(e.to_string()))?;
+        tok.with_post_processor(Some(post));
+    }
+    Ok(Tokenizer::from_inner(tok))
+}
+
+/// `gpt2`: byte-level BPE from tokens and merges, with the pre-tokenizer split `tokenizer.ggml.pre`
+/// names.
+fn byte_level_bpe(
+    f: &Gguf,
+    meta: &kiln_gguf::TokenizerMeta,
+    hint: &str,
+) -> std::result::Result<tokenizers::Tokenizer, String> {
     use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
     use tokenizers::models::bpe::BPE;
     use tokenizers::pre_tokenizers::byte_level::ByteLevel;
     use tokenizers::pre_tokenizers::sequence::Sequence;
     use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
-    use tokenizers::processors::template::TemplateProcessing;
-    use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior};
+    use tokenizers::{PreTokenizerWrapper, SplitDelimiterBehavior};
 
-    let hint = "pass the model's Hugging Face tokenizer with --tokenizer tokenizer.json";
-    let meta = f.tokenizer().map_err(|e| format!("{e}; {hint}"))?;
-    if meta.model != "gpt2" {
-        return Err(format!(
-            "tokenizer.ggml.model \"{}\" is not supported (kiln builds \"gpt2\" byte-level BPE tokenizers); {hint}",
-            meta.model
-        ));
-    }
     let pre = f.get("tokenizer.ggml.pre").and_then(Value::as_str).unwrap_or("default");
     let split = match pre {
         "default" | "gpt2" => None,
@@ -396,27 +436,64 @@ fn tokenizer_of(f: &Gguf) -> std::result::Result<Tokenizer, String> {
     };
     tok.with_pre_tokenizer(Some(pre_tok));
     tok.with_decoder(Some(ByteLevelDecoder::default()));
-    // Control tokens (type 3) are special, user-defined ones (4) matched whole but decoded.
-    let added = |kind: i32, special: bool| -> Vec<AddedToken> {
-        meta.token_types
-            .iter()
-            .zip(&meta.tokens)
-            .filter(|(&t, _)| t == kind)
-            .map(|(_, s)| AddedToken::from(s.clone(), special))
-            .collect()
-    };
-    tok.add_special_tokens(&added(3, true));
-    tok.add_tokens(&added(4, false));
-    let add_bos = f.get("tokenizer.ggml.add_bos_token").and_then(Value::as_bool).unwrap_or(false);
-    if let (true, Some(bos)) = (add_bos, meta.bos_id) {
-        let text = meta.tokens.get(bos as usize).ok_or("bos_token_id outside the vocabulary")?.clone();
-        let err = |e: String| format!("post-processor: {e}");
-        let mut post = TemplateProcessing::builder();
-        post.try_single(format!("{text} $A").as_str()).map_err(err)?;
-        post.try_pair(format!("{text} $A {text} $B").as_str()).map_err(err)?;
-        post.special_tokens(vec![(text, bos)]);
-        let post = post.build().map_err(|e| err(e.to_string()))?;
-        tok.with_post_processor(Some(post));
+    Ok(tok)
+}
+
+/// `llama` (SentencePiece BPE, Llama 1/2 and Mistral): as transformers' `LlamaConverter` builds it: BPE
+/// whose merges rank every split of a piece into two pieces by the piece's score, byte fallback to
+/// the `<0xNN>` tokens, `▁` for spaces with one prepended (`tokenizer.ggml.add_space_prefix`,
+/// default true), decoded back through the bytes.
+fn sentencepiece_bpe(f: &Gguf, meta: &kiln_gguf::TokenizerMeta) -> std::result::Result<tokenizers::Tokenizer, String> {
+    use tokenizers::decoders::byte_fallback::ByteFallback;
+    use tokenizers::decoders::fuse::Fuse;
+    use tokenizers::decoders::sequence::Sequence as DecoderSequence;
+    use tokenizers::decoders::strip::Strip;
+    use tokenizers::models::bpe::BPE;
+    use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
+    use tokenizers::{DecoderWrapper, NormalizerWrapper};
+
+    if meta.scores.len() != meta.tokens.len() {
+        return Err(format!("{} tokens but {} scores", meta.tokens.len(), meta.scores.len()));
     }
-    Ok(Tokenizer::from_inner(tok))
+    let vocab: tokenizers::models::bpe::Vocab =
+        meta.tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+    // SentencePieceExtractor: (left, right, score of left+right), by score, then by the pieces' ids.
+    let mut merges: Vec<(u32, u32, f32)> = Vec::new();
+    for (piece, &score) in meta.tokens.iter().zip(&meta.scores) {
+        for (i, _) in piece.char_indices().skip(1) {
+            if let (Some(&l), Some(&r)) = (vocab.get(&piece[..i]), vocab.get(&piece[i..])) {
+                merges.push((l, r, score));
+            }
+        }
+    }
+    merges.sort_by(|a, b| b.2.total_cmp(&a.2).then((a.0, a.1).cmp(&(b.0, b.1))));
+    let merges = merges
+        .into_iter()
+        .map(|(l, r, _)| (meta.tokens[l as usize].clone(), meta.tokens[r as usize].clone()))
+        .collect();
+    let unk = f.get("tokenizer.ggml.unknown_token_id").and_then(Value::to_u64).unwrap_or(0) as usize;
+    let mut bpe = BPE::builder().vocab_and_merges(vocab, merges).byte_fallback(true).fuse_unk(true);
+    if let Some(u) = meta.tokens.get(unk) {
+        bpe = bpe.unk_token(u.clone());
+    }
+    let bpe = bpe.build().map_err(|e| format!("cannot build the BPE model: {e}"))?;
+    let mut tok = tokenizers::Tokenizer::new(bpe);
+    let space = Replace::new(" ", "\u{2581}").map_err(|e| e.to_string())?;
+    let add_prefix = f.get("tokenizer.ggml.add_space_prefix").and_then(Value::as_bool).unwrap_or(true);
+    let mut norm: Vec<NormalizerWrapper> = Vec::new();
+    if add_prefix {
+        norm.push(Prepend::new("\u{2581}".into()).into());
+    }
+    norm.push(space.into());
+    tok.with_normalizer(Some(NormalizerSequence::new(norm)));
+    let mut dec: Vec<DecoderWrapper> = vec![
+        Replace::new("\u{2581}", " ").map_err(|e| e.to_string())?.into(),
+        ByteFallback::new().into(),
+        Fuse::new().into(),
+    ];
+    if add_prefix {
+        dec.push(Strip::new(' ', 1, 0).into());
+    }
+    tok.with_decoder(Some(DecoderSequence::new(dec)));
+    Ok(tok)
 }

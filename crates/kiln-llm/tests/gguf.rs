@@ -315,3 +315,21 @@ fn unsupported_tokenizer_asks_for_tokenizer_json() {
     let tok = kiln_llm::Tokenizer::from_file(&fixture("llama/tokenizer.json")).unwrap();
     assert_eq!(tok.encode("The kiln fires the clay pots", true).unwrap(), expected("llama").0);
 }
+
+/// The SentencePiece (`llama`) tokenizer of the metadata gives the ids `sentencepiece` itself gives
+/// (BOS added, as llama.cpp does for these models; spaces, newlines, digits split one by one, bytes
+/// of characters outside the vocabulary) and decodes back to the text.
+#[test]
+fn sentencepiece_tokenizer_matches_sentencepiece() {
+    let m = GgufModel::open(fixture("llama/tokenizer-spm.gguf")).unwrap();
+    let tok = m.tokenizer().unwrap();
+    let cases: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("llama/tokenizer-spm.json")).unwrap()).unwrap();
+    for c in cases.as_array().unwrap() {
+        let text = c["text"].as_str().unwrap();
+        let want: Vec<u32> = c["ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+        assert_eq!(tok.encode(text, true).unwrap(), want, "{text:?}");
+        assert_eq!(tok.decode(&want, true).unwrap(), c["decoded"].as_str().unwrap(), "{text:?}");
+    }
+    assert_eq!(m.stop_tokens(), vec![2]);
+}
