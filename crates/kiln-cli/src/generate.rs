@@ -247,6 +247,7 @@ pub fn generate(args: GenerateArgs) -> ExitCode {
 }
 
 fn run_generate(args: GenerateArgs) -> Result<(), String> {
+    kiln_llm::Sampler::new(args.sampling.params(), 0).map_err(|e| e.to_string())?;
     let (dir, model) = open(&args.model)?;
     let tok = dir.tokenizer(args.model.tokenizer.as_ref())?;
     let prompt = tok.encode(&args.prompt, true).map_err(|e| e.to_string())?;
@@ -283,6 +284,7 @@ pub fn chat(args: ChatArgs) -> ExitCode {
 }
 
 fn run_chat(args: ChatArgs) -> Result<(), String> {
+    kiln_llm::Sampler::new(args.sampling.params(), 0).map_err(|e| e.to_string())?;
     let (dir, model) = open(&args.model)?;
     let tok = dir.tokenizer(args.model.tokenizer.as_ref())?;
     let template = dir.chat_template()?;

@@ -235,3 +235,42 @@ fn tensor_roundtrip_helper_is_sane() {
     assert_eq!(row_err(&[1.0, 2.0], &[1.0, 2.0]), 0.0);
     let _ = Tensor::zeros(1, DType::F32, &Device::cpu()).unwrap();
 }
+
+/// The qwen2 fixture split into two shards with a `model.safetensors.index.json` gives the same logits
+/// as the single file.
+#[test]
+fn sharded_weights_load_like_one_file() {
+    use safetensors::tensor::{SafeTensors, TensorView};
+    let src = fixture("qwen2");
+    let tmp = std::env::temp_dir().join(format!("kiln-llm-shards-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    for f in ["config.json", "tokenizer.json"] {
+        std::fs::copy(src.join(f), tmp.join(f)).unwrap();
+    }
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let mut map = serde_json::Map::new();
+    for (shard, pick) in [("a.safetensors", true), ("b.safetensors", false)] {
+        let part: Vec<(String, TensorView)> =
+            st.tensors().into_iter().filter(|(n, _)| n.contains("layers.0.") == pick).collect();
+        for (n, _) in &part {
+            map.insert(n.clone(), serde_json::Value::String(shard.into()));
+        }
+        safetensors::serialize_to_file(part, None, &tmp.join(shard)).unwrap();
+    }
+    let index = serde_json::json!({ "metadata": {}, "weight_map": map });
+    std::fs::write(tmp.join("model.safetensors.index.json"), index.to_string()).unwrap();
+    let dev = Device::cpu();
+    let opts = || LoadOptions { dtype: DType::F32, max_context: 16, progress: None };
+    let one = ModelDir::open(&src).unwrap().load(&dev, opts()).unwrap();
+    let sharded = ModelDir::open(&tmp).unwrap().load(&dev, opts()).unwrap();
+    let ids = [3, 50, 7, 99];
+    let a = one.forward(&ids, &mut one.new_cache(), true).unwrap().to_vec::<f32>().unwrap();
+    let b = sharded.forward(&ids, &mut sharded.new_cache(), true).unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(a, b);
+    // A shard named in the index but missing is an error naming the file.
+    std::fs::remove_file(tmp.join("b.safetensors")).unwrap();
+    let e = ModelDir::open(&tmp).err().unwrap().to_string();
+    assert!(e.contains("b.safetensors"), "{e}");
+    std::fs::remove_dir_all(&tmp).unwrap();
+}

@@ -216,3 +216,23 @@ fn out_of_range_and_negative_ids_are_errors_on_every_device() {
         assert_eq!(table.index_select(&ids, 0).unwrap().to_vec::<f32>().unwrap(), vec![9.0, 10.0, 11.0, 0.0, 1.0, 2.0]);
     }
 }
+
+#[test]
+fn the_largest_tensor_the_gpu_accepts_works_and_one_element_more_is_an_err() {
+    let Some((dev, _serial)) = gpu() else { return };
+    let _dog = support::Watchdog::new("largest-tensor test", Duration::from_secs(300));
+    // The largest tensor is the largest storage binding (lavapipe: 128 MiB, so 32 Mi f32).
+    let max = dev.gpu_info().unwrap().max_storage_binding.min(dev.gpu_info().unwrap().max_buffer_size);
+    let n = (max / 4) as usize;
+    let t = Tensor::ones(n, DType::F32, &dev).unwrap().mul_scalar(0.5).unwrap();
+    let tail = t.narrow(0, n - 3, 3).unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(tail, vec![0.5; 3]);
+    assert_eq!(t.sum_all().unwrap().to_scalar::<f32>().unwrap(), n as f32 / 2.0);
+    drop(t);
+    for (count, dt) in [(n + 1, DType::F32), (2 * n + 2, DType::F16), (4 * n + 4, DType::U8)] {
+        let e = Tensor::zeros(count, dt, &dev).unwrap_err().to_string();
+        assert!(e.contains("exceeds") && e.starts_with('['), "{count} x {dt}: {e}");
+    }
+    works(&dev);
+    dev.clear_cache();
+}

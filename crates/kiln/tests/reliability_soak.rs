@@ -76,11 +76,11 @@ fn soak(devices: &[Device], programs: usize, seed0: u64) {
 
 #[test]
 fn random_programs_on_the_cpu_never_panic_and_name_their_op() {
-    soak(&[Device::cpu()], support::env_count("KILN_SOAK_PROGRAMS", 300), 1);
+    soak(&[Device::cpu()], support::env_count("KILN_SOAK_PROGRAMS", 3000), 1);
 }
 
 #[test]
 fn random_programs_agree_between_cpu_and_gpu() {
     let Some(gpu) = support::gpu() else { return };
-    soak(&[Device::cpu(), gpu], support::env_count("KILN_SOAK_PROGRAMS", 300) / 3, 100_000);
+    soak(&[Device::cpu(), gpu], support::env_count("KILN_SOAK_PROGRAMS", 3000) / 3, 100_000);
 }

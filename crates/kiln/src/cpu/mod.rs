@@ -71,6 +71,7 @@ macro_rules! map_vec {
     };
 }
 pub(crate) use map_vec;
+pub(crate) use with_vec;
 
 impl CpuStorage {
     /// The typed elements, if the dtype is `T`'s.

@@ -103,11 +103,12 @@ impl Tensor {
             return Err(Error::arg(OP, format!("theta must be finite and > 0, got {theta}")));
         }
         let half = d / 2;
+        let n = Tensor::check_size(OP, &crate::Shape::new(vec![t, half, 8]), DType::U8)? / 8;
         let inv_freq: Vec<f64> = (0..half).map(|i| theta.powf(-((2 * i) as f64) / d as f64)).collect();
-        let mut cos = Vec::with_capacity(t * half);
-        let mut sin = Vec::with_capacity(t * half);
+        let mut cos = crate::cpu::alloc::try_with_capacity(OP, n)?;
+        let mut sin = crate::cpu::alloc::try_with_capacity(OP, n)?;
         for p in 0..t {
-            let pos = (offset + p) as f64;
+            let pos = offset as f64 + p as f64;
             for &f in &inv_freq {
                 let (s, c) = (pos * f).sin_cos();
                 cos.push(c);

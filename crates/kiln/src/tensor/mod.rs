@@ -83,6 +83,17 @@ impl Tensor {
         self.0.layout.is_contiguous()
     }
 
+    /// The address of the first element of this tensor's storage when it lives on the CPU (`None` on a
+    /// GPU), for zero-copy exports to NumPy and DLPack; the view's first element is `layout().offset()`
+    /// elements further. The memory neither moves nor changes while a tensor sharing the storage is
+    /// alive (tensors are immutable); writing through the pointer is undefined behaviour.
+    pub fn cpu_storage_ptr(&self) -> Option<*const u8> {
+        match &*self.storage() {
+            Storage::Cpu(s) => Some(crate::cpu::with_vec!(s, v => v.as_ptr().cast::<u8>())),
+            Storage::Gpu(_) => None,
+        }
+    }
+
     /// Size of one axis (negative counts from the end).
     pub fn dim(&self, axis: isize) -> Result<usize> {
         Ok(self.dims()[self.shape().axis("dim", axis)?])

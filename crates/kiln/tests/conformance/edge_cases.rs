@@ -53,6 +53,7 @@ fn huge_allocations_are_errors(dev: &Device) {
     let wide = tensor(&[1.0], &[1, 1], DType::F32, dev).broadcast_to((1usize << 25, 1usize << 25)).unwrap();
     assert_alloc_err(wide.add_scalar(1.0), "add on a broadcast view");
     assert_alloc_err(wide.contiguous(), "contiguous of a broadcast view");
+    assert_alloc_err(Tensor::rope_tables(1 << 44, 64, 0, 1e4, DType::F32, dev), "rope_tables");
     let k = rand_tensor(&[1, 1, 1, 8], DType::F32, 2, dev);
     let mut cache = KvCache::new(1 << 45);
     assert_alloc_err(cache.append(&k, &k), "kv cache");

@@ -141,8 +141,14 @@ const SCALARS: [f64; 10] = [0.0, 1.0, -1.0, 2.0, 0.5, -3.0, 10.0, 1e-5, -0.0, 3.
 impl Args {
     fn decode(src: &mut Src, mode: Mode, dtypes: &[DType]) -> Args {
         let rank = src.u8() as usize % 5;
-        let huge = mode == Mode::Full && src.u8() % 8 == 0;
-        let dim = |src: &mut Src| if huge && src.u8() % 2 == 0 { src.pick(&HUGE_DIMS) } else { src.pick(&SMALL_DIMS) };
+        let huge = mode == Mode::Full && src.u8().is_multiple_of(8);
+        let dim = |src: &mut Src| {
+            if huge && src.u8().is_multiple_of(2) {
+                src.pick(&HUGE_DIMS)
+            } else {
+                src.pick(&SMALL_DIMS)
+            }
+        };
         let dims: Vec<usize> = (0..rank).map(|_| dim(src)).collect();
         let rank2 = src.u8() as usize % 5;
         let dims2: Vec<usize> = (0..rank2).map(|_| dim(src)).collect();
@@ -154,9 +160,9 @@ impl Args {
         if huge {
             n[0] = src.pick(&HUGE_DIMS);
         }
-        let special = mode == Mode::Full && src.u8() % 4 == 0;
+        let special = mode == Mode::Full && src.u8().is_multiple_of(4);
         let value = |src: &mut Src| {
-            if special && src.u8() % 3 == 0 {
+            if special && src.u8().is_multiple_of(3) {
                 src.pick(&SPECIAL_VALUES)
             } else {
                 src.pick(&SAFE_VALUES)
@@ -168,7 +174,7 @@ impl Args {
         let values = if count <= 64 { (0..count).map(|_| value(src)).collect() } else { Vec::new() };
         let ids = (0..src.u8() as usize % 6).map(|_| src.pick(&IDS)).collect();
         let dtype = src.pick(dtypes);
-        let dtype2 = if src.u8() % 4 == 0 { src.pick(dtypes) } else { dtype };
+        let dtype2 = if src.u8().is_multiple_of(4) { src.pick(dtypes) } else { dtype };
         let slots = [src.u8() as usize, src.u8() as usize, src.u8() as usize];
         Args {
             slots,
@@ -182,7 +188,7 @@ impl Args {
             ids,
             dtype,
             dtype2,
-            flag: src.u8() % 2 == 0,
+            flag: src.u8().is_multiple_of(2),
             sub: src.u8(),
         }
     }
@@ -344,8 +350,8 @@ fn apply(code: usize, a: &Args, s: &mut Side) -> kiln::Result<Vec<Tensor>> {
             })
         }
         "arg_reduce" => match a.flag {
-            true => one(t0?.argmax(a.axis, a.sub % 2 == 0)),
-            false => one(t0?.argmin(a.axis, a.sub % 2 == 0)),
+            true => one(t0?.argmax(a.axis, a.sub.is_multiple_of(2))),
+            false => one(t0?.argmin(a.axis, a.sub.is_multiple_of(2))),
         },
         "cumsum" => one(t0?.cumsum(a.axis)),
         "reshape" => match a.sub % 3 {
@@ -431,7 +437,7 @@ fn apply(code: usize, a: &Args, s: &mut Side) -> kiln::Result<Vec<Tensor>> {
         },
         "norm" => match a.flag {
             true => one(t0?.rms_norm(&t1?, 1e-5)),
-            false => one(t0?.layer_norm(&t1?, if a.sub % 2 == 0 { Some(t2?) } else { None }.as_ref(), 1e-5)),
+            false => one(t0?.layer_norm(&t1?, if a.sub.is_multiple_of(2) { Some(t2?) } else { None }.as_ref(), 1e-5)),
         },
         "silu_mul" => one(t0?.silu_mul(&t1?)),
         "rope" => {
@@ -446,7 +452,7 @@ fn apply(code: usize, a: &Args, s: &mut Side) -> kiln::Result<Vec<Tensor>> {
             one(t0?.sdpa(&t1?, &t2?, a.flag, scale))
         }
         "kv_cache_append" => {
-            if a.sub % 8 == 0 || s.cache.is_none() {
+            if a.sub.is_multiple_of(8) || s.cache.is_none() {
                 s.cache = Some(KvCache::new(a.n[0]));
             }
             let (k, v) = (t0?, t1?);

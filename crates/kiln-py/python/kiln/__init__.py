@@ -1,0 +1,114 @@
+"""kiln: tensors on the CPU and on GPUs (wgpu: Vulkan, Metal, DX12) for Python.
+
+``kiln.Tensor`` is kiln's Rust tensor with NumPy-style operators, indexing and printing. The module is
+also a Python array API namespace (``x.__array_namespace__()`` returns it); see ``kiln.array_api``
+for what is covered. ``kiln.Backend`` is a GPU device API in the style of Python GPU backends.
+
+>>> import kiln, numpy as np
+>>> x = kiln.asarray(np.arange(6, dtype=np.float32)).reshape(2, 3)
+>>> (x * 2 + 1).sum(axis=1).tolist()
+[9.0, 27.0]
+"""
+
+from ._kiln import (  # noqa: F401
+    Device,
+    DType,
+    KvCache,
+    Tensor,
+    __version__,
+    arange,
+    asarray,
+    concat,
+    empty,
+    empty_like,
+    eye,
+    from_dlpack,
+    full,
+    full_like,
+    linspace,
+    ones,
+    ones_like,
+    rand,
+    randn,
+    rope_tables,
+    stack,
+    where,
+    zeros,
+    zeros_like,
+)
+from ._kiln import (  # noqa: F401
+    bfloat16,
+    bool,
+    float16,
+    float32,
+    float64,
+    int32,
+    int64,
+    uint8,
+    uint32,
+)
+from .array_api import *  # noqa: F401,F403
+from .array_api import __all__ as _array_api_all
+from .backend import Backend, DeviceBuffer, Kernel, KernelResult, UnifiedBuffer  # noqa: F401
+
+__array_api_version__ = "2023.12"
+
+
+class OutOfRangeError(IndexError, ValueError):
+    """An index or range outside a dimension (index ops, a full KvCache): an IndexError, as Python
+    has it, and a ValueError, as a bad argument."""
+
+
+def __array_namespace__(api_version=None):
+    """The array API namespace: this module."""
+    import sys
+
+    return sys.modules[__name__]
+
+
+def device(name=None):
+    """The device ``name`` names ("cpu", "gpu", "gpu:N", "auto"; None: ``KILN_DEVICE``, else auto)."""
+    return Device(name)
+
+
+__all__ = [
+    "Device",
+    "DType",
+    "KvCache",
+    "OutOfRangeError",
+    "Tensor",
+    "Backend",
+    "DeviceBuffer",
+    "Kernel",
+    "KernelResult",
+    "UnifiedBuffer",
+    "arange",
+    "asarray",
+    "concat",
+    "empty",
+    "empty_like",
+    "eye",
+    "from_dlpack",
+    "full",
+    "full_like",
+    "linspace",
+    "ones",
+    "ones_like",
+    "rand",
+    "randn",
+    "rope_tables",
+    "stack",
+    "where",
+    "zeros",
+    "zeros_like",
+    "bfloat16",
+    "bool",
+    "float16",
+    "float32",
+    "float64",
+    "int32",
+    "int64",
+    "uint8",
+    "uint32",
+    "device",
+] + list(_array_api_all)

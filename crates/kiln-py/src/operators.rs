@@ -1,0 +1,157 @@
+//! Python operators: `+ - * / // % ** @`, comparisons, unary `- + abs ~`, and `& | ^` on bool
+//! tensors. Scalars are weak (the tensor's dtype wins unless the scalar's kind is wider); NumPy arrays
+//! on either side convert to tensors (`__array_ufunc__ = None` makes NumPy defer to these methods).
+
+use crate::errors::{run, type_err};
+use crate::tensor::PyTensor;
+use kiln::{DType, Tensor};
+use pyo3::basic::CompareOp;
+use pyo3::prelude::*;
+
+/// `a // b`: floor of the true quotient, in the promoted dtype (integers via float32, exact below 2^24).
+fn floor_div(a: &Tensor, b: &Tensor) -> kiln::Result<Tensor> {
+    let out = a.dtype().promote(b.dtype());
+    let q = a.div(b)?.floor()?;
+    if out.is_float() {
+        Ok(q)
+    } else {
+        q.to_dtype(if out == DType::Bool { DType::I64 } else { out })
+    }
+}
+
+/// `a % b` with the sign of `b` (Python's and NumPy's `remainder`): `a - floor(a / b) * b`.
+fn remainder(a: &Tensor, b: &Tensor) -> kiln::Result<Tensor> {
+    let out = a.dtype().promote(b.dtype());
+    if out.is_float() {
+        return a.sub(&a.div(b)?.floor()?.mul(b)?);
+    }
+    let q = floor_div(a, b)?;
+    a.sub(&q.mul(b)?)
+}
+
+fn bool_op(op: &str, a: &Tensor, b: &Tensor, f: fn(&Tensor, &Tensor) -> kiln::Result<Tensor>) -> PyResult<Tensor> {
+    if a.dtype() != DType::Bool || b.dtype() != DType::Bool {
+        return Err(type_err(op, format!("needs bool tensors, got {} and {}", a.dtype(), b.dtype())));
+    }
+    f(a, b).map_err(crate::errors::to_py)
+}
+
+/// Generates an operator and its reflected form from a function of (left, right).
+macro_rules! operator {
+    ($($name:ident, $rname:ident => $f:expr),* $(,)?) => { $(
+        #[pymethods]
+        impl PyTensor {
+            fn $name(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+                let (a, b) = (self.t.clone(), PyTensor::operand(&self.t, other)?);
+                Ok(run(py, stringify!($name), move || $f(&a, &b))?.into())
+            }
+            fn $rname(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+                let (a, b) = (PyTensor::operand(&self.t, other)?, self.t.clone());
+                Ok(run(py, stringify!($rname), move || $f(&a, &b))?.into())
+            }
+        }
+    )* };
+}
+
+operator! {
+    __add__, __radd__ => Tensor::add,
+    __sub__, __rsub__ => Tensor::sub,
+    __mul__, __rmul__ => Tensor::mul,
+    __truediv__, __rtruediv__ => Tensor::div,
+    __floordiv__, __rfloordiv__ => floor_div,
+    __mod__, __rmod__ => remainder,
+    __matmul__, __rmatmul__ => Tensor::matmul,
+}
+
+#[pymethods]
+impl PyTensor {
+    /// NumPy defers binary operators with a Tensor to the Tensor's methods.
+    #[classattr]
+    fn __array_ufunc__() -> Option<bool> {
+        None
+    }
+    /// Above NumPy's arrays, for libraries that still look at it.
+    #[classattr]
+    fn __array_priority__() -> f64 {
+        1000.0
+    }
+
+    fn __pow__(
+        &self,
+        py: Python<'_>,
+        other: &Bound<'_, PyAny>,
+        modulo: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
+        if modulo.is_some_and(|m| !m.is_none()) {
+            return Err(type_err("pow", "three-argument pow is not supported"));
+        }
+        let (a, b) = (self.t.clone(), PyTensor::operand(&self.t, other)?);
+        Ok(run(py, "pow", move || a.pow(&b))?.into())
+    }
+    fn __rpow__(
+        &self,
+        py: Python<'_>,
+        other: &Bound<'_, PyAny>,
+        modulo: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
+        if modulo.is_some_and(|m| !m.is_none()) {
+            return Err(type_err("pow", "three-argument pow is not supported"));
+        }
+        let (a, b) = (PyTensor::operand(&self.t, other)?, self.t.clone());
+        Ok(run(py, "pow", move || a.pow(&b))?.into())
+    }
+
+    fn __richcmp__(&self, py: Python<'_>, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<PyTensor> {
+        let (a, b) = (self.t.clone(), PyTensor::operand(&self.t, other)?);
+        Ok(run(py, "compare", move || match op {
+            CompareOp::Lt => a.lt(&b),
+            CompareOp::Le => a.le(&b),
+            CompareOp::Eq => a.eq(&b),
+            CompareOp::Ne => a.ne(&b),
+            CompareOp::Gt => a.gt(&b),
+            CompareOp::Ge => a.ge(&b),
+        })?
+        .into())
+    }
+
+    fn __neg__(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        if self.t.dtype() == DType::Bool {
+            return Err(type_err("neg", "the - operator is not defined on bool tensors; use ~ or logical_not"));
+        }
+        let t = self.t.clone();
+        Ok(run(py, "neg", move || t.neg())?.into())
+    }
+    fn __pos__(&self) -> PyTensor {
+        self.clone()
+    }
+    fn __abs__(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        let t = self.t.clone();
+        Ok(run(py, "abs", move || t.abs())?.into())
+    }
+    /// `~x`: logical not of a bool tensor.
+    fn __invert__(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        if self.t.dtype() != DType::Bool {
+            return Err(type_err("invert", format!("~ needs a bool tensor, got {}", self.t.dtype())));
+        }
+        let t = self.t.clone();
+        Ok(run(py, "logical_not", move || t.logical_not())?.into())
+    }
+    fn __and__(&self, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        Ok(bool_op("and", &self.t, &PyTensor::operand(&self.t, other)?, Tensor::logical_and)?.into())
+    }
+    fn __rand__(&self, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.__and__(other)
+    }
+    fn __or__(&self, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        Ok(bool_op("or", &self.t, &PyTensor::operand(&self.t, other)?, Tensor::logical_or)?.into())
+    }
+    fn __ror__(&self, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.__or__(other)
+    }
+    fn __xor__(&self, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        Ok(bool_op("xor", &self.t, &PyTensor::operand(&self.t, other)?, Tensor::ne)?.into())
+    }
+    fn __rxor__(&self, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        self.__xor__(other)
+    }
+}
