@@ -436,6 +436,10 @@ fn byte_level_bpe(
     };
     tok.with_pre_tokenizer(Some(pre_tok));
     tok.with_decoder(Some(ByteLevelDecoder::default()));
+    if pre == "qwen2" {
+        // Qwen2's tokenizer.json normalizes to NFC first.
+        tok.with_normalizer(Some(tokenizers::normalizers::NFC));
+    }
     Ok(tok)
 }
 
