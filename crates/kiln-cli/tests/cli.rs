@@ -105,3 +105,29 @@ fn info_lists_gpu_adapters_when_present() {
         assert!(gpu["backend"].as_str().is_some());
     }
 }
+
+/// `kiln generate --model FILE.gguf` (greedy, f32, CPU) prints what the Hugging Face folder it was
+/// converted from prints, with its own tokenizer or `--tokenizer tokenizer.json`; a missing model
+/// fails with a message naming it.
+#[test]
+fn generate_from_gguf_matches_the_safetensors_folder() {
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../kiln-llm/tests/fixtures/llama");
+    let gguf = format!("{fixtures}/model-f32.gguf");
+    let tok = format!("{fixtures}/tokenizer.json");
+    let common = ["--device", "cpu", "--prompt", "The kiln fires the clay pots", "--max-tokens", "12", "--ignore-eos"];
+    let run = |model: &[&str]| {
+        let mut args = vec!["generate"];
+        args.extend_from_slice(model);
+        args.extend_from_slice(&common);
+        let o = kiln(&args);
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        stdout(&o)
+    };
+    let want = run(&["--model", fixtures]);
+    assert!(want.len() > "The kiln fires the clay pots".len(), "{want:?}");
+    assert_eq!(run(&["--model", &gguf]), want);
+    assert_eq!(run(&["--model", &gguf, "--tokenizer", &tok]), want);
+    let o = kiln(&["generate", "--model", &format!("{fixtures}/tokenizer.json.gguf"), "--prompt", "x"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("tokenizer.json.gguf"));
+}

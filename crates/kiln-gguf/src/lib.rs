@@ -359,8 +359,8 @@ impl Gguf {
         let shape = info.shape.clone();
         Ok(match info.ggml_type {
             0 => GgufTensor::Float(Tensor::from_vec(le_vec(bytes, f32::from_le_bytes), shape, device)?),
-            1 => GgufTensor::Float(Tensor::from_vec(le_vec(bytes, |b| f16::from_le_bytes(b)), shape, device)?),
-            30 => GgufTensor::Float(Tensor::from_vec(le_vec(bytes, |b| bf16::from_le_bytes(b)), shape, device)?),
+            1 => GgufTensor::Float(Tensor::from_vec(le_vec(bytes, f16::from_le_bytes), shape, device)?),
+            30 => GgufTensor::Float(Tensor::from_vec(le_vec(bytes, bf16::from_le_bytes), shape, device)?),
             t => match QuantType::from_ggml_type(t) {
                 Some(q) => GgufTensor::Quant(QTensor::from_raw(bytes, q, shape, device)?),
                 None => {

@@ -75,7 +75,11 @@ pub fn qk_heads(gguf: &str, n_head: usize, n_head_kv: usize) -> Option<usize> {
 /// dtype or quantized blocks), `n_head` heads of `rows / n_head` rows. `None` when the rows do not
 /// split into heads of an even size.
 pub fn unpermute_rows(data: &[u8], rows: usize, row_bytes: usize, n_head: usize) -> Option<Vec<u8>> {
-    if n_head == 0 || rows % n_head != 0 || (rows / n_head) % 2 != 0 || data.len() != rows.checked_mul(row_bytes)? {
+    if n_head == 0
+        || !rows.is_multiple_of(n_head)
+        || !(rows / n_head).is_multiple_of(2)
+        || data.len() != rows.checked_mul(row_bytes)?
+    {
         return None;
     }
     let d = rows / n_head;

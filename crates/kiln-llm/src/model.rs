@@ -6,29 +6,39 @@ use crate::config::LlamaConfig;
 use crate::rope::{inv_freq, RopeTables};
 use crate::weights::WeightSource;
 use crate::{LlmError, Result};
+use kiln::quant::QTensor;
 use kiln::{DType, Device, KvCache, RopeLayout, Tensor};
 
-struct Linear {
-    w: Tensor,
-    b: Option<Tensor>,
+/// The weight of a linear layer: dense in the model's dtype, or quantized blocks (GGUF files).
+pub(crate) enum Weight {
+    Dense(Tensor),
+    Quant(QTensor),
+}
+
+pub(crate) struct Linear {
+    pub(crate) w: Weight,
+    pub(crate) b: Option<Tensor>,
 }
 
 impl Linear {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        Ok(x.linear(&self.w, self.b.as_ref())?)
+        Ok(match &self.w {
+            Weight::Dense(w) => x.linear(w, self.b.as_ref())?,
+            Weight::Quant(q) => x.qlinear(q, self.b.as_ref())?,
+        })
     }
 }
 
-struct Layer {
-    attn_norm: Tensor,
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    o: Linear,
-    mlp_norm: Tensor,
-    gate: Linear,
-    up: Linear,
-    down: Linear,
+pub(crate) struct Layer {
+    pub(crate) attn_norm: Tensor,
+    pub(crate) q: Linear,
+    pub(crate) k: Linear,
+    pub(crate) v: Linear,
+    pub(crate) o: Linear,
+    pub(crate) mlp_norm: Tensor,
+    pub(crate) gate: Linear,
+    pub(crate) up: Linear,
+    pub(crate) down: Linear,
 }
 
 /// A loaded model on one device, in one dtype.
@@ -37,7 +47,7 @@ pub struct Model {
     embed: Tensor,
     layers: Vec<Layer>,
     norm: Tensor,
-    lm_head: Tensor,
+    lm_head: Linear,
     rope: RopeTables,
     max_context: usize,
     dtype: DType,
@@ -179,12 +189,31 @@ impl Model {
             });
         }
         let embed = w.take("model.embed_tokens.weight");
-        let lm_head = w.0.remove("lm_head.weight").unwrap_or_else(|| embed.clone());
+        let lm_head =
+            Linear { w: Weight::Dense(w.0.remove("lm_head.weight").unwrap_or_else(|| embed.clone())), b: None };
         let norm = w.take("model.norm.weight");
         let max_context = effective_context(&cfg, opts.max_context);
         let freqs = inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling.as_ref());
         let rope = RopeTables::new(&freqs, max_context, dtype, device)?;
         Ok(Model { config: cfg, embed, layers, norm, lm_head, rope, max_context, dtype, device: device.clone() })
+    }
+
+    /// A model from weights loaded elsewhere (GGUF files): `freqs` are the rotary inverse frequencies.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn from_parts(
+        config: LlamaConfig,
+        embed: Tensor,
+        layers: Vec<Layer>,
+        norm: Tensor,
+        lm_head: Linear,
+        freqs: &[f64],
+        max_context: usize,
+        device: &Device,
+    ) -> Result<Model> {
+        let dtype = embed.dtype();
+        let max_context = effective_context(&config, max_context);
+        let rope = RopeTables::new(freqs, max_context, dtype, device)?;
+        Ok(Model { config, embed, layers, norm, lm_head, rope, max_context, dtype, device: device.clone() })
     }
 
     pub fn dtype(&self) -> DType {
@@ -249,7 +278,7 @@ impl Model {
         }
         let x = if all_logits { x } else { x.narrow(0, t - 1, 1)? };
         let x = x.rms_norm(&self.norm, cfg.rms_norm_eps)?;
-        Ok(x.linear(&self.lm_head, None)?.to_dtype(DType::F32)?)
+        Ok(self.lm_head.forward(&x)?.to_dtype(DType::F32)?)
     }
 }
 
@@ -272,7 +301,7 @@ impl Loaded {
     }
     fn linear(&mut self, prefix: &str, bias: bool) -> Linear {
         Linear {
-            w: self.take(&format!("{prefix}.weight")),
+            w: Weight::Dense(self.take(&format!("{prefix}.weight"))),
             b: if bias { Some(self.take(&format!("{prefix}.bias"))) } else { None },
         }
     }

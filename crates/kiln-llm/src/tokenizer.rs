@@ -24,6 +24,18 @@ impl Tokenizer {
         Ok(Tokenizer { inner })
     }
 
+    /// Reads a `tokenizer.json` file (`kiln generate --tokenizer FILE`).
+    pub fn from_file(path: &Path) -> Result<Tokenizer> {
+        let inner = tokenizers::Tokenizer::from_file(path)
+            .map_err(|e| LlmError::BadFile { path: path.to_path_buf(), msg: e.to_string() })?;
+        Ok(Tokenizer { inner })
+    }
+
+    /// Wraps a tokenizer built in code (the GGUF tokenizer metadata).
+    pub(crate) fn from_inner(inner: tokenizers::Tokenizer) -> Tokenizer {
+        Tokenizer { inner }
+    }
+
     /// Token ids of `text`; `add_special` adds what the tokenizer's post-processor adds (e.g. BOS).
     pub fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>> {
         let enc = self.inner.encode(text, add_special).map_err(|e| LlmError::Tokenizer(e.to_string()))?;

@@ -145,7 +145,7 @@ pub(crate) fn qmatmul(
     }
     // x is read as vec4s: copy it when its offset is not a multiple of 4 elements.
     let copy;
-    let (xs, off) = if x_off % 4 == 0 {
+    let (xs, off) = if x_off.is_multiple_of(4) {
         (x, x_off / 4)
     } else {
         let l = crate::Layout::new(vec![m * k].into(), vec![1], x_off);

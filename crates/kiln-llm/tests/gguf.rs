@@ -1,0 +1,335 @@
+//! GGUF model files (made from the tiny safetensors fixtures by `fixtures/make_gguf.py` in llama.cpp's
+//! conventions) on the CPU and the GPU: logits against the f32 transformers reference within each
+//! format's error, the Q/K row permutation round trip, quantized weights kept quantized, tied
+//! embeddings, the tokenizer and chat template of the metadata, clear errors.
+
+use kiln::{DType, Device};
+use kiln_gguf::{Gguf, GgufTensor};
+use kiln_llm::{GgufModel, LoadOptions, Message, Model, ModelDir, WeightSource};
+use std::path::PathBuf;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+/// Prompt ids, greedy continuation and the `(prompt + generated - 1, vocab)` transformers logits.
+fn expected(name: &str) -> (Vec<u32>, Vec<u32>, Vec<Vec<f32>>) {
+    let dir = fixture(name);
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
+    let ids = |k: &str| j[k].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect::<Vec<_>>();
+    let w = kiln_llm::SafetensorsDir::open_file(&dir.join("expected.safetensors")).unwrap();
+    let logits = w.load("logits", DType::F32, &Device::cpu()).unwrap().to_vec2::<f32>().unwrap();
+    (ids("prompt_ids"), ids("generated_ids"), logits)
+}
+
+fn devices() -> Vec<Device> {
+    let mut devs = vec![Device::cpu()];
+    match Device::gpu() {
+        Ok(d) => {
+            d.set_poison(true);
+            devs.push(d);
+        }
+        Err(e) if std::env::var("KILN_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
+            panic!("KILN_REQUIRE_GPU=1 but no GPU adapter: {e}")
+        }
+        Err(e) => eprintln!("GPU half skipped: {e}"),
+    }
+    devs
+}
+
+fn load(file: &str, dev: &Device, dtype: DType) -> Model {
+    let m = GgufModel::open(fixture(file)).unwrap();
+    m.load(dev, LoadOptions { dtype, max_context: 64, progress: None }).unwrap()
+}
+
+/// Max |a - b| over a row, relative to max(1, max |b|); NaN is infinitely wrong.
+fn row_err(a: &[f32], b: &[f32]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let scale = b.iter().fold(1.0f64, |m, &x| m.max((x as f64).abs()));
+    let diff = a.iter().zip(b).fold(0.0f64, |m, (&x, &y)| m.max((x as f64 - y as f64).abs()));
+    if diff.is_nan() || a.iter().any(|x| x.is_nan()) {
+        return f64::INFINITY;
+    }
+    diff / scale
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    (0..row.len()).fold(0, |b, i| if row[i] > row[b] { i } else { b }) as u32
+}
+
+fn margin(row: &[f32]) -> f32 {
+    let mut s = row.to_vec();
+    s.sort_by(|a, b| b.total_cmp(a));
+    s[0] - s[1]
+}
+
+/// Prefill rows, then the continuation through the KV cache: every logit row within `tol` of the f32
+/// transformers reference, the greedy token equal wherever the reference margin exceeds
+/// `margin_floor`. Returns the worst error.
+fn check(src: &str, file: &str, dev: &Device, dtype: DType, tol: f64, margin_floor: f32) -> f64 {
+    let (prompt, generated, want) = expected(src);
+    let model = load(file, dev, dtype);
+    let mut cache = model.new_cache();
+    let t = prompt.len();
+    let mut rows = model.forward(&prompt, &mut cache, true).unwrap().to_vec2::<f32>().unwrap();
+    for &tok in &generated[..generated.len() - 1] {
+        rows.push(model.forward(&[tok], &mut cache, false).unwrap().to_vec2::<f32>().unwrap().remove(0));
+    }
+    let mut worst = 0.0f64;
+    for (i, row) in rows.iter().enumerate() {
+        let err = row_err(row, &want[i]);
+        worst = worst.max(err);
+        assert!(err <= tol, "{file} {dev} {dtype}: row {i} relative error {err:.2e} > {tol:.0e}");
+        if i + 1 >= t && margin(&want[i]) > margin_floor {
+            assert_eq!(argmax(row), generated[i + 1 - t], "{file} {dev} {dtype}: greedy token of row {i}");
+        }
+    }
+    eprintln!("{file} {dev} {dtype}: worst relative logit error {worst:.2e} (tolerance {tol:.0e})");
+    worst
+}
+
+/// An unquantized (f32) GGUF is the same model: the converter's permutation undone exactly, Llama 3
+/// rope scaling from `rope_freqs.weight` (stored f32, so ~1e-7 off the f64 formula), same tolerance
+/// as the safetensors f32 test (1e-4).
+#[test]
+fn f32_gguf_matches_transformers() {
+    for dev in devices() {
+        check("llama", "llama/model-f32.gguf", &dev, DType::F32, 1e-4, 0.0);
+    }
+}
+
+/// The quantized model (quantized weights through `qlinear`) against the same file with every weight
+/// dequantised (dense `linear`), prompt and decode steps: the same numbers up to f32 summation order
+/// (measured ~2e-6 of max(1, |row|); tolerance 1e-4 as for f32 models, 2e-2 in f16). This is the
+/// sharp test of the quantized path; against transformers, the quantization itself adds its error
+/// (the next tests).
+fn check_against_dequantized(file: &str, dev: &Device, dtype: DType, tol: f64) {
+    let (prompt, generated, _) = expected(file.split('/').next().unwrap());
+    let m = GgufModel::open(fixture(file)).unwrap();
+    let opts = || LoadOptions { dtype, max_context: 64, progress: None };
+    let (q, d) = (m.load(dev, opts()).unwrap(), m.load_dequantized(dev, opts()).unwrap());
+    let (mut qc, mut dc) = (q.new_cache(), d.new_cache());
+    let mut worst = 0.0f64;
+    let mut step = |tokens: &[u32], all: bool| {
+        let a = q.forward(tokens, &mut qc, all).unwrap().to_vec2::<f32>().unwrap();
+        let b = d.forward(tokens, &mut dc, all).unwrap().to_vec2::<f32>().unwrap();
+        for (x, y) in a.iter().zip(&b) {
+            worst = worst.max(row_err(x, y));
+        }
+    };
+    step(&prompt, true);
+    for &tok in &generated[..4] {
+        step(&[tok], false);
+    }
+    eprintln!("{file} {dev} {dtype}: quantized vs dequantised worst relative error {worst:.2e}");
+    assert!(worst <= tol, "{file} {dev} {dtype}: quantized vs dequantised {worst:.2e} > {tol:.0e}");
+}
+
+#[test]
+fn quantized_path_matches_dequantized_weights() {
+    for dev in devices() {
+        for file in ["llama/model-q8_0.gguf", "llama/model-q4_0.gguf", "qwen2/model-q8_0.gguf"] {
+            check_against_dequantized(file, &dev, DType::F32, 1e-4);
+        }
+        check_against_dequantized("llama/model-q8_0.gguf", &dev, DType::F16, 2e-2);
+    }
+}
+
+// Against transformers' f32 logits the quantization error shows. The fixtures are random 2-layer
+// models initialised with std 0.2 (logits up to ~7): large activations amplify weight rounding far
+// more than a trained model does, so these tolerances are the measured worst error of each format on
+// these models (CPU and GPU agree to ~1e-6) with about 1.5x headroom, not a property of the format.
+// A wrong Q/K permutation is >= 0.5 off even in f32 (`wrong_permutation_is_garbage`).
+
+/// Q8_0 (every 2-D weight, embedding and LM head included; steps of max|w| / 127 per block of 32):
+/// measured worst 6.6e-2 of max(1, |row|); tolerance 0.1, greedy tokens equal where the reference
+/// margin exceeds 0.2.
+#[test]
+fn q8_0_gguf_within_quantization_error() {
+    for dev in devices() {
+        check("llama", "llama/model-q8_0.gguf", &dev, DType::F32, 0.1, 0.2);
+    }
+}
+
+/// Q4_0 layers (steps of max|w| / 8 per block of 32), f16 embedding, Q8_0 LM head: measured worst
+/// 0.64 of max(1, |row|) (16 levels per block are coarse for these weights); tolerance 0.9, greedy
+/// tokens checked where the reference margin exceeds 1.5.
+#[test]
+fn q4_0_gguf_within_quantization_error() {
+    for dev in devices() {
+        check("llama", "llama/model-q4_0.gguf", &dev, DType::F32, 0.9, 1.5);
+    }
+}
+
+/// qwen2: q/k/v biases, no permutation (llama.cpp rotates qwen2 NeoX-style), tied embeddings: the
+/// quantized `token_embd` is dequantised for the lookup and kept Q8_0 as the LM head. Measured worst
+/// 0.11 of max(1, |row|) (an f32 GGUF of this model matches to 1.3e-6); tolerance 0.17.
+#[test]
+fn qwen2_q8_0_gguf_tied_embeddings() {
+    let m = GgufModel::open(fixture("qwen2/model-q8_0.gguf")).unwrap();
+    assert!(m.config.tie_word_embeddings && m.config.qkv_bias && !m.config.o_bias);
+    for dev in devices() {
+        check("qwen2", "qwen2/model-q8_0.gguf", &dev, DType::F32, 0.17, 0.3);
+    }
+}
+
+/// The GGUF config agrees with config.json on everything both state.
+#[test]
+fn config_from_metadata() {
+    let g = GgufModel::open(fixture("llama/model-q8_0.gguf")).unwrap().config;
+    let h = ModelDir::open(fixture("llama")).unwrap().config;
+    assert_eq!(g.arch, h.arch);
+    assert_eq!(
+        (g.vocab_size, g.hidden_size, g.intermediate_size, g.num_layers, g.num_heads, g.num_kv_heads, g.head_dim),
+        (h.vocab_size, h.hidden_size, h.intermediate_size, h.num_layers, h.num_heads, h.num_kv_heads, h.head_dim)
+    );
+    assert!((g.rms_norm_eps - h.rms_norm_eps).abs() < 1e-9 && g.rope_theta == h.rope_theta);
+    assert_eq!((g.tie_word_embeddings, g.qkv_bias, g.o_bias, g.mlp_bias), (false, false, false, false));
+    assert_eq!((g.max_position_embeddings, g.bos_token_id, g.eos_token_ids.clone()), (128, Some(0), vec![1]));
+}
+
+/// `load_hf` puts the converter's permuted q/k rows back: bit-equal to the safetensors weights, while
+/// the rows as stored differ (so the permutation is real and its inverse is what makes them equal).
+#[test]
+fn qk_permutation_round_trip() {
+    let dev = Device::cpu();
+    let st = ModelDir::open(fixture("llama")).unwrap().weights;
+    let file = Gguf::open(fixture("llama/model-f32.gguf")).unwrap();
+    let floats = |t: GgufTensor| match t {
+        GgufTensor::Float(t) => t.to_vec2::<f32>().unwrap(),
+        GgufTensor::Quant(_) => panic!("the f32 fixture is not quantized"),
+    };
+    let mut checked = 0;
+    for t in file.load_hf(&dev).unwrap() {
+        let (name, t) = t.unwrap();
+        if !(name.ends_with("q_proj.weight") || name.ends_with("k_proj.weight")) {
+            continue;
+        }
+        let want = st.load(&name, DType::F32, &dev).unwrap().to_vec2::<f32>().unwrap();
+        assert_eq!(floats(t), want, "{name} after un-permuting");
+        let layer = name.split('.').nth(2).unwrap();
+        let gg = format!("blk.{layer}.attn_{}.weight", if name.contains("q_proj") { "q" } else { "k" });
+        assert_ne!(floats(file.load(&gg, &dev).unwrap()), want, "{gg} as stored is permuted");
+        checked += 1;
+    }
+    assert_eq!(checked, 4);
+}
+
+/// Keeping GGUF's q/k rows but rotating half-split (what forgetting the un-permutation does) is far
+/// off: the logit error is of order one, two orders above the Q8_0 tolerance.
+#[test]
+fn wrong_permutation_is_garbage() {
+    let (prompt, _, want) = expected("llama");
+    // The qwen2 path loads rows as stored: relabel a copy of the llama f32 file as qwen2.
+    let bytes = std::fs::read(fixture("llama/model-f32.gguf")).unwrap();
+    let relabeled = relabel_arch(&bytes, "llama", "qwen2");
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("llama-as-qwen2.gguf");
+    std::fs::write(&path, relabeled).unwrap();
+    let m = GgufModel::open(&path).unwrap();
+    let model = m.load(&Device::cpu(), LoadOptions { dtype: DType::F32, max_context: 64, progress: None }).unwrap();
+    let rows = model.forward(&prompt, &mut model.new_cache(), true).unwrap().to_vec2::<f32>().unwrap();
+    // Row 0 attends only to itself (softmax of one score): the rotation cannot show there.
+    let worst = rows.iter().zip(&want).skip(1).map(|(r, w)| row_err(r, w)).fold(0.0, f64::max);
+    eprintln!("un-permuted q/k rows: worst relative logit error {worst:.2e}");
+    assert!(worst > 0.5, "a wrong q/k row order should be far off, got {worst:.2e}");
+}
+
+/// `general.architecture` and every `{old}.` key renamed (same length, so offsets hold).
+fn relabel_arch(bytes: &[u8], old: &str, new: &str) -> Vec<u8> {
+    assert_eq!(old.len(), new.len());
+    let mut out = bytes.to_vec();
+    let header_end = find(bytes, b"token_embd.weight").unwrap();
+    let mut i = 0;
+    while let Some(j) = find(&out[i..header_end], old.as_bytes()) {
+        out[i + j..i + j + old.len()].copy_from_slice(new.as_bytes());
+        i += j + old.len();
+    }
+    out
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+#[test]
+fn unsupported_architecture_is_a_clear_error() {
+    let bytes = std::fs::read(fixture("llama/model-q8_0.gguf")).unwrap();
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("llama-as-bloom.gguf");
+    std::fs::write(&path, relabel_arch(&bytes, "llama", "bloom")).unwrap();
+    let err = GgufModel::open(&path).err().expect("bloom is not a Llama").to_string();
+    assert!(err.contains("\"bloom\"") && err.contains("llama") && err.contains("qwen2"), "{err}");
+    let err = GgufModel::open(fixture("llama/config.json")).err().expect("not a GGUF file").to_string();
+    assert!(err.contains("config.json"), "{err}");
+}
+
+/// The byte-level BPE tokenizer of the metadata tokenizes like the fixture's tokenizer.json (prompt,
+/// special tokens, text with digits and newlines) and decodes back; the chat template and stop tokens
+/// come from the metadata too.
+#[test]
+fn tokenizer_and_chat_template_from_metadata() {
+    let (prompt_ids, _, _) = expected("llama");
+    let m = GgufModel::open(fixture("llama/model-q8_0.gguf")).unwrap();
+    let dir = ModelDir::open(fixture("llama")).unwrap();
+    let (g, h) = (m.tokenizer().unwrap(), dir.tokenizer().unwrap());
+    assert_eq!(g.encode("The kiln fires the clay pots", true).unwrap(), prompt_ids);
+    for text in ["<|im_start|>user\nHello, kiln 2026!<|im_end|>\n", "  tiles\n\nand  bricks  ", ""] {
+        let ids = g.encode(text, true).unwrap();
+        assert_eq!(ids, h.encode(text, true).unwrap(), "{text:?}");
+        assert_eq!(g.decode(&ids, false).unwrap(), h.decode(&ids, false).unwrap(), "{text:?}");
+    }
+    assert_eq!(g.vocab_size(), h.vocab_size());
+    assert_eq!(m.stop_tokens(), vec![1]);
+    let msgs = [Message::new("user", "hi")];
+    assert_eq!(
+        m.chat_template().unwrap().render(&msgs, true).unwrap(),
+        dir.chat_template().unwrap().render(&msgs, true).unwrap()
+    );
+}
+
+/// Quantized weights stay quantized: the estimate counts Q8_0 bytes, far below the f32 model.
+#[test]
+fn estimate_counts_quantized_bytes() {
+    let q8 = GgufModel::open(fixture("llama/model-q8_0.gguf")).unwrap().estimate(DType::F32, 64);
+    let f32 = GgufModel::open(fixture("llama/model-f32.gguf")).unwrap().estimate(DType::F32, 64);
+    let st = ModelDir::open(fixture("llama")).unwrap().estimate(DType::F32, 64);
+    assert_eq!(f32.weight_bytes, st.weight_bytes);
+    assert_eq!(f32.kv_cache_bytes, st.kv_cache_bytes);
+    // Q8_0 layers and LM head: 34 bytes per 32 weights; the embedding is dequantised (f32 here).
+    let (v, h, layers) = (320u64, 64u64, 2 * (2 * 64 * 64 + 2 * 32 * 64 + 3 * 64 * 128)); // q,o; k,v; mlp
+    let want = v * h * 4 + (v * h + layers) / 32 * 34 + (2 * 2 + 1) * h * 4;
+    assert_eq!(q8.weight_bytes, want);
+    assert!(q8.weight_bytes * 2 < f32.weight_bytes);
+}
+
+/// A tokenizer kiln does not build from metadata (here `tokenizer.ggml.model` relabeled `bert`) is an
+/// error that names `--tokenizer`, and a tokenizer.json given instead works.
+#[test]
+fn unsupported_tokenizer_asks_for_tokenizer_json() {
+    let bytes = std::fs::read(fixture("llama/model-q8_0.gguf")).unwrap();
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("llama-bert-tokenizer.gguf");
+    std::fs::write(&path, relabel_arch(&bytes, "gpt2", "bert")).unwrap();
+    let m = GgufModel::open(&path).unwrap();
+    let err = m.tokenizer().err().expect("bert tokenizers are not built from metadata").to_string();
+    assert!(err.contains("\"bert\"") && err.contains("--tokenizer tokenizer.json"), "{err}");
+    let tok = kiln_llm::Tokenizer::from_file(&fixture("llama/tokenizer.json")).unwrap();
+    assert_eq!(tok.encode("The kiln fires the clay pots", true).unwrap(), expected("llama").0);
+}
+
+/// The SentencePiece (`llama`) tokenizer of the metadata gives the ids `sentencepiece` itself gives
+/// (BOS added, as llama.cpp does for these models; spaces, newlines, digits split one by one, bytes
+/// of characters outside the vocabulary) and decodes back to the text.
+#[test]
+fn sentencepiece_tokenizer_matches_sentencepiece() {
+    let m = GgufModel::open(fixture("llama/tokenizer-spm.gguf")).unwrap();
+    let tok = m.tokenizer().unwrap();
+    let cases: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("llama/tokenizer-spm.json")).unwrap()).unwrap();
+    for c in cases.as_array().unwrap() {
+        let text = c["text"].as_str().unwrap();
+        let want: Vec<u32> = c["ids"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+        assert_eq!(tok.encode(text, true).unwrap(), want, "{text:?}");
+        assert_eq!(tok.decode(&want, true).unwrap(), c["decoded"].as_str().unwrap(), "{text:?}");
+    }
+    assert_eq!(m.stop_tokens(), vec![2]);
+}
