@@ -259,6 +259,13 @@ fn gelu_erf_(x: f32) -> f32 { return select(0.5 * x * erfc_(-x * 0.7071067811865
 fn powf_(a: f32, b: f32) -> f32 {
     if (b == 0.0 || a == 1.0) { return 1.0; }
     if (is_nan(a) || is_nan(b)) { return nan_f32(); }
+    if (a == 0.0) {
+        // C's pow: +-0 to a positive power is 0, to a negative one inf, the sign kept for odd integer
+        // powers (log2(0) is not -inf on every driver: lavapipe gave pow(0, -1) = 0).
+        let mag = select(0.0, inf_f32(), b < 0.0);
+        let odd = floor(b) == b && floor(b * 0.5) != b * 0.5;
+        return select(mag, -mag, odd && (bitcast<u32>(a) >> 31u) == 1u);
+    }
     let r = exp2(b * log2(abs(a)));
     if (a < 0.0) {
         if (floor(b) != b) { return nan_f32(); }

@@ -213,6 +213,8 @@ impl BackendStorage for GpuStorage {
             elementwise::unary_body(op, self.dtype),
         );
         if let UnaryOp::Clamp { min, max } = op {
+            // Integer bounds round inward, as on the CPU (clamp of u8 to [0.5, 2.5] is [1, 2]).
+            let (min, max) = if t == "f32" { (min, max) } else { (min.ceil(), max.floor()) };
             k.consts = vec![wgsl::param_bits(t, min), wgsl::param_bits(t, max)];
         }
         k.run()
@@ -313,23 +315,21 @@ impl BackendStorage for GpuStorage {
 
     fn index_select(&self, l: &Layout, ids: &Self, il: &Layout, axis: usize) -> Result<Self> {
         self.same_ctx("index_select", ids)?;
-        if self.dtype == DType::I64 {
-            return on_host(&[(self, l), (ids, il)], |h, hl| h[0].index_select(&hl[0], &h[1], &hl[1], axis));
-        }
+        // Every dtype, i64 included, moves as raw bits (two words an element) with ids checked on the
+        // device: no host copy, and an out-of-range id gives zeros here too.
         index::index_select(self, l, ids, il, axis)
     }
 
     fn gather(&self, l: &Layout, ids: &Self, il: &Layout, axis: usize) -> Result<Self> {
         self.same_ctx("gather", ids)?;
-        if self.dtype == DType::I64 {
-            return on_host(&[(self, l), (ids, il)], |h, hl| h[0].gather(&hl[0], &h[1], &hl[1], axis));
-        }
+        // Every dtype, i64 included, moves as raw bits (two words an element) with ids checked on the
+        // device: no host copy, and an out-of-range id gives zeros here too.
         index::gather(self, l, ids, il, axis)
     }
 }
 
-/// Runs a CPU op on host copies of `inputs` and uploads the result. i64 arithmetic, comparisons and
-/// indexing of i64 data take this path: WGSL has no 64-bit integers, and a 32-bit kernel would give
+/// Runs a CPU op on host copies of `inputs` and uploads the result. i64 arithmetic, comparisons,
+/// reductions and matmul take this path: WGSL has no 64-bit integers, and a 32-bit kernel would give
 /// wrong answers past 2^31. Moving i64 data (copies, casts, `where`) stays on the GPU, exactly.
 fn on_host(
     inputs: &[(&GpuStorage, &Layout)],
