@@ -400,7 +400,9 @@ fn build_view(
     kind: Layouts,
 ) -> (Tensor, RefArray) {
     let n: usize = shape.iter().product();
-    let vals: Vec<f64> = (0..n).map(|i| i as f64).collect();
+    // Values the dtype holds exactly (u8 tops out at 255: a shape of more elements wraps them).
+    let wrap = if dtype == DType::U8 { 256 } else { usize::MAX };
+    let vals: Vec<f64> = (0..n).map(|i| (i % wrap) as f64).collect();
     let base = RefArray::new(shape.to_vec(), vals.clone());
     let mut t = tensor_in(&vals, shape, dtype, kind, dev).permute(perm).unwrap();
     // Per output axis i: the base axis perm[i], and the positions the slice keeps.
