@@ -250,6 +250,9 @@ fn erfc_(x: f32) -> f32 {
 fn reduce_2pi_(x: f32) -> f32 { let k = round(x * 0.15915494309189535); return (x - k * 6.28125) - k * 1.9353071795864769e-3; }
 fn sin_(x: f32) -> f32 { return sin(reduce_2pi_(x)); }
 fn cos_(x: f32) -> f32 { return cos(reduce_2pi_(x)); }
+// relu on the bits: NVIDIA's compiler turns select(x, 0, x < 0) into max(x, 0), which drops NaN
+// (relu(NaN) gave 0 on the H100, NaN on the CPU). Negative means sign bit set, not -0, not NaN.
+fn relu_(x: f32) -> f32 { let b = bitcast<u32>(x); return select(x, 0.0, b > 0x80000000u && b <= 0xff800000u); }
 fn silu_(x: f32) -> f32 { return select(x / (1.0 + exp(-x)), -0.0, is_neg_inf(x)); }
 fn gelu_tanh_(x: f32) -> f32 {
     let u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
@@ -321,7 +324,7 @@ pub(crate) fn unary_expr(op: UnaryOp, t: &str) -> String {
         UnaryOp::Round => if f { "round(x)" } else { "x" }.into(),
         UnaryOp::Relu => {
             if f {
-                "select(x, 0.0, x < 0.0)"
+                "relu_(x)"
             } else if u {
                 "x"
             } else {
