@@ -3,6 +3,8 @@
 //! cache (logits of every step too), the generation loop, f16/bf16 against the f32 reference, the
 //! tokenizer and the chat template.
 
+mod common;
+use common::{argmax, devices, margin, row_err};
 use kiln::{DType, Device, Tensor};
 use kiln_llm::{generate, GenerateOptions, LoadOptions, Message, Model, ModelDir, SamplingParams};
 use std::path::PathBuf;
@@ -37,48 +39,9 @@ fn expected(name: &str) -> Expected {
     }
 }
 
-/// The CPU, and the GPU (with output poisoning) when there is one; `KILN_REQUIRE_GPU=1` makes a missing
-/// adapter a failure.
-fn devices() -> Vec<Device> {
-    let mut devs = vec![Device::cpu()];
-    match Device::gpu() {
-        Ok(d) => {
-            d.set_poison(true);
-            devs.push(d);
-        }
-        Err(e) if std::env::var("KILN_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
-            panic!("KILN_REQUIRE_GPU=1 but no GPU adapter: {e}")
-        }
-        Err(e) => eprintln!("GPU half skipped: {e}"),
-    }
-    devs
-}
-
 fn load(name: &str, dev: &Device, dtype: DType) -> Model {
     let dir = ModelDir::open(fixture(name)).unwrap();
     dir.load(dev, LoadOptions { dtype, max_context: 64, progress: None }).unwrap()
-}
-
-/// Max |a - b| over a row, relative to max(1, max |b|).
-fn row_err(a: &[f32], b: &[f32]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let scale = b.iter().fold(1.0f64, |m, &x| m.max((x as f64).abs()));
-    let diff = a.iter().zip(b).fold(0.0f64, |m, (&x, &y)| m.max((x as f64 - y as f64).abs()));
-    if diff.is_nan() || a.iter().any(|x| x.is_nan()) {
-        return f64::INFINITY;
-    }
-    diff / scale
-}
-
-fn argmax(row: &[f32]) -> u32 {
-    (0..row.len()).fold(0, |b, i| if row[i] > row[b] { i } else { b }) as u32
-}
-
-/// Top-1 minus top-2 logit: how safely the greedy choice is decided.
-fn margin(row: &[f32]) -> f32 {
-    let mut s = row.to_vec();
-    s.sort_by(|a, b| b.total_cmp(a));
-    s[0] - s[1]
 }
 
 /// Prefill rows, then each continuation token through the cache: logits within `tol` of transformers

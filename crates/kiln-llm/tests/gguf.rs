@@ -3,6 +3,8 @@
 //! format's error, the Q/K row permutation round trip, quantized weights kept quantized, tied
 //! embeddings, the tokenizer and chat template of the metadata, clear errors.
 
+mod common;
+use common::{argmax, devices, margin, row_err};
 use kiln::{DType, Device};
 use kiln_gguf::{Gguf, GgufTensor};
 use kiln_llm::{GgufModel, LoadOptions, Message, Model, ModelDir, WeightSource};
@@ -23,45 +25,9 @@ fn expected(name: &str) -> (Vec<u32>, Vec<u32>, Vec<Vec<f32>>) {
     (ids("prompt_ids"), ids("generated_ids"), logits)
 }
 
-fn devices() -> Vec<Device> {
-    let mut devs = vec![Device::cpu()];
-    match Device::gpu() {
-        Ok(d) => {
-            d.set_poison(true);
-            devs.push(d);
-        }
-        Err(e) if std::env::var("KILN_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
-            panic!("KILN_REQUIRE_GPU=1 but no GPU adapter: {e}")
-        }
-        Err(e) => eprintln!("GPU half skipped: {e}"),
-    }
-    devs
-}
-
 fn load(file: &str, dev: &Device, dtype: DType) -> Model {
     let m = GgufModel::open(fixture(file)).unwrap();
     m.load(dev, LoadOptions { dtype, max_context: 64, progress: None }).unwrap()
-}
-
-/// Max |a - b| over a row, relative to max(1, max |b|); NaN is infinitely wrong.
-fn row_err(a: &[f32], b: &[f32]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let scale = b.iter().fold(1.0f64, |m, &x| m.max((x as f64).abs()));
-    let diff = a.iter().zip(b).fold(0.0f64, |m, (&x, &y)| m.max((x as f64 - y as f64).abs()));
-    if diff.is_nan() || a.iter().any(|x| x.is_nan()) {
-        return f64::INFINITY;
-    }
-    diff / scale
-}
-
-fn argmax(row: &[f32]) -> u32 {
-    (0..row.len()).fold(0, |b, i| if row[i] > row[b] { i } else { b }) as u32
-}
-
-fn margin(row: &[f32]) -> f32 {
-    let mut s = row.to_vec();
-    s.sort_by(|a, b| b.total_cmp(a));
-    s[0] - s[1]
 }
 
 /// Prefill rows, then the continuation through the KV cache: every logit row within `tol` of the f32
