@@ -3,6 +3,7 @@
 
 use crate::sysinfo::human_bytes;
 use clap::Args;
+use kiln::quant::QuantType;
 use kiln::{DType, Device, DeviceRequest};
 use kiln_llm::{
     ChatTemplate, GenerateOptions, GenerateStats, GgufModel, LlamaConfig, LoadOptions, MemoryEstimate, Message, Model,
@@ -33,6 +34,10 @@ pub struct ModelArgs {
     /// KV cache length in positions (at most the model's max_position_embeddings).
     #[arg(long, default_value_t = 4096)]
     max_context: usize,
+    /// Quantize the dense projections after loading: q8_0, q4_0, q4_k or q6_k (the embedding table
+    /// stays in --dtype; weights whose input size is not a multiple of the block take Q8_0).
+    #[arg(long, value_parser = parse_quant)]
+    quantize: Option<QuantType>,
 }
 
 #[derive(Args, Debug)]
@@ -110,6 +115,13 @@ pub struct LlmBenchArgs {
     /// Decode steps timed at each context.
     #[arg(long, default_value_t = 32)]
     decode_tokens: usize,
+}
+
+fn parse_quant(s: &str) -> Result<QuantType, String> {
+    QuantType::ALL
+        .into_iter()
+        .find(|q| q.name().eq_ignore_ascii_case(s))
+        .ok_or_else(|| format!("unknown quantization '{s}': expected q8_0, q4_0, q4_k or q6_k"))
 }
 
 fn parse_dtype(s: &str) -> Result<DType, String> {
@@ -212,13 +224,23 @@ fn open(args: &ModelArgs) -> Result<(Source, Model), String> {
         f
     });
     let start = Instant::now();
-    let model =
+    let mut model =
         dir.load(&device, LoadOptions { dtype, max_context: args.max_context, progress }).map_err(|e| e.to_string())?;
     device.synchronize().map_err(|e| e.to_string())?;
     if let Some(b) = bar {
         b.finish_and_clear();
     }
     eprintln!("loaded in {:.1} s", start.elapsed().as_secs_f64());
+    if let Some(qt) = args.quantize {
+        let start = Instant::now();
+        let n = model.quantize(qt).map_err(|e| e.to_string())?;
+        device.synchronize().map_err(|e| e.to_string())?;
+        eprintln!(
+            "quantized {n} weights to {qt} in {:.1} s: weights now {}",
+            start.elapsed().as_secs_f64(),
+            human_bytes(model.weight_bytes())
+        );
+    }
     Ok((dir, model))
 }
 
@@ -395,6 +417,52 @@ fn timed_run(model: &Model, context: usize, steps: usize) -> kiln_llm::Result<(f
     Ok((prefill, start.elapsed().as_secs_f64()))
 }
 
+/// Where a decode step's time goes on a GPU: dispatches per token (counted in a normal run) and each
+/// kernel's GPU time per token (8 steps with per-dispatch timestamps, which serialise the GPU; the
+/// wall time of those steps is not a speed). `None` on the CPU.
+fn decode_profile(model: &Model, context: usize) -> kiln_llm::Result<Option<serde_json::Value>> {
+    const STEPS: usize = 8;
+    let device = model.device();
+    if !device.is_gpu() {
+        return Ok(None);
+    }
+    // Counters of a prefill-only run and of prefill + STEPS: their difference is the steps'.
+    let counted = |steps: usize| -> kiln_llm::Result<(u64, u64)> {
+        let (d0, s0) = device.gpu_counters().expect("a GPU");
+        timed_run(model, context, steps)?;
+        let (d1, s1) = device.gpu_counters().expect("a GPU");
+        Ok((d1 - d0, s1 - s0))
+    };
+    let ((d0, s0), (d1, s1)) = (counted(0)?, counted(STEPS)?);
+    // The same run again with timestamps: the prefill's share is removed by a prefill-only run.
+    let profiled = |steps: usize| -> kiln_llm::Result<std::collections::HashMap<String, (u64, f64)>> {
+        device.set_profiling(true)?;
+        device.reset_profile();
+        let r = timed_run(model, context, steps);
+        let table = device.profile().into_iter().map(|k| (k.kernel, (k.dispatches, k.total_ms))).collect();
+        device.set_profiling(false)?;
+        r.map(|_| table)
+    };
+    let (with, without) = (profiled(STEPS)?, profiled(0)?);
+    let mut kernels: Vec<(String, f64, f64)> = with
+        .into_iter()
+        .map(|(name, (n, ms))| {
+            let (n0, ms0) = without.get(&name).copied().unwrap_or((0, 0.0));
+            (name, (n - n0) as f64 / STEPS as f64, (ms - ms0) * 1e3 / STEPS as f64)
+        })
+        .filter(|k| k.1 > 0.0)
+        .collect();
+    kernels.sort_by(|a, b| b.2.total_cmp(&a.2));
+    let gpu_us: f64 = kernels.iter().map(|k| k.2).sum();
+    Ok(Some(serde_json::json!({
+        "context": context,
+        "dispatches_per_token": (d1 - d0) as f64 / STEPS as f64,
+        "submits_per_token": (s1 - s0) as f64 / STEPS as f64,
+        "gpu_us_per_token": gpu_us,
+        "kernels": kernels.iter().map(|(k, n, us)| serde_json::json!({"kernel": k, "per_token": n, "us_per_token": us})).collect::<Vec<_>>(),
+    })))
+}
+
 fn run_llm_bench(args: LlmBenchArgs) -> Result<(), String> {
     let (dir, model) = open(&args.model)?;
     let err = |e: kiln_llm::LlmError| e.to_string();
@@ -423,19 +491,22 @@ fn run_llm_bench(args: LlmBenchArgs) -> Result<(), String> {
         eprintln!("decode at context {ctx}: {:.1} tokens/s", args.decode_tokens as f64 / secs);
     }
     eprintln!("prefill of {} tokens: {:.1} tokens/s", args.prefill, args.prefill as f64 / prefill_best);
+    let profile = decode_profile(&model, args.contexts[0].min(model.max_context() - 9)).map_err(err)?;
     let c = dir.config();
     let report = serde_json::json!({
         "engine": "kiln",
         "device": device.name(),
         "dtype": model.dtype().as_str(),
+        "quantize": args.model.quantize.map(|q| q.name()),
         "layers": c.num_layers,
         "hidden": c.hidden_size,
         "vocab": c.vocab_size,
-        "weight_bytes": dir.estimate(model.dtype(), 1).weight_bytes,
+        "weight_bytes": model.weight_bytes(),
         "kv_bytes_per_position": c.kv_bytes_per_position(model.dtype()),
         "prefill": {"tokens": args.prefill, "secs": prefill_best, "tokens_per_sec": args.prefill as f64 / prefill_best},
         "decode": decode,
         "peak_gpu_bytes": device.memory_stats().map(|m| m.peak_bytes),
+        "decode_profile": profile,
     });
     println!("{report:#}");
     Ok(())

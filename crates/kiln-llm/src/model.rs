@@ -6,7 +6,7 @@ use crate::config::LlamaConfig;
 use crate::rope::{inv_freq, RopeTables};
 use crate::weights::WeightSource;
 use crate::{LlmError, Result};
-use kiln::quant::QTensor;
+use kiln::quant::{QTensor, QuantType};
 use kiln::{DType, Device, KvCache, RopeLayout, Tensor};
 
 /// The weight of a linear layer: dense in the model's dtype, or quantized blocks (GGUF files).
@@ -218,6 +218,53 @@ impl Model {
 
     pub fn dtype(&self) -> DType {
         self.dtype
+    }
+
+    /// Quantizes every dense projection (attention, MLP and the LM head; not the embedding table,
+    /// of which a step reads one row) to `qt`, in place, one weight at a time (the dense copy is
+    /// freed as its quantized one arrives). A weight whose input size is not a whole number of
+    /// `qt`'s blocks takes Q8_0 (blocks of 32), or stays dense if that does not fit either, as
+    /// llama.cpp does. Returns how many weights were quantized.
+    pub fn quantize(&mut self, qt: QuantType) -> Result<usize> {
+        let mut count = 0;
+        let linears = self
+            .layers
+            .iter_mut()
+            .flat_map(|l| [&mut l.q, &mut l.k, &mut l.v, &mut l.o, &mut l.gate, &mut l.up, &mut l.down]);
+        for lin in linears.chain([&mut self.lm_head]) {
+            let Weight::Dense(w) = &lin.w else { continue };
+            let k = w.dims()[w.rank() - 1];
+            let fmt = [qt, QuantType::Q8_0].into_iter().find(|f| k % f.block_elems() == 0);
+            if let Some(f) = fmt {
+                lin.w = Weight::Quant(QTensor::quantize(w, f)?);
+                count += 1;
+            }
+        }
+        Ok(count)
+    }
+
+    /// Bytes of every weight on the device (quantized ones at their packed size; a tied LM head
+    /// counted once).
+    pub fn weight_bytes(&self) -> u64 {
+        let dense = |t: &Tensor| (t.elem_count() * t.dtype().size_in_bytes()) as u64;
+        let lin = |l: &Linear| {
+            let w = match &l.w {
+                Weight::Dense(t) => dense(t),
+                Weight::Quant(q) => q.storage_bytes() as u64,
+            };
+            w + l.b.as_ref().map_or(0, dense)
+        };
+        let layers: u64 = self
+            .layers
+            .iter()
+            .map(|l| {
+                dense(&l.attn_norm)
+                    + dense(&l.mlp_norm)
+                    + [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down].into_iter().map(lin).sum::<u64>()
+            })
+            .sum();
+        let tied = matches!(&self.lm_head.w, Weight::Dense(t) if t.shares_storage_with(&self.embed));
+        layers + dense(&self.embed) + dense(&self.norm) + if tied { 0 } else { lin(&self.lm_head) }
     }
     pub fn device(&self) -> &Device {
         &self.device

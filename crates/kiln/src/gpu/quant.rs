@@ -12,9 +12,10 @@ use std::fmt::Write;
 const FORMATS: &str = include_str!("quant_formats.wgsl");
 const DEQUANT: &str = include_str!("quant_dequant.wgsl");
 const MATVEC: &str = include_str!("quant_matvec.wgsl");
+const UNITS: &str = include_str!("quant_units.wgsl");
 
 /// Rows of x per matvec workgroup.
-pub(crate) const ROWS: [u32; 4] = [1, 2, 4, 8];
+const ROWS: [u32; 4] = [1, 2, 4, 8];
 
 /// The suffix of the format's WGSL functions.
 fn fname(qt: QuantType) -> &'static str {
@@ -48,47 +49,173 @@ pub(crate) fn dequant_source(qt: QuantType, out: DType) -> String {
     )
 }
 
-/// The matvec kernel of `qt` for blocks of `mt` rows.
-pub(crate) fn matvec_source(qt: QuantType, mt: u32) -> String {
-    let (mut setup, mut body, mut stash, mut reduce, mut finish) =
-        (String::new(), String::new(), String::new(), String::new(), String::new());
-    for i in 0..mt {
-        writeln!(setup, "    var acc{i} = 0.0;").unwrap();
-        writeln!(setup, "    let xr{i} = p[4] + min(m0 + {i}u, m - 1u) * k4;").unwrap();
-        writeln!(stash, "    red[{i}u * 256u + tid] = acc{i};").unwrap();
-        writeln!(reduce, "            red[{i}u * 256u + tid] += red[{i}u * 256u + tid + h];").unwrap();
-        writeln!(finish, "        if (m0 + {i}u < m) {{ dst[(m0 + {i}u) * n + col] = red[{i}u * 256u + tid]; }}")
-            .unwrap();
+/// One matrix-vector kernel: format, x dtype, output in x's dtype (else f32), rows of x per
+/// workgroup, weight rows per lane set and lanes per set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Matvec {
+    pub(crate) qt: QuantType,
+    pub(crate) xdt: DType,
+    pub(crate) out16: bool,
+    pub(crate) mt: u32,
+    pub(crate) c: u32,
+    pub(crate) ln: u32,
+}
+
+/// Values per unit (one lane's step, `quant_units.wgsl`) and runs of 16 values in it.
+fn unit_shape(qt: QuantType) -> (u32, u32) {
+    match qt {
+        QuantType::Q6K => (64, 4),
+        _ => (32, 2),
     }
-    let f = fname(qt);
-    for g in 0..2 {
-        writeln!(body, "        let v{g} = ld_{f}(b, s, {g}u);").unwrap();
+}
+
+/// Env override of a matvec shape parameter (`KILN_QMV_C`, `KILN_QMV_LN`), for A/B runs.
+fn env_u32(name: &str) -> Option<u32> {
+    std::env::var(name).ok()?.parse().ok().filter(|v: &u32| v.is_power_of_two())
+}
+
+impl Matvec {
+    /// The kernel for an `(n, k)` weight and `m` rows of `xdt` input. Weight rows per set: about
+    /// 64 bytes of packed weight per lane and step at one row of x (fewer as rows of x add
+    /// accumulators); lanes per set: at most 4 units per lane, then more lanes (and fewer sets)
+    /// while the grid has under ~2 workgroups per SM of a large GPU and every lane keeps a unit.
+    pub(crate) fn for_problem(qt: QuantType, xdt: DType, n: usize, k: usize, m: usize) -> Matvec {
+        let mt = (m.next_power_of_two() as u32).min(8);
+        let base = match qt {
+            QuantType::Q8_0 | QuantType::Q6K => 4,
+            QuantType::Q4_0 | QuantType::Q4K => 8,
+        };
+        let c = env_u32("KILN_QMV_C").unwrap_or(base).min(16 / mt).max(2);
+        let units = k / unit_shape(qt).0 as usize;
+        let wgs = |ln: usize| n.div_ceil(256 / ln * c as usize);
+        let mut ln = (units / 4).max(1).next_power_of_two().clamp(32, 256);
+        while ln < 256 && 2 * ln <= units && wgs(ln) < 264 {
+            ln *= 2;
+        }
+        let ln = env_u32("KILN_QMV_LN").map_or(ln as u32, |v| v.clamp(32, 256));
+        let out16 = xdt != DType::F32 && n.is_multiple_of(2);
+        Matvec { qt, xdt, out16, mt, c, ln }
     }
-    for g in 0..2 {
-        for j in 0..4 {
-            let c = 4 * g + j;
-            writeln!(body, "        let w{c} = wq_{f}(v{g}, s, {g}u, {j}u, sc);").unwrap();
-            for i in 0..mt {
-                writeln!(body, "        acc{i} += dot(w{c}, x[xr{i} + xo + {c}u]);").unwrap();
+
+    pub(crate) fn key(&self) -> String {
+        let o = if self.out16 { self.xdt } else { DType::F32 };
+        format!("quant_matvec:{}:{}->{o}:r{}:c{}:l{}", self.qt, self.xdt, self.mt, self.c, self.ln)
+    }
+
+    /// Weight rows (output columns) per workgroup.
+    fn cols(&self) -> u32 {
+        256 / self.ln * self.c
+    }
+
+    pub(crate) fn source(&self) -> String {
+        let (mt, c, f) = (self.mt, self.c, fname(self.qt));
+        let (uv, runs) = unit_shape(self.qt);
+        let mins = self.qt != QuantType::Q8_0;
+        let (mut setup, mut body, mut stash, mut reduce, mut finish) =
+            (String::new(), String::new(), String::new(), String::new(), String::new());
+        for j in 0..c {
+            writeln!(setup, "    let row{j} = min(col0 + {j}u, n - 1u);").unwrap();
+            writeln!(body, "        let w{j} = load_{f}(row{j}, u, units, doff);").unwrap();
+        }
+        for r in 0..mt {
+            writeln!(setup, "    let xb{r} = p[4] + min(m0 + {r}u, m - 1u) * k;").unwrap();
+            for j in 0..c {
+                writeln!(setup, "    var acc{j}_{r} = 0.0;").unwrap();
             }
         }
+        for i in 0..runs {
+            for r in 0..mt {
+                for v in 0..4 {
+                    writeln!(body, "        let x{i}_{r}_{v} = xv(xb{r} + pos + off_{f}({i}u), {v}u);").unwrap();
+                }
+                if mins {
+                    writeln!(
+                        body,
+                        "        let sx{i}_{r} = dot(x{i}_{r}_0 + x{i}_{r}_1 + x{i}_{r}_2 + x{i}_{r}_3, vec4<f32>(1.0));"
+                    )
+                    .unwrap();
+                }
+            }
+            for j in 0..c {
+                for v in 0..4 {
+                    writeln!(body, "        let q{j}_{i}_{v} = q_{f}(w{j}, {i}u, {v}u);").unwrap();
+                }
+                for r in 0..mt {
+                    let dots =
+                        (0..4).map(|v| format!("dot(q{j}_{i}_{v}, x{i}_{r}_{v})")).collect::<Vec<_>>().join(" + ");
+                    let min = if mins { format!(" - w{j}.m[{i}] * sx{i}_{r}") } else { String::new() };
+                    writeln!(body, "        acc{j}_{r} += w{j}.d[{i}] * ({dots}){min};").unwrap();
+                }
+            }
+        }
+        for j in 0..c {
+            for r in 0..mt {
+                let slot = j * mt + r;
+                writeln!(stash, "    red[{slot}u * 256u + tid] = acc{j}_{r};").unwrap();
+                writeln!(reduce, "            red[{slot}u * 256u + tid] += red[{slot}u * 256u + tid + h];").unwrap();
+            }
+        }
+        for r in 0..mt {
+            if self.out16 {
+                let pack = if self.xdt == DType::F16 {
+                    "pack2x16float(vec2<f32>(a, b))"
+                } else {
+                    "bf16_bits(a) | (bf16_bits(b) << 16u)"
+                };
+                for j in (0..c).step_by(2) {
+                    let (s0, s1) = (j * mt + r, (j + 1) * mt + r);
+                    writeln!(
+                        finish,
+                        "        if (col0 + {j}u < n && m0 + {r}u < m) {{ let a = red[{s0}u * 256u + tid]; \
+                         let b = red[{s1}u * 256u + tid]; dst[((m0 + {r}u) * n + col0 + {j}u) / 2u] = {pack}; }}"
+                    )
+                    .unwrap();
+                }
+            } else {
+                for j in 0..c {
+                    writeln!(
+                        finish,
+                        "        if (col0 + {j}u < n && m0 + {r}u < m) {{ dst[(m0 + {r}u) * n + col0 + {j}u] = red[{}u * 256u + tid]; }}",
+                        j * mt + r
+                    )
+                    .unwrap();
+                }
+            }
+        }
+        let xload = match self.xdt {
+            DType::F32 => "fn xv(e: u32, i: u32) -> vec4<f32> { return bitcast<vec4<f32>>(x[e / 4u + i]); }",
+            DType::F16 => "fn xv(e: u32, i: u32) -> vec4<f32> { let v = x[e / 8u + i / 2u]; let o = (i & 1u) * 2u; \
+                 return vec4<f32>(unpack2x16float(v[o]), unpack2x16float(v[o + 1u])); }",
+            _ => "fn bf2(w: u32) -> vec2<f32> { return vec2<f32>(bitcast<f32>(w << 16u), bitcast<f32>(w & 0xffff0000u)); }\n\
+                 fn xv(e: u32, i: u32) -> vec4<f32> { let v = x[e / 8u + i / 2u]; let o = (i & 1u) * 2u; \
+                 return vec4<f32>(bf2(v[o]), bf2(v[o + 1u])); }",
+        };
+        let odt = if self.out16 { self.xdt } else { DType::F32 };
+        render(
+            MATVEC,
+            &[
+                ("QT", self.qt.name()),
+                ("XDT", self.xdt.as_str()),
+                ("ODT", odt.as_str()),
+                ("MT", &mt.to_string()),
+                ("C", &c.to_string()),
+                ("LN", &self.ln.to_string()),
+                ("SETS", &(256 / self.ln).to_string()),
+                ("UV", &uv.to_string()),
+                ("DST_ELEM", if self.out16 { "u32" } else { "f32" }),
+                ("PRELUDE", PRELUDE),
+                ("UNITS", UNITS),
+                ("RED", &(256 * c * mt).to_string()),
+                ("XLOAD", xload),
+                ("F", f),
+                ("SETUP", &setup),
+                ("BODY", &body),
+                ("STASH", &stash),
+                ("REDUCE", &reduce),
+                ("FINISH", &finish),
+            ],
+        )
     }
-    render(
-        MATVEC,
-        &[
-            ("QT", qt.name()),
-            ("MT", &mt.to_string()),
-            ("FORMATS", FORMATS),
-            ("RED", &(256 * mt).to_string()),
-            ("UPB", &(qt.block_elems() / 32).to_string()),
-            ("F", fname(qt)),
-            ("SETUP", &setup),
-            ("BODY", &body),
-            ("STASH", &stash),
-            ("REDUCE", &reduce),
-            ("FINISH", &finish),
-        ],
-    )
 }
 
 /// Every quant kernel variant, for the catalog.
@@ -97,8 +224,14 @@ pub(crate) fn catalog(push: &mut impl FnMut(String, String)) {
         for out in [DType::F32, DType::F16, DType::BF16] {
             push(format!("quant_dequant:{qt}:{out}"), dequant_source(qt, out));
         }
-        for mt in ROWS {
-            push(format!("quant_matvec:{qt}:r{mt}"), matvec_source(qt, mt));
+        for xdt in [DType::F32, DType::F16, DType::BF16] {
+            for (mt, n) in ROWS.into_iter().flat_map(|mt| [(mt, 4096), (mt, 13)]) {
+                let mv = Matvec::for_problem(qt, xdt, n, 4096, mt as usize);
+                if xdt == DType::F32 && n == 13 {
+                    continue;
+                }
+                push(mv.key(), mv.source());
+            }
         }
     }
 }
@@ -126,8 +259,9 @@ pub(crate) fn dequantize(q: &GpuStorage, qt: QuantType, blocks: usize, out: DTyp
     Ok(dst)
 }
 
-/// `x (m, k) @ w^T` (f32 `x` from element `x_off`, `w` the `(n, k)` planar words of `qt`): a fresh
-/// `(m, n)` f32 buffer.
+/// `x (m, k) @ w^T` (`x` f32, f16 or bf16 from element `x_off`, `w` the `(n, k)` planar words of
+/// `qt`): a fresh `(m, n)` buffer in `x`'s dtype, or in f32 when a 16-bit output row would not end
+/// on a word (odd `n`); the caller casts.
 pub(crate) fn qmatmul(
     x: &GpuStorage,
     x_off: usize,
@@ -140,25 +274,24 @@ pub(crate) fn qmatmul(
     let op = "qlinear";
     x.same_ctx(op, w)?;
     let ctx = x.ctx.clone();
-    if (n * k).max(m * k) > u32::MAX as usize {
+    if (n * k).max(m * k) + x_off > u32::MAX as usize {
         return Err(Error::Gpu { op, msg: format!("a ({n}, {k}) weight exceeds the 32-bit index range") });
     }
-    // x is read as vec4s: copy it when its offset is not a multiple of 4 elements.
+    // Runs of x are read as 16-byte vectors: copy x when its offset is not a multiple of 16 values.
     let copy;
-    let (xs, off) = if x_off.is_multiple_of(4) {
-        (x, x_off / 4)
+    let (xs, off) = if x_off.is_multiple_of(16) {
+        (x, x_off)
     } else {
         let l = crate::Layout::new(vec![m * k].into(), vec![1], x_off);
         copy = crate::backend::BackendStorage::copy_contiguous(x, &l)?;
         (&copy, 0)
     };
-    let mt = (m.next_power_of_two() as u32).min(8);
-    let dst = GpuStorage::alloc(&ctx, DType::F32, m * n)?;
-    let key = format!("quant_matvec:{qt}:r{mt}");
-    let kernel = ctx.pipelines.get(&ctx, &key, 2, || matvec_source(qt, mt))?;
+    let mv = Matvec::for_problem(qt, x.dtype, n, k, m);
+    let dst = GpuStorage::alloc(&ctx, if mv.out16 { x.dtype } else { DType::F32 }, m * n)?;
+    let kernel = ctx.pipelines.get(&ctx, &mv.key(), 2, || mv.source())?;
     let blocks = n * k / qt.block_elems();
     let params = [m as u32, n as u32, k as u32, doff(qt, blocks), off as u32];
-    let groups = [n.div_ceil(8) as u32, m.div_ceil(mt as usize) as u32, 1];
+    let groups = [n.div_ceil(mv.cols() as usize) as u32, m.div_ceil(mv.mt as usize) as u32, 1];
     ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(
         &ctx,
         &kernel,

@@ -1,7 +1,7 @@
 //! `Tensor::qlinear`: `x @ w^T (+ bias)` with a quantized `(out, in)` weight.
 //!
 //! Up to `MAX_SKINNY_ROWS` rows of `x` (decode and small batches) run a kernel that reads the
-//! packed weight once per block of 8 rows and dequantises in registers (`quant/cpu.rs`,
+//! packed weight once per block of up to 8 rows and dequantises in registers (`quant/cpu.rs`,
 //! `gpu/quant_matvec.wgsl`). More rows (prefill) dequantise the weight to `x`'s dtype and use
 //! kiln's matmul: a choice made without measurements, simple and already fast where matmul is
 //! compute bound; the dequantised copy is temporary.
@@ -57,7 +57,9 @@ impl Tensor {
             let wf = w.dequantize(self.dtype())?;
             return self.linear(&wf, bias);
         } else {
-            let xf = self.to_dtype(DType::F32)?.contiguous()?;
+            // The GPU kernel reads f32, f16 and bf16 itself; the CPU one takes f32.
+            let xf =
+                if self.device().is_gpu() { self.contiguous()? } else { self.to_dtype(DType::F32)?.contiguous()? };
             let off = xf.layout().offset();
             let storage = match (&*xf.storage(), &*w.data().storage()) {
                 (Storage::Cpu(CpuStorage::F32(x)), Storage::Cpu(CpuStorage::U32(wd))) => {

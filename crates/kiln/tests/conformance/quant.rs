@@ -151,8 +151,11 @@ fn reference(x: &[f64], w: &[f64], bias: Option<&[f64]>, m: usize, n: usize, k: 
 }
 
 fn qlinear_matches_reference(dev: &Device) {
-    for qt in QuantType::ALL {
-        let (n, k) = (13, 2 * qt.block_elems().max(64));
+    // Odd n (16-bit outputs go through f32) and a wide k with even n (more lanes per weight row,
+    // 16-bit outputs written by the kernel).
+    for (qt, (n, k)) in
+        QuantType::ALL.into_iter().flat_map(|qt| [(qt, (13, 2 * qt.block_elems().max(64))), (qt, (38, 2048))])
+    {
         let wv = random_values(n * k, DType::F32, 11);
         let w = QTensor::quantize(&tensor(&wv, &[n, k], DType::F32, dev), qt).unwrap();
         let wd = w.dequantize(DType::F32).unwrap().to_f64_vec().unwrap();
