@@ -48,7 +48,7 @@ struct BenchArgs {
     /// Print one JSON document instead of a table.
     #[arg(long)]
     json: bool,
-    /// Only run benchmarks whose name contains this substring.
+    /// Only run benchmarks whose name contains this substring (or one of its comma-separated parts).
     #[arg(long, value_name = "SUBSTR")]
     filter: Option<String>,
     /// Small shapes and three runs each (a smoke test, e.g. for CI).

@@ -230,7 +230,7 @@ fn measure(op: &Op, bound: Bound, device: &Device, timing: Timing) -> Result<Sta
 pub struct BenchConfig {
     /// Small shapes and few runs.
     pub quick: bool,
-    /// Only cases whose name contains this.
+    /// Only cases whose name contains this (or one of its comma-separated parts).
     pub filter: Option<String>,
     /// Fixed number of timed runs per case.
     pub runs: Option<usize>,
@@ -253,7 +253,7 @@ pub fn run(device: &Device, cfg: &BenchConfig, mut progress: impl FnMut(&str)) -
     let timing = Timing::new(cfg.quick, cfg.runs);
     let selected: Vec<Case> = cases::all(cfg.quick, device.is_gpu())
         .into_iter()
-        .filter(|c| cfg.filter.as_deref().is_none_or(|f| c.name.contains(f)))
+        .filter(|c| cfg.filter.as_deref().is_none_or(|f| f.split(',').any(|f| c.name.contains(f))))
         .collect();
     let copy = selected.iter().any(|c| c.bytes.is_some()).then(|| {
         progress("copy bandwidth");

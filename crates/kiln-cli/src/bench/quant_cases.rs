@@ -9,25 +9,31 @@ use super::{Bound, Case, Op};
 use kiln::quant::{QTensor, QuantType};
 use kiln::DType;
 
-/// The cases: full-size shapes, or small ones for `--quick`.
+/// The cases: full-size shapes, or small ones for `--quick`; f32 input, and bf16 input (read and
+/// written by the kernel) on the MLP shape.
 pub fn all(quick: bool) -> Vec<Case> {
-    let shapes: [(usize, usize); 2] = if quick { [(512, 512), (1536, 512)] } else { [(4096, 4096), (14336, 4096)] };
+    let shapes: [(usize, usize, DType); 4] = if quick {
+        [(512, 512, DType::F32), (1536, 512, DType::F32), (512, 1536, DType::F32), (1536, 512, DType::BF16)]
+    } else {
+        [(4096, 4096, DType::F32), (14336, 4096, DType::F32), (4096, 14336, DType::F32), (14336, 4096, DType::BF16)]
+    };
     let mut v = Vec::new();
     for qt in QuantType::ALL {
-        for (n, k) in shapes {
+        for (n, k, dt) in shapes {
             let weight = (n * k / qt.block_elems() * qt.block_bytes()) as f64;
-            let bytes = weight + 4.0 * (n + k) as f64;
-            let name = format!("qmatvec_{}_{n}x{k}", qt.name().to_lowercase());
+            let bytes = weight + (dt.size_in_bytes() * (n + k)) as f64;
+            let suffix = if dt == DType::F32 { String::new() } else { format!("_{dt}") };
+            let name = format!("qmatvec_{}_{n}x{k}{suffix}", qt.name().to_lowercase());
             v.push(case(
                 name,
-                format!("1x{k} @ ({n}x{k} {qt})^T"),
-                DType::F32,
+                format!("1x{k} {dt} @ ({n}x{k} {qt})^T"),
+                dt,
                 Bound::Memory,
                 Some(bytes),
                 None,
                 move |inp| {
                     let w = QTensor::quantize(&inp.randn((n, k), DType::F32, SEED_B)?, qt)?;
-                    let x = inp.randn((1, k), DType::F32, SEED_A)?;
+                    let x = inp.randn((1, k), dt, SEED_A)?;
                     Ok(Box::new(move || x.qlinear(&w, None)) as Op)
                 },
             ));

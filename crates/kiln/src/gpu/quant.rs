@@ -59,12 +59,14 @@ pub(crate) struct Matvec {
     pub(crate) mt: u32,
     pub(crate) c: u32,
     pub(crate) ln: u32,
+    /// Lanes summed with subgroupAdd first (the adapter's subgroups are at most `ln` lanes).
+    pub(crate) sg: bool,
 }
 
 /// Values per unit (one lane's step, `quant_units.wgsl`) and runs of 16 values in it.
 fn unit_shape(qt: QuantType) -> (u32, u32) {
     match qt {
-        QuantType::Q6K => (64, 4),
+        QuantType::Q4K | QuantType::Q6K => (64, 4),
         _ => (32, 2),
     }
 }
@@ -79,7 +81,7 @@ impl Matvec {
     /// 64 bytes of packed weight per lane and step at one row of x (fewer as rows of x add
     /// accumulators); lanes per set: at most 4 units per lane, then more lanes (and fewer sets)
     /// while the grid has under ~2 workgroups per SM of a large GPU and every lane keeps a unit.
-    pub(crate) fn for_problem(qt: QuantType, xdt: DType, n: usize, k: usize, m: usize) -> Matvec {
+    pub(crate) fn for_problem(qt: QuantType, xdt: DType, n: usize, k: usize, m: usize, sg_max: Option<u32>) -> Matvec {
         let mt = (m.next_power_of_two() as u32).min(8);
         let base = match qt {
             QuantType::Q8_0 | QuantType::Q6K => 4,
@@ -94,12 +96,14 @@ impl Matvec {
         }
         let ln = env_u32("KILN_QMV_LN").map_or(ln as u32, |v| v.clamp(32, 256));
         let out16 = xdt != DType::F32 && n.is_multiple_of(2);
-        Matvec { qt, xdt, out16, mt, c, ln }
+        let sg = sg_max.is_some_and(|s| s <= ln) && std::env::var("KILN_QMV_SG").map_or(true, |v| v != "0");
+        Matvec { qt, xdt, out16, mt, c, ln, sg }
     }
 
     pub(crate) fn key(&self) -> String {
         let o = if self.out16 { self.xdt } else { DType::F32 };
-        format!("quant_matvec:{}:{}->{o}:r{}:c{}:l{}", self.qt, self.xdt, self.mt, self.c, self.ln)
+        let sg = if self.sg { ":sg" } else { "" };
+        format!("quant_matvec:{}:{}->{o}:r{}:c{}:l{}{sg}", self.qt, self.xdt, self.mt, self.c, self.ln)
     }
 
     /// Weight rows (output columns) per workgroup.
@@ -110,9 +114,9 @@ impl Matvec {
     pub(crate) fn source(&self) -> String {
         let (mt, c, f) = (self.mt, self.c, fname(self.qt));
         let (uv, runs) = unit_shape(self.qt);
-        let mins = self.qt != QuantType::Q8_0;
-        let (mut setup, mut body, mut stash, mut reduce, mut finish) =
-            (String::new(), String::new(), String::new(), String::new(), String::new());
+        let mins = self.qt == QuantType::Q4K;
+        let (mut setup, mut body, mut reduce, mut finish) =
+            (String::new(), String::new(), String::new(), String::new());
         for j in 0..c {
             writeln!(setup, "    let row{j} = min(col0 + {j}u, n - 1u);").unwrap();
             writeln!(body, "        let w{j} = load_{f}(row{j}, u, units, doff);").unwrap();
@@ -148,11 +152,39 @@ impl Matvec {
                 }
             }
         }
-        for j in 0..c {
-            for r in 0..mt {
-                let slot = j * mt + r;
-                writeln!(stash, "    red[{slot}u * 256u + tid] = acc{j}_{r};").unwrap();
-                writeln!(reduce, "            red[{slot}u * 256u + tid] += red[{slot}u * 256u + tid + h];").unwrap();
+        // The set's lanes summed into t{slot} of its lane 0.
+        let slots = (0..c * mt).collect::<Vec<_>>();
+        let acc = |slot: u32| format!("acc{}_{}", slot / mt, slot % mt);
+        if self.sg {
+            for &sl in &slots {
+                writeln!(reduce, "    var t{sl} = subgroupAdd({});", acc(sl)).unwrap();
+            }
+            writeln!(reduce, "    if (sgi == 0u) {{").unwrap();
+            for &sl in &slots {
+                writeln!(reduce, "        red[{sl}u * 256u + tid] = t{sl};").unwrap();
+            }
+            writeln!(reduce, "    }}\n    workgroupBarrier();\n    if (lane == 0u) {{").unwrap();
+            writeln!(reduce, "        for (var i = sgs; i < {}u; i += sgs) {{", self.ln).unwrap();
+            for &sl in &slots {
+                writeln!(reduce, "            t{sl} += red[{sl}u * 256u + tid + i];").unwrap();
+            }
+            writeln!(reduce, "        }}\n    }}").unwrap();
+        } else {
+            for &sl in &slots {
+                writeln!(reduce, "    red[{sl}u * 256u + tid] = {};", acc(sl)).unwrap();
+            }
+            writeln!(
+                reduce,
+                "    workgroupBarrier();\n    for (var h = {}u; h > 0u; h >>= 1u) {{\n        if (lane < h) {{",
+                self.ln / 2
+            )
+            .unwrap();
+            for &sl in &slots {
+                writeln!(reduce, "            red[{sl}u * 256u + tid] += red[{sl}u * 256u + tid + h];").unwrap();
+            }
+            writeln!(reduce, "        }}\n        workgroupBarrier();\n    }}").unwrap();
+            for &sl in &slots {
+                writeln!(reduce, "    let t{sl} = red[{sl}u * 256u + tid];").unwrap();
             }
         }
         for r in 0..mt {
@@ -166,8 +198,8 @@ impl Matvec {
                     let (s0, s1) = (j * mt + r, (j + 1) * mt + r);
                     writeln!(
                         finish,
-                        "        if (col0 + {j}u < n && m0 + {r}u < m) {{ let a = red[{s0}u * 256u + tid]; \
-                         let b = red[{s1}u * 256u + tid]; dst[((m0 + {r}u) * n + col0 + {j}u) / 2u] = {pack}; }}"
+                        "        if (col0 + {j}u < n && m0 + {r}u < m) {{ let a = t{s0}; let b = t{s1}; \
+                         dst[((m0 + {r}u) * n + col0 + {j}u) / 2u] = {pack}; }}"
                     )
                     .unwrap();
                 }
@@ -175,7 +207,7 @@ impl Matvec {
                 for j in 0..c {
                     writeln!(
                         finish,
-                        "        if (col0 + {j}u < n && m0 + {r}u < m) {{ dst[(m0 + {r}u) * n + col0 + {j}u] = red[{}u * 256u + tid]; }}",
+                        "        if (col0 + {j}u < n && m0 + {r}u < m) {{ dst[(m0 + {r}u) * n + col0 + {j}u] = t{}; }}",
                         j * mt + r
                     )
                     .unwrap();
@@ -210,9 +242,17 @@ impl Matvec {
                 ("F", f),
                 ("SETUP", &setup),
                 ("BODY", &body),
-                ("STASH", &stash),
                 ("REDUCE", &reduce),
                 ("FINISH", &finish),
+                ("SUM", if self.sg { "subgroupAdd, then workgroup memory" } else { "a tree in workgroup memory" }),
+                (
+                    "SG_ARGS",
+                    if self.sg {
+                        ",\n        @builtin(subgroup_invocation_id) sgi: u32, @builtin(subgroup_size) sgs: u32"
+                    } else {
+                        ""
+                    },
+                ),
             ],
         )
     }
@@ -226,11 +266,13 @@ pub(crate) fn catalog(push: &mut impl FnMut(String, String)) {
         }
         for xdt in [DType::F32, DType::F16, DType::BF16] {
             for (mt, n) in ROWS.into_iter().flat_map(|mt| [(mt, 4096), (mt, 13)]) {
-                let mv = Matvec::for_problem(qt, xdt, n, 4096, mt as usize);
                 if xdt == DType::F32 && n == 13 {
                     continue;
                 }
-                push(mv.key(), mv.source());
+                for sg in [None, Some(32)] {
+                    let mv = Matvec::for_problem(qt, xdt, n, 4096, mt as usize, sg);
+                    push(mv.key(), mv.source());
+                }
             }
         }
     }
@@ -286,7 +328,8 @@ pub(crate) fn qmatmul(
         copy = crate::backend::BackendStorage::copy_contiguous(x, &l)?;
         (&copy, 0)
     };
-    let mv = Matvec::for_problem(qt, x.dtype, n, k, m);
+    let sg_max = super::reduce::use_subgroups(&ctx).then_some(ctx.summary.subgroup_size.1);
+    let mv = Matvec::for_problem(qt, x.dtype, n, k, m, sg_max);
     let dst = GpuStorage::alloc(&ctx, if mv.out16 { x.dtype } else { DType::F32 }, m * n)?;
     let kernel = ctx.pipelines.get(&ctx, &mv.key(), 2, || mv.source())?;
     let blocks = n * k / qt.block_elems();

@@ -3,7 +3,7 @@
 // workgroup is {{SETS}} sets of {{LN}} lanes; a set owns {{C}} weight rows (output columns) and its
 // lanes take every {{LN}}th unit of them, so a step of a set reads consecutive 16-byte vectors of
 // each row (all C rows' loads issued before any is used), and each x value loaded serves the C
-// rows. The lanes of a set are summed through workgroup memory. Grid: x = column blocks of
+// rows. The lanes of a set are summed by {{SUM}}. Grid: x = column blocks of
 // {{SETS}} * {{C}}, y = row blocks of {{MT}}. Output {{ODT}}.
 // Params: p[0] m, p[1] n, p[2] k, p[3] word offset of the scales (doff), p[4] x's offset in values
 // (a multiple of 16).
@@ -19,7 +19,7 @@ var<workgroup> red: array<f32, {{RED}}>;
 {{XLOAD}}
 
 @compute @workgroup_size(256)
-fn main(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
+fn main(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: vec3<u32>{{SG_ARGS}}) {
     let m = p[0];
     let n = p[1];
     let k = p[2];
@@ -33,14 +33,7 @@ fn main(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: v
         let pos = pos_{{F}}(u);
 {{BODY}}
     }
-{{STASH}}
-    workgroupBarrier();
-    for (var h = {{LN}}u / 2u; h > 0u; h >>= 1u) {
-        if (lane < h) {
 {{REDUCE}}
-        }
-        workgroupBarrier();
-    }
     if (lane == 0u) {
 {{FINISH}}
     }

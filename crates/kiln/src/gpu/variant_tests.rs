@@ -185,3 +185,24 @@ fn decode_attention_without_subgroups() {
         }
     });
 }
+
+/// The quantized matrix-vector kernel summing its lanes in workgroup memory only, every format, f32
+/// and bf16 input, one and several rows, with lane sets of 32 to 128 lanes (k of 1024 to 8192).
+#[test]
+fn quant_matvec_without_subgroups() {
+    use crate::quant::{QTensor, QuantType};
+    let Some(dev) = gpu() else { return };
+    let cpu = Device::cpu();
+    for qt in QuantType::ALL {
+        for (n, k, m, dt) in [(38, 1024, 1, DType::F32), (22, 8192, 3, DType::BF16), (14, 2048, 2, DType::F32)] {
+            let wv = values(n * k, 7, false, false);
+            let w = QTensor::quantize(&Tensor::from_vec(wv, (n, k), &cpu).unwrap(), qt).unwrap();
+            let (xg, x) = pair(&values(m * k, 8, false, false), &[m, k], dt, &dev);
+            let want = x.qlinear(&w, None).unwrap();
+            let got = without_subgroups(|| xg.qlinear(&w.to_device(&dev).unwrap(), None)).unwrap();
+            // f32 sums of k products in another order; bf16 output rounding.
+            let rtol = if dt == DType::BF16 { 8e-3 } else { 1e-4 };
+            check(&got, &want, 1e-3, rtol, &format!("qlinear {qt} ({n}, {k}) m={m} {dt}"));
+        }
+    }
+}
