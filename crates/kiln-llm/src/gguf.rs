@@ -118,17 +118,21 @@ impl GgufModel {
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for l in 0..cfg.num_layers {
             let p = format!("model.layers.{l}");
-            layers.push(Layer {
-                attn_norm: w.dense(&format!("{p}.input_layernorm.weight"), &[h])?,
-                q: w.linear(&format!("{p}.self_attn.q_proj"), q_out, h, cfg.qkv_bias)?,
-                k: w.linear(&format!("{p}.self_attn.k_proj"), kv_out, h, cfg.qkv_bias)?,
-                v: w.linear(&format!("{p}.self_attn.v_proj"), kv_out, h, cfg.qkv_bias)?,
-                o: w.linear(&format!("{p}.self_attn.o_proj"), h, q_out, cfg.o_bias)?,
-                mlp_norm: w.dense(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
-                gate: w.linear(&format!("{p}.mlp.gate_proj"), i, h, cfg.mlp_bias)?,
-                up: w.linear(&format!("{p}.mlp.up_proj"), i, h, cfg.mlp_bias)?,
-                down: w.linear(&format!("{p}.mlp.down_proj"), h, i, cfg.mlp_bias)?,
-            });
+            layers.push(Layer::new(
+                w.dense(&format!("{p}.input_layernorm.weight"), &[h])?,
+                [
+                    w.linear(&format!("{p}.self_attn.q_proj"), q_out, h, cfg.qkv_bias)?,
+                    w.linear(&format!("{p}.self_attn.k_proj"), kv_out, h, cfg.qkv_bias)?,
+                    w.linear(&format!("{p}.self_attn.v_proj"), kv_out, h, cfg.qkv_bias)?,
+                ],
+                w.linear(&format!("{p}.self_attn.o_proj"), h, q_out, cfg.o_bias)?,
+                w.dense(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
+                [
+                    w.linear(&format!("{p}.mlp.gate_proj"), i, h, cfg.mlp_bias)?,
+                    w.linear(&format!("{p}.mlp.up_proj"), i, h, cfg.mlp_bias)?,
+                ],
+                w.linear(&format!("{p}.mlp.down_proj"), h, i, cfg.mlp_bias)?,
+            )?);
         }
         let norm = w.dense("model.norm.weight", &[h])?;
         let lm_head =

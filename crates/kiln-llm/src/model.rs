@@ -29,16 +29,129 @@ impl Linear {
     }
 }
 
+/// Projections that read the same input, as one stacked weight when they can be stacked (same
+/// storage format and dtype: one matrix product instead of several; the output is split by views),
+/// else apart (e.g. GGUF Q4_K_M files keep some `v_proj` in Q6_K next to a Q4_K `q_proj`).
+pub(crate) enum Fused {
+    One(Linear),
+    Apart(Vec<Linear>),
+}
+
+/// The stacking key of a weight: its dtype, or its quantization format.
+fn format_of(w: &Weight) -> (DType, Option<QuantType>) {
+    match w {
+        Weight::Dense(t) => (t.dtype(), None),
+        Weight::Quant(q) => (DType::U32, Some(q.qtype())),
+    }
+}
+
+impl Fused {
+    /// Stacks `parts` (with their biases, all or none) when their weights share format and dtype.
+    fn new(parts: Vec<Linear>) -> Result<Fused> {
+        let same = parts.windows(2).all(|p| format_of(&p[0].w) == format_of(&p[1].w));
+        let biases: Option<Vec<&Tensor>> = parts.iter().map(|l| l.b.as_ref()).collect();
+        if !same || parts.len() < 2 || (biases.is_none() && parts.iter().any(|l| l.b.is_some())) {
+            return Ok(Fused::Apart(parts));
+        }
+        let mut dense = Vec::new();
+        let mut quant = Vec::new();
+        for l in &parts {
+            match &l.w {
+                Weight::Dense(t) => dense.push(t),
+                Weight::Quant(q) => quant.push(q),
+            }
+        }
+        let w = if quant.is_empty() {
+            Weight::Dense(Tensor::concat(&dense, 0)?)
+        } else {
+            Weight::Quant(QTensor::cat_rows(&quant)?)
+        };
+        let b = match biases {
+            Some(bs) => Some(Tensor::concat(&bs, 0)?),
+            None => None,
+        };
+        Ok(Fused::One(Linear { w, b }))
+    }
+
+    /// The outputs of the parts (of `sizes` features each), as views of one product when stacked.
+    fn forward(&self, x: &Tensor, sizes: &[usize]) -> Result<Vec<Tensor>> {
+        match self {
+            Fused::One(l) => {
+                let y = l.forward(x)?;
+                let axis = y.rank() as isize - 1;
+                let mut start = 0;
+                let mut out = Vec::with_capacity(sizes.len());
+                for &n in sizes {
+                    out.push(y.narrow(axis, start, n)?);
+                    start += n;
+                }
+                Ok(out)
+            }
+            Fused::Apart(ls) => ls.iter().map(|l| l.forward(x)).collect(),
+        }
+    }
+
+    fn linears(&self) -> Vec<&Linear> {
+        match self {
+            Fused::One(l) => vec![l],
+            Fused::Apart(ls) => ls.iter().collect(),
+        }
+    }
+
+    fn linears_mut(&mut self) -> Vec<&mut Linear> {
+        match self {
+            Fused::One(l) => vec![l],
+            Fused::Apart(ls) => ls.iter_mut().collect(),
+        }
+    }
+}
+
 pub(crate) struct Layer {
     pub(crate) attn_norm: Tensor,
-    pub(crate) q: Linear,
-    pub(crate) k: Linear,
-    pub(crate) v: Linear,
+    /// The q, k and v projections.
+    pub(crate) qkv: Fused,
     pub(crate) o: Linear,
     pub(crate) mlp_norm: Tensor,
-    pub(crate) gate: Linear,
-    pub(crate) up: Linear,
+    /// The gate and up projections.
+    pub(crate) gate_up: Fused,
     pub(crate) down: Linear,
+}
+
+impl Layer {
+    /// A layer with q/k/v and gate/up stacked where their formats allow.
+    pub(crate) fn new(
+        attn_norm: Tensor,
+        [q, k, v]: [Linear; 3],
+        o: Linear,
+        mlp_norm: Tensor,
+        [gate, up]: [Linear; 2],
+        down: Linear,
+    ) -> Result<Layer> {
+        Ok(Layer {
+            attn_norm,
+            qkv: Fused::new(vec![q, k, v])?,
+            o,
+            mlp_norm,
+            gate_up: Fused::new(vec![gate, up])?,
+            down,
+        })
+    }
+
+    fn linears_mut(&mut self) -> Vec<&mut Linear> {
+        let mut v = self.qkv.linears_mut();
+        v.push(&mut self.o);
+        v.extend(self.gate_up.linears_mut());
+        v.push(&mut self.down);
+        v
+    }
+
+    fn linears(&self) -> Vec<&Linear> {
+        let mut v = self.qkv.linears();
+        v.push(&self.o);
+        v.extend(self.gate_up.linears());
+        v.push(&self.down);
+        v
+    }
 }
 
 /// A loaded model on one device, in one dtype.
@@ -176,17 +289,16 @@ impl Model {
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for l in 0..cfg.num_layers {
             let p = format!("model.layers.{l}");
-            layers.push(Layer {
-                attn_norm: w.take(&format!("{p}.input_layernorm.weight")),
-                q: w.linear(&format!("{p}.self_attn.q_proj"), cfg.qkv_bias),
-                k: w.linear(&format!("{p}.self_attn.k_proj"), cfg.qkv_bias),
-                v: w.linear(&format!("{p}.self_attn.v_proj"), cfg.qkv_bias),
-                o: w.linear(&format!("{p}.self_attn.o_proj"), cfg.o_bias),
-                mlp_norm: w.take(&format!("{p}.post_attention_layernorm.weight")),
-                gate: w.linear(&format!("{p}.mlp.gate_proj"), cfg.mlp_bias),
-                up: w.linear(&format!("{p}.mlp.up_proj"), cfg.mlp_bias),
-                down: w.linear(&format!("{p}.mlp.down_proj"), cfg.mlp_bias),
-            });
+            let a = |w: &mut Loaded, n: &str| w.linear(&format!("{p}.self_attn.{n}_proj"), cfg.qkv_bias);
+            let m = |w: &mut Loaded, n: &str| w.linear(&format!("{p}.mlp.{n}_proj"), cfg.mlp_bias);
+            layers.push(Layer::new(
+                w.take(&format!("{p}.input_layernorm.weight")),
+                [a(&mut w, "q"), a(&mut w, "k"), a(&mut w, "v")],
+                w.linear(&format!("{p}.self_attn.o_proj"), cfg.o_bias),
+                w.take(&format!("{p}.post_attention_layernorm.weight")),
+                [m(&mut w, "gate"), m(&mut w, "up")],
+                m(&mut w, "down"),
+            )?);
         }
         let embed = w.take("model.embed_tokens.weight");
         let lm_head =
@@ -227,10 +339,7 @@ impl Model {
     /// llama.cpp does. Returns how many weights were quantized.
     pub fn quantize(&mut self, qt: QuantType) -> Result<usize> {
         let mut count = 0;
-        let linears = self
-            .layers
-            .iter_mut()
-            .flat_map(|l| [&mut l.q, &mut l.k, &mut l.v, &mut l.o, &mut l.gate, &mut l.up, &mut l.down]);
+        let linears = self.layers.iter_mut().flat_map(|l| l.linears_mut());
         for lin in linears.chain([&mut self.lm_head]) {
             let Weight::Dense(w) = &lin.w else { continue };
             let k = w.dims()[w.rank() - 1];
@@ -257,11 +366,7 @@ impl Model {
         let layers: u64 = self
             .layers
             .iter()
-            .map(|l| {
-                dense(&l.attn_norm)
-                    + dense(&l.mlp_norm)
-                    + [&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down].into_iter().map(lin).sum::<u64>()
-            })
+            .map(|l| dense(&l.attn_norm) + dense(&l.mlp_norm) + l.linears().into_iter().map(lin).sum::<u64>())
             .sum();
         let tied = matches!(&self.lm_head.w, Weight::Dense(t) if t.shares_storage_with(&self.embed));
         layers + dense(&self.embed) + dense(&self.norm) + if tied { 0 } else { lin(&self.lm_head) }
@@ -309,18 +414,28 @@ impl Model {
         let (cos, sin) = self.rope.rows(offset, t)?;
         for (layer, kv) in self.layers.iter().zip(cache.layers.iter_mut()) {
             let h = x.rms_norm(&layer.attn_norm, cfg.rms_norm_eps)?;
-            let heads = |lin: &Linear, n: usize| -> Result<Tensor> {
-                Ok(lin.forward(&h)?.reshape((1, t, n, hd))?.transpose(1, 2)?)
+            let heads = |y: &Tensor, n: usize| -> Result<Tensor> { Ok(y.reshape((1, t, n, hd))?.transpose(1, 2)?) };
+            let rope = |y: Tensor| y.rope_with_tables(&cos, &sin, RopeLayout::HalfSplit);
+            let (q, k, v) = match &layer.qkv {
+                // Stacked: q and k are adjacent in the product, so one rope covers both.
+                Fused::One(lin) => {
+                    let y = lin.forward(&h)?;
+                    let qk = rope(heads(&y.narrow(1, 0, (nh + nkv) * hd)?, nh + nkv)?)?;
+                    let v = heads(&y.narrow(1, (nh + nkv) * hd, nkv * hd)?, nkv)?;
+                    (qk.narrow(1, 0, nh)?, qk.narrow(1, nh, nkv)?, v)
+                }
+                Fused::Apart(_) => {
+                    let ys = layer.qkv.forward(&h, &[nh * hd, nkv * hd, nkv * hd])?;
+                    (rope(heads(&ys[0], nh)?)?, rope(heads(&ys[1], nkv)?)?, heads(&ys[2], nkv)?)
+                }
             };
-            let q = heads(&layer.q, nh)?.rope_with_tables(&cos, &sin, RopeLayout::HalfSplit)?;
-            let k = heads(&layer.k, nkv)?.rope_with_tables(&cos, &sin, RopeLayout::HalfSplit)?;
-            let v = heads(&layer.v, nkv)?;
             let (k, v) = kv.append(&k, &v)?;
             let att = q.sdpa(&k, &v, true, None)?; // (1, nh, t, hd)
             let att = att.transpose(1, 2)?.reshape((t, nh * hd))?;
             x = x.add(&layer.o.forward(&att)?)?;
             let h = x.rms_norm(&layer.mlp_norm, cfg.rms_norm_eps)?;
-            let mlp = layer.gate.forward(&h)?.silu_mul(&layer.up.forward(&h)?)?;
+            let gu = layer.gate_up.forward(&h, &[cfg.intermediate_size; 2])?;
+            let mlp = gu[0].silu_mul(&gu[1])?;
             x = x.add(&layer.down.forward(&mlp)?)?;
         }
         let x = if all_logits { x } else { x.narrow(0, t - 1, 1)? };
@@ -351,5 +466,47 @@ impl Loaded {
             w: Weight::Dense(self.take(&format!("{prefix}.weight"))),
             b: if bias { Some(self.take(&format!("{prefix}.bias"))) } else { None },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::LoadOptions;
+
+    /// The forward pass with q/k/v and gate/up apart (as mixed-format GGUF files load) gives the
+    /// logits of the stacked weights.
+    #[test]
+    fn apart_projections_match_stacked() {
+        let dir = crate::ModelDir::open(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qwen2"))
+            .unwrap();
+        let dev = Device::cpu();
+        let opts = || LoadOptions { dtype: DType::F32, max_context: 32, progress: None };
+        let stacked = dir.load(&dev, opts()).unwrap();
+        let mut apart = dir.load(&dev, opts()).unwrap();
+        for layer in &mut apart.layers {
+            for f in [&mut layer.qkv, &mut layer.gate_up] {
+                let Fused::One(Linear { w: Weight::Dense(w), b }) = f else { panic!("dense projections stack") };
+                let sizes: Vec<usize> = if w.dims()[0] == 2 * stacked.config.intermediate_size {
+                    vec![stacked.config.intermediate_size; 2]
+                } else {
+                    let (hd, c) = (stacked.config.head_dim, &stacked.config);
+                    vec![c.num_heads * hd, c.num_kv_heads * hd, c.num_kv_heads * hd]
+                };
+                let mut start = 0;
+                let mut parts = Vec::new();
+                for n in sizes {
+                    let part = |t: &Tensor| t.narrow(0, start, n).unwrap().contiguous().unwrap();
+                    parts.push(Linear { w: Weight::Dense(part(w)), b: b.as_ref().map(part) });
+                    start += n;
+                }
+                *f = Fused::Apart(parts);
+            }
+        }
+        let ids = [1u32, 5, 9, 2, 7];
+        let a = stacked.forward(&ids, &mut stacked.new_cache(), true).unwrap().to_vec::<f32>().unwrap();
+        let b = apart.forward(&ids, &mut apart.new_cache(), true).unwrap().to_vec::<f32>().unwrap();
+        let worst = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0.0f32, f32::max);
+        assert!(worst < 1e-4, "apart vs stacked logits differ by {worst}");
     }
 }

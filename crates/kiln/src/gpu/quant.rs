@@ -77,15 +77,16 @@ fn env_u32(name: &str) -> Option<u32> {
 }
 
 impl Matvec {
-    /// The kernel for an `(n, k)` weight and `m` rows of `xdt` input. Weight rows per set: about
-    /// 64 bytes of packed weight per lane and step at one row of x (fewer as rows of x add
-    /// accumulators); lanes per set: at most 4 units per lane, then more lanes (and fewer sets)
+    /// The kernel for an `(n, k)` weight and `m` rows of `xdt` input. Weight rows per set: 2 or 4
+    /// (fewer as rows of x add accumulators); lanes per set: at most 4 units per lane, then more lanes (and fewer sets)
     /// while the grid has under ~2 workgroups per SM of a large GPU and every lane keeps a unit.
     pub(crate) fn for_problem(qt: QuantType, xdt: DType, n: usize, k: usize, m: usize, sg_max: Option<u32>) -> Matvec {
         let mt = (m.next_power_of_two() as u32).min(8);
+        // Measured on an H100 at M = 1 (docs/PERFORMANCE.md, session 5): 4 rows, but 2 for Q6_K,
+        // whose 48-byte units with 4 rows per lane cost occupancy.
         let base = match qt {
-            QuantType::Q8_0 | QuantType::Q6K => 4,
-            QuantType::Q4_0 | QuantType::Q4K => 8,
+            QuantType::Q6K => 2,
+            _ => 4,
         };
         let c = env_u32("KILN_QMV_C").unwrap_or(base).min(16 / mt).max(2);
         let units = k / unit_shape(qt).0 as usize;

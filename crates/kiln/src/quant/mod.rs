@@ -233,6 +233,54 @@ impl QTensor {
         QTensor::from_raw(&raw, qtype, t.shape().clone(), t.device())
     }
 
+    /// Stacks `(n_i, k)` tensors of one format along the first axis, `(sum n_i, k)` on the device
+    /// of the first (how a model fuses projections that read the same input into one product).
+    /// On the device when every part has an even number of blocks (the f16 scales, two a word,
+    /// then stay word aligned), else through the host.
+    pub fn cat_rows(parts: &[&QTensor]) -> Result<QTensor> {
+        let op = "qtensor_cat_rows";
+        let first = *parts.first().ok_or_else(|| Error::arg(op, "no tensors to stack"))?;
+        let (qt, k) = (first.qtype, first.dims().last().copied().unwrap_or(0));
+        for p in parts {
+            if p.qtype != qt || p.dims().len() != 2 || p.dims()[1] != k || first.dims().len() != 2 {
+                return Err(Error::shape(
+                    op,
+                    format!(
+                        "{} {} does not stack on {} {} (both (rows, k) of one format)",
+                        p.qtype, p.shape, qt, first.shape
+                    ),
+                ));
+            }
+            if p.device() != first.device() {
+                return Err(Error::DeviceMismatch { op, lhs: first.device().name(), rhs: p.device().name() });
+            }
+        }
+        let rows: usize = parts.iter().map(|p| p.dims()[0]).sum();
+        let shape = Shape::from(vec![rows, k]);
+        if qt.d_offset().is_some() && parts.iter().any(|p| p.blocks() % 2 == 1) {
+            let raw: Vec<u8> = parts.iter().map(|p| p.to_raw()).collect::<Result<Vec<_>>>()?.concat();
+            return QTensor::from_raw(&raw, qt, shape, first.device());
+        }
+        let body_words = |p: &QTensor| p.blocks() * qt.body_bytes() / 4;
+        let mut pieces = Vec::new();
+        for p in parts {
+            pieces.push(p.data.narrow(0, 0, body_words(p))?);
+        }
+        if qt.d_offset().is_some() {
+            for p in parts {
+                pieces.push(p.data.narrow(0, body_words(p), p.blocks() / 2)?);
+            }
+        }
+        let blocks: usize = parts.iter().map(|p| p.blocks()).sum();
+        let used: usize = pieces.iter().map(|t| t.elem_count()).sum();
+        let pad = qt.planar_words(blocks) - used;
+        if pad > 0 {
+            pieces.push(Tensor::zeros(pad, DType::U32, first.device())?);
+        }
+        let data = Tensor::concat(&pieces.iter().collect::<Vec<_>>(), 0)?;
+        Ok(QTensor { qtype: qt, shape, data })
+    }
+
     /// ggml's block bytes (what a GGUF file stores), read back from the device.
     pub fn to_raw(&self) -> Result<Vec<u8>> {
         let words = self.data.to_vec::<u32>()?;

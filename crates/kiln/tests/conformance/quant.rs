@@ -245,4 +245,39 @@ fn quant_errors(dev: &Device) {
     }
 }
 
-crate::backend_tests!(dequantize_matches_ggml, quantize_error_within_bound, qlinear_matches_reference, quant_errors);
+/// Stacking rows: the raw blocks are the parts' in order, through the device path (even block
+/// counts) and the host one (odd counts of formats with a scale section), and mismatches are errors.
+fn cat_rows_stacks_blocks(dev: &Device) {
+    for qt in QuantType::ALL {
+        let k = qt.block_elems();
+        for rows in [[4, 2, 6], [3, 1, 5]] {
+            let parts: Vec<QTensor> = rows
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| QTensor::from_raw(&random_raw(qt, n, 40 + i as u64), qt, (n, k), dev).unwrap())
+                .collect();
+            let cat = QTensor::cat_rows(&parts.iter().collect::<Vec<_>>()).unwrap();
+            assert_eq!(cat.dims(), [rows.iter().sum::<usize>(), k]);
+            let want: Vec<u8> = parts.iter().flat_map(|p| p.to_raw().unwrap()).collect();
+            assert_eq!(cat.to_raw().unwrap(), want, "{qt} rows {rows:?}");
+            let direct = QTensor::from_raw(&want, qt, (rows.iter().sum::<usize>(), k), dev).unwrap();
+            assert_eq!(cat.storage_bytes(), direct.storage_bytes(), "{qt} padding");
+            assert_eq!(
+                cat.dequantize(DType::F32).unwrap().to_vec::<f32>().unwrap(),
+                direct.dequantize(DType::F32).unwrap().to_vec::<f32>().unwrap()
+            );
+        }
+        let other = QTensor::from_raw(&random_raw(qt, 2, 1), qt, (1, 2 * k), dev).unwrap();
+        let one = QTensor::from_raw(&random_raw(qt, 1, 1), qt, (1, k), dev).unwrap();
+        let e = QTensor::cat_rows(&[&one, &other]).unwrap_err().to_string();
+        assert!(e.contains("[qtensor_cat_rows]"), "{e}");
+    }
+}
+
+crate::backend_tests!(
+    dequantize_matches_ggml,
+    quantize_error_within_bound,
+    qlinear_matches_reference,
+    quant_errors,
+    cat_rows_stacks_blocks
+);
