@@ -27,6 +27,14 @@ impl Linear {
             Weight::Quant(q) => x.qlinear(q, self.b.as_ref())?,
         })
     }
+
+    /// `residual + self(x)`: one kernel for a quantized weight without bias (`qlinear_add`).
+    fn forward_add(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
+        Ok(match (&self.w, &self.b) {
+            (Weight::Quant(q), None) => x.qlinear_add(q, residual)?,
+            _ => residual.add(&self.forward(x)?)?,
+        })
+    }
 }
 
 /// Projections that read the same input, as one stacked weight when they can be stacked (same
@@ -432,11 +440,11 @@ impl Model {
             let (k, v) = kv.append(&k, &v)?;
             let att = q.sdpa(&k, &v, true, None)?; // (1, nh, t, hd)
             let att = att.transpose(1, 2)?.reshape((t, nh * hd))?;
-            x = x.add(&layer.o.forward(&att)?)?;
+            x = layer.o.forward_add(&att, &x)?;
             let h = x.rms_norm(&layer.mlp_norm, cfg.rms_norm_eps)?;
             let gu = layer.gate_up.forward(&h, &[cfg.intermediate_size; 2])?;
             let mlp = gu[0].silu_mul(&gu[1])?;
-            x = x.add(&layer.down.forward(&mlp)?)?;
+            x = layer.down.forward_add(&mlp, &x)?;
         }
         let x = if all_logits { x } else { x.narrow(0, t - 1, 1)? };
         let x = x.rms_norm(&self.norm, cfg.rms_norm_eps)?;
@@ -478,7 +486,7 @@ mod tests {
     /// logits of the stacked weights.
     #[test]
     fn apart_projections_match_stacked() {
-        let dir = crate::ModelDir::open(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qwen2"))
+        let dir = crate::ModelDir::open(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qwen2"))
             .unwrap();
         let dev = Device::cpu();
         let opts = || LoadOptions { dtype: DType::F32, max_context: 32, progress: None };

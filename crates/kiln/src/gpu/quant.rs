@@ -61,6 +61,8 @@ pub(crate) struct Matvec {
     pub(crate) ln: u32,
     /// Lanes summed with subgroupAdd first (the adapter's subgroups are at most `ln` lanes).
     pub(crate) sg: bool,
+    /// Adds a bias or residual (binding 3, in the output's dtype) before the store.
+    pub(crate) add: bool,
 }
 
 /// Values per unit (one lane's step, `quant_units.wgsl`) and runs of 16 values in it.
@@ -98,13 +100,14 @@ impl Matvec {
         let ln = env_u32("KILN_QMV_LN").map_or(ln as u32, |v| v.clamp(32, 256));
         let out16 = xdt != DType::F32 && n.is_multiple_of(2);
         let sg = sg_max.is_some_and(|s| s <= ln) && std::env::var("KILN_QMV_SG").map_or(true, |v| v != "0");
-        Matvec { qt, xdt, out16, mt, c, ln, sg }
+        Matvec { qt, xdt, out16, mt, c, ln, sg, add: false }
     }
 
     pub(crate) fn key(&self) -> String {
         let o = if self.out16 { self.xdt } else { DType::F32 };
         let sg = if self.sg { ":sg" } else { "" };
-        format!("quant_matvec:{}:{}->{o}:r{}:c{}:l{}{sg}", self.qt, self.xdt, self.mt, self.c, self.ln)
+        let add = if self.add { ":add" } else { "" };
+        format!("quant_matvec:{}:{}->{o}:r{}:c{}:l{}{sg}{add}", self.qt, self.xdt, self.mt, self.c, self.ln)
     }
 
     /// Weight rows (output columns) per workgroup.
@@ -188,6 +191,8 @@ impl Matvec {
                 writeln!(reduce, "    let t{sl} = red[{sl}u * 256u + tid];").unwrap();
             }
         }
+        // The addend of output (m0 + r, col0 + j): element p[6] + (m0 + r) * p[5] + col0 + j.
+        let at = |r: u32, j: u32| format!("p[6] + (m0 + {r}u) * p[5] + col0 + {j}u");
         for r in 0..mt {
             if self.out16 {
                 let pack = if self.xdt == DType::F16 {
@@ -197,18 +202,29 @@ impl Matvec {
                 };
                 for j in (0..c).step_by(2) {
                     let (s0, s1) = (j * mt + r, (j + 1) * mt + r);
+                    let add = if !self.add {
+                        String::new()
+                    } else if self.xdt == DType::F16 {
+                        format!("let e = unpack2x16float(addend[({}) / 2u]); a += e.x; b += e.y; ", at(r, j))
+                    } else {
+                        format!(
+                            "let e = addend[({}) / 2u]; a += bitcast<f32>(e << 16u); b += bitcast<f32>(e & 0xffff0000u); ",
+                            at(r, j)
+                        )
+                    };
                     writeln!(
                         finish,
-                        "        if (col0 + {j}u < n && m0 + {r}u < m) {{ let a = t{s0}; let b = t{s1}; \
+                        "        if (col0 + {j}u < n && m0 + {r}u < m) {{ var a = t{s0}; var b = t{s1}; {add}\
                          dst[((m0 + {r}u) * n + col0 + {j}u) / 2u] = {pack}; }}"
                     )
                     .unwrap();
                 }
             } else {
                 for j in 0..c {
+                    let add = if self.add { format!(" + addend[{}]", at(r, j)) } else { String::new() };
                     writeln!(
                         finish,
-                        "        if (col0 + {j}u < n && m0 + {r}u < m) {{ dst[(m0 + {r}u) * n + col0 + {j}u] = t{}; }}",
+                        "        if (col0 + {j}u < n && m0 + {r}u < m) {{ dst[(m0 + {r}u) * n + col0 + {j}u] = t{}{add}; }}",
                         j * mt + r
                     )
                     .unwrap();
@@ -236,6 +252,14 @@ impl Matvec {
                 ("SETS", &(256 / self.ln).to_string()),
                 ("UV", &uv.to_string()),
                 ("DST_ELEM", if self.out16 { "u32" } else { "f32" }),
+                (
+                    "ADDEND",
+                    match (self.add, self.out16) {
+                        (false, _) => "",
+                        (true, true) => "@group(0) @binding(3) var<storage, read> addend: array<u32>;",
+                        (true, false) => "@group(0) @binding(3) var<storage, read> addend: array<f32>;",
+                    },
+                ),
                 ("PRELUDE", PRELUDE),
                 ("UNITS", UNITS),
                 ("RED", &(256 * c * mt).to_string()),
@@ -270,8 +294,8 @@ pub(crate) fn catalog(push: &mut impl FnMut(String, String)) {
                 if xdt == DType::F32 && n == 13 {
                     continue;
                 }
-                for sg in [None, Some(32)] {
-                    let mv = Matvec::for_problem(qt, xdt, n, 4096, mt as usize, sg);
+                for (sg, add) in [(None, false), (Some(32), false), (Some(32), true)] {
+                    let mv = Matvec { add, ..Matvec::for_problem(qt, xdt, n, 4096, mt as usize, sg) };
                     push(mv.key(), mv.source());
                 }
             }
@@ -302,9 +326,19 @@ pub(crate) fn dequantize(q: &GpuStorage, qt: QuantType, blocks: usize, out: DTyp
     Ok(dst)
 }
 
-/// `x (m, k) @ w^T` (`x` f32, f16 or bf16 from element `x_off`, `w` the `(n, k)` planar words of
-/// `qt`): a fresh `(m, n)` buffer in `x`'s dtype, or in f32 when a 16-bit output row would not end
-/// on a word (odd `n`); the caller casts.
+/// An addend of a quantized product: `(n,)` (a bias, `row_stride` 0) or `(m, n)` rows `row_stride`
+/// apart (a residual), from element `offset` of `buf`, in the output's dtype.
+pub(crate) struct Addend<'a> {
+    pub(crate) buf: &'a GpuStorage,
+    pub(crate) offset: usize,
+    pub(crate) row_stride: usize,
+}
+
+/// `x (m, k) @ w^T (+ add)` (`x` f32, f16 or bf16 from element `x_off`, `w` the `(n, k)` planar
+/// words of `qt`): a fresh `(m, n)` buffer in `x`'s dtype, or in f32 when a 16-bit output row would
+/// not end on a word (odd `n`; the caller casts). `Ok(None)` when `add` cannot be fused (a 16-bit
+/// addend that is not word aligned, or one in f32 output): the caller adds it.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn qmatmul(
     x: &GpuStorage,
     x_off: usize,
@@ -313,12 +347,23 @@ pub(crate) fn qmatmul(
     n: usize,
     k: usize,
     m: usize,
-) -> Result<GpuStorage> {
+    add: Option<Addend>,
+) -> Result<Option<GpuStorage>> {
     let op = "qlinear";
     x.same_ctx(op, w)?;
     let ctx = x.ctx.clone();
     if (n * k).max(m * k) + x_off > u32::MAX as usize {
         return Err(Error::Gpu { op, msg: format!("a ({n}, {k}) weight exceeds the 32-bit index range") });
+    }
+    let sg_max = super::reduce::use_subgroups(&ctx).then_some(ctx.summary.subgroup_size.1);
+    let mut mv = Matvec::for_problem(qt, x.dtype, n, k, m, sg_max);
+    if let Some(a) = &add {
+        let fits = if mv.out16 { a.offset % 2 == 0 && a.row_stride % 2 == 0 } else { x.dtype == DType::F32 };
+        if !fits || a.buf.dtype != x.dtype || a.offset + m * a.row_stride + n > u32::MAX as usize {
+            return Ok(None);
+        }
+        a.buf.same_ctx(op, x)?;
+        mv.add = true;
     }
     // Runs of x are read as 16-byte vectors: copy x when its offset is not a multiple of 16 values.
     let copy;
@@ -329,19 +374,16 @@ pub(crate) fn qmatmul(
         copy = crate::backend::BackendStorage::copy_contiguous(x, &l)?;
         (&copy, 0)
     };
-    let sg_max = super::reduce::use_subgroups(&ctx).then_some(ctx.summary.subgroup_size.1);
-    let mv = Matvec::for_problem(qt, x.dtype, n, k, m, sg_max);
     let dst = GpuStorage::alloc(&ctx, if mv.out16 { x.dtype } else { DType::F32 }, m * n)?;
-    let kernel = ctx.pipelines.get(&ctx, &mv.key(), 2, || mv.source())?;
+    let kernel = ctx.pipelines.get(&ctx, &mv.key(), 2 + mv.add as usize, || mv.source())?;
     let blocks = n * k / qt.block_elems();
-    let params = [m as u32, n as u32, k as u32, doff(qt, blocks), off as u32];
+    let (a_off, a_stride) = add.as_ref().map_or((0, 0), |a| (a.offset, a.row_stride));
+    let params = [m as u32, n as u32, k as u32, doff(qt, blocks), off as u32, a_stride as u32, a_off as u32];
     let groups = [n.div_ceil(mv.cols() as usize) as u32, m.div_ceil(mv.mt as usize) as u32, 1];
-    ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(
-        &ctx,
-        &kernel,
-        &[dst.buffer.raw(), xs.buffer.raw(), w.buffer.raw()],
-        &params,
-        groups,
-    )?;
-    Ok(dst)
+    let mut bufs = vec![dst.buffer.raw(), xs.buffer.raw(), w.buffer.raw()];
+    if let Some(a) = &add {
+        bufs.push(a.buf.buffer.raw());
+    }
+    ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(&ctx, &kernel, &bufs, &params, groups)?;
+    Ok(Some(dst))
 }

@@ -6,10 +6,12 @@
 // rows. The lanes of a set are summed by {{SUM}}. Grid: x = column blocks of
 // {{SETS}} * {{C}}, y = row blocks of {{MT}}. Output {{ODT}}.
 // Params: p[0] m, p[1] n, p[2] k, p[3] word offset of the scales (doff), p[4] x's offset in values
-// (a multiple of 16).
+// (a multiple of 16); with an addend (a bias or residual added before the store): p[5] its row
+// stride (0 for a bias), p[6] its offset, in elements (even for 16-bit outputs).
 @group(0) @binding(0) var<storage, read_write> dst: array<{{DST_ELEM}}>;
 @group(0) @binding(1) var<storage, read> x: array<vec4<u32>>;
 @group(0) @binding(2) var<storage, read> q: array<vec4<u32>>;
+{{ADDEND}}
 @group(1) @binding(0) var<storage, read> p: array<u32, 64>;
 {{PRELUDE}}
 {{UNITS}}

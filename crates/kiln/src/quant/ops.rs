@@ -18,7 +18,18 @@ impl Tensor {
     /// `self (..., in) @ w^T (+ bias)` for a quantized `(out, in)` weight: `(..., out)` in
     /// `self`'s dtype (f32, f16 or bf16; computed in f32). `bias` is `(out,)` of the same dtype.
     pub fn qlinear(&self, w: &QTensor, bias: Option<&Tensor>) -> Result<Tensor> {
-        let op = "qlinear";
+        self.qlinear_with(w, bias, None)
+    }
+
+    /// `residual + self @ w^T` for a quantized `(out, in)` weight, `residual` of the output's shape
+    /// and `self`'s dtype (a decoder's skip connection): on the GPU the sum is taken in f32 before
+    /// the store, in the same kernel, for up to `MAX_SKINNY_ROWS` rows.
+    pub fn qlinear_add(&self, w: &QTensor, residual: &Tensor) -> Result<Tensor> {
+        self.qlinear_with(w, None, Some(residual))
+    }
+
+    fn qlinear_with(&self, w: &QTensor, bias: Option<&Tensor>, residual: Option<&Tensor>) -> Result<Tensor> {
+        let op = if residual.is_some() { "qlinear_add" } else { "qlinear" };
         if w.dims().len() != 2 {
             return Err(Error::shape(op, format!("weight must be (out, in), got shape {}", w.shape())));
         }
@@ -40,6 +51,9 @@ impl Tensor {
         if self.device() != w.device() {
             return Err(Error::DeviceMismatch { op, lhs: self.device().name(), rhs: w.device().name() });
         }
+        let m = self.elem_count() / k.max(1);
+        let mut out_dims = self.dims().to_vec();
+        *out_dims.last_mut().expect("rank >= 1") = n;
         if let Some(b) = bias {
             self.same_device(op, b)?;
             self.same_dtype(op, b)?;
@@ -50,32 +64,60 @@ impl Tensor {
                 ));
             }
         }
-        let m = self.elem_count() / k.max(1);
-        let mut out_dims = self.dims().to_vec();
-        *out_dims.last_mut().expect("rank >= 1") = n;
-        let y = if m > MAX_SKINNY_ROWS || m == 0 || n == 0 {
+        if let Some(r) = residual {
+            self.same_device(op, r)?;
+            self.same_dtype(op, r)?;
+            if r.dims() != out_dims {
+                return Err(Error::shape(
+                    op,
+                    format!("residual of shape {} is not the output's shape {:?}", r.shape(), out_dims),
+                ));
+            }
+        }
+        let addend = bias.or(residual);
+        if m > MAX_SKINNY_ROWS || m == 0 || n == 0 {
             let wf = w.dequantize(self.dtype())?;
-            return self.linear(&wf, bias);
-        } else {
-            // The GPU kernel reads f32, f16 and bf16 itself; the CPU one takes f32.
-            let xf =
-                if self.device().is_gpu() { self.contiguous()? } else { self.to_dtype(DType::F32)?.contiguous()? };
-            let off = xf.layout().offset();
-            let storage = match (&*xf.storage(), &*w.data().storage()) {
-                (Storage::Cpu(CpuStorage::F32(x)), Storage::Cpu(CpuStorage::U32(wd))) => {
-                    let v = cpu::qmatmul(w.qtype(), bytemuck::cast_slice(wd), n, k, &x[off..off + m * k], m);
-                    Storage::Cpu(CpuStorage::F32(v))
-                }
-                (Storage::Gpu(x), Storage::Gpu(wd)) => {
-                    Storage::Gpu(crate::gpu::quant::qmatmul(x, off, wd, w.qtype(), n, k, m)?)
-                }
-                _ => return Err(Error::DeviceMismatch { op, lhs: self.device().name(), rhs: w.device().name() }),
+            let y = self.linear(&wf, bias)?;
+            return match residual {
+                Some(r) => r.add(&y),
+                None => Ok(y),
             };
-            Tensor::from_storage(storage, out_dims, self.device()).to_dtype(self.dtype())?
+        }
+        // The GPU kernel reads f32, f16 and bf16 itself and adds a contiguous addend before the
+        // store; the CPU one takes f32.
+        let xf = if self.device().is_gpu() { self.contiguous()? } else { self.to_dtype(DType::F32)?.contiguous()? };
+        let off = xf.layout().offset();
+        let addend_c = match addend {
+            Some(a) if self.device().is_gpu() && a.layout().is_contiguous() => Some(a),
+            _ => None,
         };
-        match bias {
-            Some(b) => y.add(b),
-            None => Ok(y),
+        let (storage, fused) = match (&*xf.storage(), &*w.data().storage()) {
+            (Storage::Cpu(CpuStorage::F32(x)), Storage::Cpu(CpuStorage::U32(wd))) => {
+                let v = cpu::qmatmul(w.qtype(), bytemuck::cast_slice(wd), n, k, &x[off..off + m * k], m);
+                (Storage::Cpu(CpuStorage::F32(v)), false)
+            }
+            (Storage::Gpu(x), Storage::Gpu(wd)) => {
+                let run = |add| crate::gpu::quant::qmatmul(x, off, wd, w.qtype(), n, k, m, add);
+                let guard = addend_c.map(|a| a.storage());
+                let fused = match (addend_c, guard.as_deref()) {
+                    (Some(a), Some(Storage::Gpu(buf))) => run(Some(crate::gpu::quant::Addend {
+                        buf,
+                        offset: a.layout().offset(),
+                        row_stride: if residual.is_some() { n } else { 0 },
+                    }))?,
+                    _ => None,
+                };
+                match fused {
+                    Some(s) => (Storage::Gpu(s), true),
+                    None => (Storage::Gpu(run(None)?.expect("no addend to refuse")), false),
+                }
+            }
+            _ => return Err(Error::DeviceMismatch { op, lhs: self.device().name(), rhs: w.device().name() }),
+        };
+        let y = Tensor::from_storage(storage, out_dims, self.device()).to_dtype(self.dtype())?;
+        match addend {
+            Some(a) if !fused => a.add(&y),
+            _ => Ok(y),
         }
     }
 }

@@ -189,6 +189,16 @@ fn qlinear_matches_reference(dev: &Device) {
                 DType::BF16 => 1.6e-2,
                 _ => 0.0,
             };
+            // The residual form: `res + x @ w^T`, res a view at an odd offset for odd m (the
+            // kernel adds word-aligned addends, the rest are added apart).
+            let rv = random_values(m * n + 1, DType::F32, 13);
+            let res_all = tensor(&rv, &[m * n + 1], dt, dev);
+            let res = res_all.narrow(0, m % 2, m * n).unwrap().reshape(out_shape.clone()).unwrap();
+            let yr = x.qlinear_add(&w, &res).unwrap();
+            assert_eq!((yr.dims(), yr.dtype()), (&out_shape[..], dt));
+            let rr = res.to_f64_vec().unwrap();
+            let want_r = reference(&xr, &wd, None, m, n, k);
+            let got_r = yr.to_f64_vec().unwrap();
             for i in 0..m {
                 for j in 0..n {
                     let mag: f64 = (0..k).map(|t| (xr[i * k + t] * wd[j * k + t]).abs()).sum();
@@ -196,6 +206,11 @@ fn qlinear_matches_reference(dev: &Device) {
                     assert!(
                         (g - e).abs() <= 1e-5 * mag + rel * e.abs() + 1e-6,
                         "{qt} {dt} m={m} ({i}, {j}): {g} vs {e}"
+                    );
+                    let (g, e) = (got_r[i * n + j], want_r[i * n + j] + rr[i * n + j]);
+                    assert!(
+                        (g - e).abs() <= 1e-5 * (mag + rr[i * n + j].abs()) + 2.0 * rel * e.abs() + 1e-6,
+                        "{qt} {dt} m={m} ({i}, {j}) with residual: {g} vs {e}"
                     );
                 }
             }
@@ -237,6 +252,8 @@ fn quant_errors(dev: &Device) {
     let x = Tensor::zeros((2, 64), DType::F32, dev).unwrap();
     let b = Tensor::zeros(7, DType::F32, dev).unwrap();
     assert!(x.qlinear(&w, Some(&b)).unwrap_err().to_string().contains("bias of shape"));
+    let e = x.qlinear_add(&w, &b).unwrap_err().to_string();
+    assert!(e.contains("[qlinear_add]") && e.contains("residual of shape"), "{e}");
     let e = QTensor::from_raw(&[0u8; 18], QuantType::Q4_0, (1, 32), dev).unwrap().dequantize(DType::I32);
     assert!(e.unwrap_err().to_string().contains("[dequantize]"));
     if dev.is_gpu() {
