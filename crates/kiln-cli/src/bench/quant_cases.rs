@@ -9,17 +9,17 @@ use super::{Bound, Case, Op};
 use kiln::quant::{QTensor, QuantType};
 use kiln::DType;
 
-/// The cases: full-size shapes, or small ones for `--quick`; f32 input, and bf16 input (read and
-/// written by the kernel) on the MLP shape.
+/// The cases: full-size shapes (an attention projection, the MLP's up and down projections of
+/// Llama 3 8B), or small ones for `--quick`; f32 input, and bf16 input (read and written by the
+/// kernel, as in a bf16 model's decode step).
 pub fn all(quick: bool) -> Vec<Case> {
-    let shapes: [(usize, usize, DType); 4] = if quick {
-        [(512, 512, DType::F32), (1536, 512, DType::F32), (512, 1536, DType::F32), (1536, 512, DType::BF16)]
-    } else {
-        [(4096, 4096, DType::F32), (14336, 4096, DType::F32), (4096, 14336, DType::F32), (14336, 4096, DType::BF16)]
-    };
+    let dims: [(usize, usize); 3] =
+        if quick { [(512, 512), (1536, 512), (512, 1536)] } else { [(4096, 4096), (14336, 4096), (4096, 14336)] };
+    let shapes: Vec<(usize, usize, DType)> =
+        [DType::F32, DType::BF16].into_iter().flat_map(|dt| dims.map(|(n, k)| (n, k, dt))).collect();
     let mut v = Vec::new();
     for qt in QuantType::ALL {
-        for (n, k, dt) in shapes {
+        for &(n, k, dt) in &shapes {
             let weight = (n * k / qt.block_elems() * qt.block_bytes()) as f64;
             let bytes = weight + (dt.size_in_bytes() * (n + k)) as f64;
             let suffix = if dt == DType::F32 { String::new() } else { format!("_{dt}") };

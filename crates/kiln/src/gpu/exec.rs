@@ -1,7 +1,11 @@
 //! Batched execution. Dispatches are recorded into one pending command encoder and one open compute
 //! pass; their parameters go into a per-batch arena buffer (one 256-byte slot each, bound at a dynamic
 //! offset). The batch is submitted when data is read back, on `synchronize`, before an upload, or when
-//! the arena is full - never once per op, and the host never waits except for a readback.
+//! it reaches a size that starts at `FIRST_FLUSH` dispatches after each of those and doubles with
+//! each submission up to the arena's `SLOTS`: the GPU starts on a long chain of ops (an LLM decode
+//! step: ~400 dispatches) while the host is still recording it, instead of idling until the whole
+//! chain is recorded, and a chain still takes few submissions. Never once per op, and the host never
+//! waits except for a readback.
 
 use super::context::GpuContext;
 use super::kernels::{Kernel, Pipelines, PARAM_WORDS};
@@ -11,6 +15,8 @@ use std::time::Instant;
 
 /// Dispatches per batch (arena slots).
 const SLOTS: usize = 512;
+/// Dispatches of the first batch after the GPU was last waited for (see the module docs).
+const FIRST_FLUSH: usize = 8;
 
 /// Bind groups kept for reuse, and the largest buffer they may hold: a chain of small ops cycles
 /// through a few pooled buffers, so its bind groups repeat, while a cached bind group keeps its
@@ -28,6 +34,8 @@ pub(crate) struct Exec {
     params: Vec<u32>,
     slot_words: usize,
     dispatches: usize,
+    /// Dispatches at which the open batch is submitted.
+    flush_at: usize,
     /// Dispatches recorded since the device was opened.
     pub(crate) total_dispatches: u64,
     /// Batches submitted since the device was opened.
@@ -48,6 +56,7 @@ impl Exec {
             params: Vec::new(),
             slot_words: align / 4,
             dispatches: 0,
+            flush_at: FIRST_FLUSH,
             total_dispatches: 0,
             submits: 0,
             profiler: Profiler::new(device),
@@ -140,8 +149,10 @@ impl Exec {
         }
         self.dispatches += 1;
         self.total_dispatches += 1;
-        if self.dispatches == SLOTS || self.profiler.full() {
+        if self.dispatches >= self.flush_at || self.profiler.full() {
+            let next = (self.flush_at * 2).min(SLOTS);
             self.flush(ctx)?;
+            self.flush_at = next;
         }
         Ok(())
     }
@@ -195,9 +206,11 @@ impl Exec {
         self.encoder.as_mut().expect("encoder begun").copy_buffer_to_buffer(src, src_off, dst, dst_off, bytes);
     }
 
-    /// Submits the pending batch (without waiting) and returns its submission index.
+    /// Submits the pending batch (without waiting) and returns its submission index. The next batch
+    /// is submitted after `FIRST_FLUSH` dispatches (callers flush before they wait, or upload).
     pub(crate) fn flush(&mut self, ctx: &GpuContext) -> Result<Option<wgpu::SubmissionIndex>> {
         self.pass = None;
+        self.flush_at = FIRST_FLUSH;
         let Some(encoder) = self.encoder.take() else { return Ok(None) };
         let mut encoder = encoder;
         if let Some((arena, _)) = self.arena.take() {
