@@ -26,7 +26,10 @@ const COMBINE: &str = include_str!("attention_combine.wgsl");
 const DECODE_MAX_TQ: usize = 8;
 /// Workgroups the split heuristics aim for (an H200 has 132 SMs, each running several of ours).
 const TARGET_GROUPS: usize = 1024;
-/// Keys one prefill / decode workgroup takes at least when the keys are split.
+/// Keys one prefill / decode workgroup takes at least when the keys are split. Decode: 64 keys
+/// sped up an 8B-shaped LLM's bf16 decode on an H100 at contexts 512-2048 (+10%) but slowed the
+/// 8192-key `sdpa_decode` bench (55 -> 90 us) and did not help the quantized runs (session 5,
+/// docs/PERFORMANCE.md), so 256 stays; the split should depend on the context length.
 const MIN_FLASH_SPLIT: usize = 256;
 const MIN_DECODE_SPLIT: usize = 256;
 /// Most splits per row (bounds the combine kernel's loop).

@@ -84,10 +84,11 @@ impl Matvec {
     /// while the grid has under ~2 workgroups per SM of a large GPU and every lane keeps a unit.
     pub(crate) fn for_problem(qt: QuantType, xdt: DType, n: usize, k: usize, m: usize, sg_max: Option<u32>) -> Matvec {
         let mt = (m.next_power_of_two() as u32).min(8);
-        // Measured on an H100 at M = 1 (docs/PERFORMANCE.md, session 5): 4 rows, but 2 for Q6_K,
-        // whose 48-byte units with 4 rows per lane cost occupancy.
+        // Measured on an H100 at M = 1 (docs/PERFORMANCE.md, session 5): 4 rows for Q8_0 and
+        // Q4_0, 2 for the k-quants, whose larger units (64 values) with 4 rows per lane cost
+        // occupancy.
         let base = match qt {
-            QuantType::Q6K => 2,
+            QuantType::Q4K | QuantType::Q6K => 2,
             _ => 4,
         };
         let c = env_u32("KILN_QMV_C").unwrap_or(base).min(16 / mt).max(2);
