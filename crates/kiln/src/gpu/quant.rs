@@ -80,8 +80,9 @@ fn env_u32(name: &str) -> Option<u32> {
 
 impl Matvec {
     /// The kernel for an `(n, k)` weight and `m` rows of `xdt` input. Weight rows per set: 2 or 4
-    /// (fewer as rows of x add accumulators); lanes per set: at most 4 units per lane, then more lanes (and fewer sets)
-    /// while the grid has under ~2 workgroups per SM of a large GPU and every lane keeps a unit.
+    /// (fewer as rows of x add accumulators); lanes per set: at most 4 units per lane, then more
+    /// lanes (and fewer sets) while the grid has under ~2 workgroups per SM of a large GPU and
+    /// every lane keeps a unit.
     pub(crate) fn for_problem(qt: QuantType, xdt: DType, n: usize, k: usize, m: usize, sg_max: Option<u32>) -> Matvec {
         let mt = (m.next_power_of_two() as u32).min(8);
         // Measured on an H100 at M = 1 (docs/PERFORMANCE.md, session 5): 4 rows for Q8_0 and
