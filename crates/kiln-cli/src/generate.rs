@@ -426,6 +426,7 @@ fn decode_profile(model: &Model, context: usize) -> kiln_llm::Result<Option<serd
     if !device.is_gpu() {
         return Ok(None);
     }
+    let context = context.min(model.max_context().saturating_sub(STEPS)).max(1);
     // Counters of a prefill-only run and of prefill + STEPS: their difference is the steps'.
     let counted = |steps: usize| -> kiln_llm::Result<(u64, u64)> {
         let (d0, s0) = device.gpu_counters().expect("a GPU");
@@ -491,7 +492,7 @@ fn run_llm_bench(args: LlmBenchArgs) -> Result<(), String> {
         eprintln!("decode at context {ctx}: {:.1} tokens/s", args.decode_tokens as f64 / secs);
     }
     eprintln!("prefill of {} tokens: {:.1} tokens/s", args.prefill, args.prefill as f64 / prefill_best);
-    let profile = decode_profile(&model, args.contexts[0].min(model.max_context() - 9)).map_err(err)?;
+    let profile = decode_profile(&model, args.contexts.first().copied().unwrap_or(args.prefill)).map_err(err)?;
     let c = dir.config();
     let report = serde_json::json!({
         "engine": "kiln",

@@ -73,9 +73,24 @@ fn unit_shape(qt: QuantType) -> (u32, u32) {
     }
 }
 
-/// Env override of a matvec shape parameter (`KILN_QMV_C`, `KILN_QMV_LN`), for A/B runs.
-fn env_u32(name: &str) -> Option<u32> {
-    std::env::var(name).ok()?.parse().ok().filter(|v: &u32| v.is_power_of_two())
+/// A/B overrides of the matvec shape, read once: `KILN_QMV_C` (rows per set) and `KILN_QMV_LN`
+/// (lanes per set), powers of two; `KILN_QMV_SG=0` (no subgroupAdd).
+struct Overrides {
+    c: Option<u32>,
+    ln: Option<u32>,
+    sg: bool,
+}
+
+fn overrides() -> &'static Overrides {
+    static O: std::sync::OnceLock<Overrides> = std::sync::OnceLock::new();
+    O.get_or_init(|| {
+        let pow2 = |name: &str| std::env::var(name).ok()?.parse().ok().filter(|v: &u32| v.is_power_of_two());
+        Overrides {
+            c: pow2("KILN_QMV_C"),
+            ln: pow2("KILN_QMV_LN"),
+            sg: std::env::var("KILN_QMV_SG").map_or(true, |v| v != "0"),
+        }
+    })
 }
 
 impl Matvec {
@@ -92,16 +107,16 @@ impl Matvec {
             QuantType::Q4K | QuantType::Q6K => 2,
             _ => 4,
         };
-        let c = env_u32("KILN_QMV_C").unwrap_or(base).min(16 / mt).max(2);
+        let c = overrides().c.unwrap_or(base).min(16 / mt).max(2);
         let units = k / unit_shape(qt).0 as usize;
         let wgs = |ln: usize| n.div_ceil(256 / ln * c as usize);
         let mut ln = (units / 4).max(1).next_power_of_two().clamp(32, 256);
         while ln < 256 && 2 * ln <= units && wgs(ln) < 264 {
             ln *= 2;
         }
-        let ln = env_u32("KILN_QMV_LN").map_or(ln as u32, |v| v.clamp(32, 256));
+        let ln = overrides().ln.map_or(ln as u32, |v| v.clamp(32, 256));
         let out16 = xdt != DType::F32 && n.is_multiple_of(2);
-        let sg = sg_max.is_some_and(|s| s <= ln) && std::env::var("KILN_QMV_SG").map_or(true, |v| v != "0");
+        let sg = sg_max.is_some_and(|s| s <= ln) && overrides().sg;
         Matvec { qt, xdt, out16, mt, c, ln, sg, add: false }
     }
 
