@@ -4,40 +4,11 @@
 //! tokenizer and the chat template.
 
 mod common;
-use common::{argmax, devices, margin, row_err};
+use common::{argmax, devices, expected, fixture, margin, row_err};
 use kiln::{DType, Device, Tensor};
 use kiln_llm::{generate, GenerateOptions, LoadOptions, Message, Model, ModelDir, SamplingParams};
-use std::path::PathBuf;
 
 const ARCHS: [&str; 3] = ["llama", "qwen2", "mistral"];
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
-}
-
-struct Expected {
-    prompt: String,
-    prompt_ids: Vec<u32>,
-    generated: Vec<u32>,
-    /// `(len(prompt) + len(generated) - 1, vocab)` f32 logits of transformers.
-    logits: Vec<Vec<f32>>,
-}
-
-fn expected(name: &str) -> Expected {
-    let dir = fixture(name);
-    let j: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
-    let ids = |k: &str| j[k].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect::<Vec<_>>();
-    let w = kiln_llm::SafetensorsDir::open_file(&dir.join("expected.safetensors")).unwrap();
-    use kiln_llm::WeightSource;
-    let logits = w.load("logits", DType::F32, &Device::cpu()).unwrap().to_vec2::<f32>().unwrap();
-    Expected {
-        prompt: j["prompt"].as_str().unwrap().to_string(),
-        prompt_ids: ids("prompt_ids"),
-        generated: ids("generated_ids"),
-        logits,
-    }
-}
 
 fn load(name: &str, dev: &Device, dtype: DType) -> Model {
     let dir = ModelDir::open(fixture(name)).unwrap();

@@ -4,26 +4,11 @@
 //! embeddings, the tokenizer and chat template of the metadata, clear errors.
 
 mod common;
-use common::{argmax, devices, margin, row_err};
+use common::{argmax, devices, expected, fixture, margin, row_err};
 use kiln::{DType, Device};
 use kiln_gguf::{Gguf, GgufTensor};
 use kiln_llm::{GgufModel, LoadOptions, Message, Model, ModelDir, WeightSource};
 use std::path::PathBuf;
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
-}
-
-/// Prompt ids, greedy continuation and the `(prompt + generated - 1, vocab)` transformers logits.
-fn expected(name: &str) -> (Vec<u32>, Vec<u32>, Vec<Vec<f32>>) {
-    let dir = fixture(name);
-    let j: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
-    let ids = |k: &str| j[k].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect::<Vec<_>>();
-    let w = kiln_llm::SafetensorsDir::open_file(&dir.join("expected.safetensors")).unwrap();
-    let logits = w.load("logits", DType::F32, &Device::cpu()).unwrap().to_vec2::<f32>().unwrap();
-    (ids("prompt_ids"), ids("generated_ids"), logits)
-}
 
 fn load(file: &str, dev: &Device, dtype: DType) -> Model {
     let m = GgufModel::open(fixture(file)).unwrap();
@@ -34,7 +19,8 @@ fn load(file: &str, dev: &Device, dtype: DType) -> Model {
 /// transformers reference, the greedy token equal wherever the reference margin exceeds
 /// `margin_floor`. Returns the worst error.
 fn check(src: &str, file: &str, dev: &Device, dtype: DType, tol: f64, margin_floor: f32) -> f64 {
-    let (prompt, generated, want) = expected(src);
+    let e = expected(src);
+    let (prompt, generated, want) = (e.prompt_ids, e.generated, e.logits);
     let model = load(file, dev, dtype);
     let mut cache = model.new_cache();
     let t = prompt.len();
@@ -71,7 +57,8 @@ fn f32_gguf_matches_transformers() {
 /// sharp test of the quantized path; against transformers, the quantization itself adds its error
 /// (the next tests).
 fn check_against_dequantized(file: &str, dev: &Device, dtype: DType, tol: f64) {
-    let (prompt, generated, _) = expected(file.split('/').next().unwrap());
+    let e = expected(file.split('/').next().unwrap());
+    let (prompt, generated) = (e.prompt_ids, e.generated);
     let m = GgufModel::open(fixture(file)).unwrap();
     let opts = || LoadOptions { dtype, max_context: 64, progress: None };
     let (q, d) = (m.load(dev, opts()).unwrap(), m.load_dequantized(dev, opts()).unwrap());
@@ -186,7 +173,8 @@ fn qk_permutation_round_trip() {
 /// off: the logit error is of order one, two orders above the Q8_0 tolerance.
 #[test]
 fn wrong_permutation_is_garbage() {
-    let (prompt, _, want) = expected("llama");
+    let e = expected("llama");
+    let (prompt, want) = (e.prompt_ids, e.logits);
     // The qwen2 path loads rows as stored: relabel a copy of the llama f32 file as qwen2.
     let bytes = std::fs::read(fixture("llama/model-f32.gguf")).unwrap();
     let relabeled = relabel_arch(&bytes, "llama", "qwen2");
@@ -234,7 +222,7 @@ fn unsupported_architecture_is_a_clear_error() {
 /// come from the metadata too.
 #[test]
 fn tokenizer_and_chat_template_from_metadata() {
-    let (prompt_ids, _, _) = expected("llama");
+    let prompt_ids = expected("llama").prompt_ids;
     let m = GgufModel::open(fixture("llama/model-q8_0.gguf")).unwrap();
     let dir = ModelDir::open(fixture("llama")).unwrap();
     let (g, h) = (m.tokenizer().unwrap(), dir.tokenizer().unwrap());
@@ -279,7 +267,7 @@ fn unsupported_tokenizer_asks_for_tokenizer_json() {
     let err = m.tokenizer().err().expect("bert tokenizers are not built from metadata").to_string();
     assert!(err.contains("\"bert\"") && err.contains("--tokenizer tokenizer.json"), "{err}");
     let tok = kiln_llm::Tokenizer::from_file(&fixture("llama/tokenizer.json")).unwrap();
-    assert_eq!(tok.encode("The kiln fires the clay pots", true).unwrap(), expected("llama").0);
+    assert_eq!(tok.encode("The kiln fires the clay pots", true).unwrap(), expected("llama").prompt_ids);
 }
 
 /// The SentencePiece (`llama`) tokenizer of the metadata gives the ids `sentencepiece` itself gives

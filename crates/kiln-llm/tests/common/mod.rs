@@ -1,7 +1,8 @@
 //! Helpers shared by the fixture tests (safetensors and GGUF).
 #![allow(dead_code)]
 
-use kiln::Device;
+use kiln::{DType, Device};
+use std::path::PathBuf;
 
 /// The CPU, and the GPU (with output poisoning) when there is one; `KILN_REQUIRE_GPU=1` makes a missing
 /// adapter a failure.
@@ -40,4 +41,34 @@ pub fn margin(row: &[f32]) -> f32 {
     let mut s = row.to_vec();
     s.sort_by(|a, b| b.total_cmp(a));
     s[0] - s[1]
+}
+
+/// A fixture folder under tests/fixtures.
+pub fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+/// A fixture's `expected.json` and `expected.safetensors`: what transformers gave.
+pub struct Expected {
+    pub prompt: String,
+    pub prompt_ids: Vec<u32>,
+    pub generated: Vec<u32>,
+    /// `(len(prompt) + len(generated) - 1, vocab)` f32 logits of transformers.
+    pub logits: Vec<Vec<f32>>,
+}
+
+pub fn expected(name: &str) -> Expected {
+    let dir = fixture(name);
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
+    let ids = |k: &str| j[k].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect::<Vec<_>>();
+    let w = kiln_llm::SafetensorsDir::open_file(&dir.join("expected.safetensors")).unwrap();
+    use kiln_llm::WeightSource;
+    let logits = w.load("logits", DType::F32, &Device::cpu()).unwrap().to_vec2::<f32>().unwrap();
+    Expected {
+        prompt: j["prompt"].as_str().unwrap().to_string(),
+        prompt_ids: ids("prompt_ids"),
+        generated: ids("generated_ids"),
+        logits,
+    }
 }
