@@ -1,9 +1,10 @@
 //! Every kernel the GPU backend can generate, without a device: the source of the MSL/HLSL
 //! translation test (naga turns each into Metal and DX12 shaders on any machine).
 
-use super::elementwise::{self as ew, FUNCS};
-use super::elementwise_vec as ewv;
-use super::{attention, index, matmul, matmul_coop, nn, reduce, rowwise};
+use super::elementwise::{self as ew, rope, FUNCS};
+use super::pointwise::{self as pw, copy, vec as ewv};
+use super::runtime::storage;
+use super::{attention, index, matmul, reduce, rowwise};
 use crate::op::{BinaryOp, CmpOp, UnaryOp};
 use crate::DType;
 
@@ -34,16 +35,16 @@ fn vectorised(push: &mut impl FnMut(String, String), dt: DType) {
     for op in CmpOp::ALL {
         push(
             format!("vec_cmp_{}:cc:{dt}", op.name()),
-            ewv::source("cc", &[dt, dt], DType::Bool, &ew::cmp_body(op), FUNCS),
+            ewv::source("cc", &[dt, dt], DType::Bool, &ew::cmp_body(op), ""),
         );
     }
     for v in ["ccc", "bvs"] {
-        push(format!("vec_where:{v}:{dt}"), ewv::source(v, &[DType::Bool, dt, dt], dt, ew::WHERE_BODY, FUNCS));
+        push(format!("vec_where:{v}:{dt}"), ewv::source(v, &[DType::Bool, dt, dt], dt, pw::WHERE_BODY, ""));
     }
     for to in DTYPES.into_iter().filter(|&t| t != DType::I64) {
-        push(format!("vec_cast:{dt}->{to}"), ewv::source("c", &[dt], to, &ew::cast_body(dt, to), FUNCS));
+        push(format!("vec_cast:{dt}->{to}"), ewv::source("c", &[dt], to, &pw::cast_body(dt, to), ""));
     }
-    push(format!("vec_copy:v:{dt}"), ewv::source("v", &[dt], dt, ew::COPY_BODY, FUNCS));
+    push(format!("vec_copy:v:{dt}"), ewv::source("v", &[dt], dt, pw::COPY_BODY, ""));
 }
 
 /// `(name, WGSL)` of every kernel variant, in a stable order.
@@ -57,7 +58,7 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
                 continue;
             }
             for v in ["c", "s", "g"] {
-                push(format!("unary_{}:{v}:{dt}", op.name()), ew::source(v, &[dt], dt, &ew::unary_body(op, dt), FUNCS));
+                push(format!("unary_{}:{v}:{dt}", op.name()), pw::source(v, &[dt], dt, &ew::unary_body(op, dt), FUNCS));
             }
         }
         for op in BinaryOp::ALL {
@@ -65,7 +66,7 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
                 continue;
             }
             for v in ["cc", "cs", "sc", "gg"] {
-                let src = ew::source(v, &[dt, dt], dt, &ew::binary_body(op, dt), FUNCS);
+                let src = pw::source(v, &[dt, dt], dt, &ew::binary_body(op, dt), FUNCS);
                 push(format!("binary_{}:{v}:{dt}", op.name()), src);
             }
         }
@@ -73,18 +74,18 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
             for v in ["cc", "cs", "gg"] {
                 push(
                     format!("cmp_{}:{v}:{dt}", op.name()),
-                    ew::source(v, &[dt, dt], DType::Bool, &ew::cmp_body(op), FUNCS),
+                    pw::source(v, &[dt, dt], DType::Bool, &ew::cmp_body(op), ""),
                 );
             }
         }
         for v in ["ccc", "gsg"] {
-            push(format!("where:{v}:{dt}"), ew::source(v, &[DType::Bool, dt, dt], dt, ew::WHERE_BODY, FUNCS));
+            push(format!("where:{v}:{dt}"), pw::source(v, &[DType::Bool, dt, dt], dt, pw::WHERE_BODY, ""));
         }
         for to in DTYPES {
-            push(format!("cast:{dt}->{to}"), ew::source("g", &[dt], to, &ew::cast_body(dt, to), FUNCS));
+            push(format!("cast:{dt}->{to}"), pw::source("g", &[dt], to, &pw::cast_body(dt, to), ""));
         }
         for v in ["c", "g"] {
-            push(format!("copy:{v}:{dt}"), ew::source(v, &[dt], dt, ew::COPY_BODY, FUNCS));
+            push(format!("copy:{v}:{dt}"), pw::source(v, &[dt], dt, pw::COPY_BODY, ""));
         }
         if dt != DType::I64 {
             vectorised(&mut push, dt);
@@ -94,12 +95,9 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
             for ids in IDS {
                 push(
                     format!("index_select:{dt}:{ids}"),
-                    ew::source("ss", &[dt, ids], dt, &index::index_select_body(dt, ids), FUNCS),
+                    pw::source("ss", &[dt, ids], dt, &index::index_select_body(dt, ids), ""),
                 );
-                push(
-                    format!("gather:{dt}:{ids}"),
-                    ew::source("ss", &[dt, ids], dt, &index::gather_body(dt, ids), FUNCS),
-                );
+                push(format!("gather:{dt}:{ids}"), pw::source("ss", &[dt, ids], dt, &index::gather_body(dt, ids), ""));
             }
         }
         reduce::catalog(dt, &mut push);
@@ -109,11 +107,11 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
     }
     for dt in FLOATS {
         push(format!("vec_silu_mul:{dt}"), ewv::source("cc", &[dt, dt], dt, ew::SILU_MUL_BODY, FUNCS));
-        push(format!("silu_mul:{dt}"), ew::source("cc", &[dt, dt], dt, ew::SILU_MUL_BODY, FUNCS));
+        push(format!("silu_mul:{dt}"), pw::source("cc", &[dt, dt], dt, ew::SILU_MUL_BODY, FUNCS));
         for interleaved in [false, true] {
             push(
                 format!("rope:{interleaved}:{dt}"),
-                ew::source("sss", &[dt, dt, dt], dt, &nn::rope_body(interleaved), FUNCS),
+                pw::source("sss", &[dt, dt, dt], dt, &rope::rope_body(interleaved), ""),
             );
         }
         push(format!("cumsum:{dt}"), reduce::cumsum_source(dt));
@@ -121,10 +119,10 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
         rowwise::catalog(rowwise::Family::Norm, dt, &mut push);
     }
     for size in [1, 2, 4, 8] {
-        push(format!("copy_into:{size}"), index::copy_into_source(size));
+        push(format!("copy_into:{size}"), copy::copy_into_source(size));
     }
     for unit in [4, 8, 16] {
-        push(format!("copy_units:{unit}"), index::copy_units_source(unit));
+        push(format!("copy_units:{unit}"), copy::copy_units_source(unit));
     }
     for ids in IDS {
         for unit in [4, 8, 16] {
@@ -134,12 +132,12 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
             push(format!("index_rows:gather:{unit}:{ids}"), index::rows_source(unit, ids, true));
         }
     }
-    push("fill".into(), index::fill_source());
-    push("bandwidth:copy".into(), super::bandwidth::SOURCE.to_string());
+    push("fill".into(), storage::fill_source());
+    push("bandwidth:copy".into(), super::runtime::bandwidth::SOURCE.to_string());
     push("matmul_splitk".into(), matmul::splitk_source());
     super::quant::catalog(&mut push);
     out.extend(attention::catalog());
     // Cooperative-matrix f16 matmul (SPIR-V and, for 8x8, MSL only: naga's HLSL has no coop matrix).
-    out.extend(matmul_coop::catalog());
+    out.extend(matmul::coop::catalog());
     out
 }

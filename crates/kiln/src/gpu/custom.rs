@@ -1,6 +1,6 @@
 //! Custom kernels: user WGSL run on kiln tensors.
 
-use super::GpuStorage;
+use super::runtime::GpuStorage;
 use crate::device::Device;
 use crate::storage::Storage;
 use crate::{DType, Error, Result, Shape, Tensor};
@@ -23,7 +23,7 @@ pub(crate) fn custom_kernel(
     params: &[u32],
 ) -> Result<Vec<Tensor>> {
     let ctx = device.gpu_context().ok_or_else(|| Error::arg("custom_kernel", "custom kernels need a GPU device"))?;
-    if params.len() > super::kernels::PARAM_WORDS {
+    if params.len() > super::runtime::kernels::PARAM_WORDS {
         return Err(Error::arg("custom_kernel", format!("{} parameter words given, at most 64 fit", params.len())));
     }
     let kernel = ctx.pipelines.get_custom(ctx, source, entry, outputs.len(), inputs.len())?;

@@ -5,7 +5,7 @@
 //! rows in registers (1 to 8 packs per invocation) and rows read twice; packs, words, elements.
 //! They skip when no adapter exists unless `KILN_REQUIRE_GPU=1`.
 
-use super::reduce::without_subgroups;
+use super::runtime::subgroups::without_subgroups;
 use crate::{DType, Device, Tensor};
 use rand::{RngExt, SeedableRng};
 

@@ -14,14 +14,14 @@
 //! keeps enough workgroups in flight when the output is small. `KILN_COOP=0` turns the path off;
 //! `KILN_COOP_TILE=large|wide|small` forces a preset (for benchmarks).
 
-use super::kernels::render;
-use super::{GpuContext, GpuStorage};
+use crate::gpu::runtime::kernels::render;
+use crate::gpu::runtime::{GpuContext, GpuStorage};
 use crate::layout::collapse;
 use crate::storage::Storage;
 use crate::{DType, Error, Layout, Result, Tensor};
 use std::sync::Arc;
 
-const SOURCE: &str = include_str!("matmul_coop.wgsl");
+const SOURCE: &str = include_str!("coop.wgsl");
 
 /// Halves of padding after each staged tile row: keeps rows 16-byte aligned (cooperative loads need
 /// it) and spreads the rows of one fragment over different memory banks.

@@ -4,13 +4,14 @@
 //! from the f64 reference only by the final rounding. Skipped without an adapter unless
 //! `KILN_REQUIRE_GPU=1`.
 
-use super::matmul::{matmul_with, Choice, Mode, Problem};
-use super::matmul_plan::{Kernel, Plan};
-use super::matmul_skinny::Skinny;
-use super::matmul_tiled::TILES;
-use super::{GpuContext, GpuStorage};
+use super::plan::{Kernel, Plan};
+use super::problem::{Mode, Problem};
+use super::skinny::Skinny;
+use super::tiled::TILES;
+use super::{matmul_with, Choice};
 use crate::backend::BackendStorage;
 use crate::cpu::CpuStorage;
+use crate::gpu::runtime::{autotune, GpuContext, GpuStorage};
 use crate::{DType, Device, Layout};
 use std::sync::Arc;
 
@@ -258,9 +259,9 @@ fn autotune_picks_a_correct_plan_and_writes_its_cache() {
     let a = mat(&c, DType::F32, (1, 70, 50), Lay::Rows, false, 19);
     let b = mat(&c, DType::F32, (1, 50, 90), Lay::Rows, false, 20);
     check(&a, &b, DType::F32, Choice::Tune(Some(path.clone())), "autotuned");
-    let cache = super::autotune::TuneCache::load(&path);
+    let cache = autotune::TuneCache::load(&path);
     let p = Problem::new(DType::F32, &a.layout, &b.layout).unwrap();
-    let key = format!("{}|{}", super::autotune::device_key(&c), super::matmul_plan::tune_key(&p));
+    let key = format!("{}|{}", autotune::device_key(&c), super::plan::tune_key(&p));
     let plan = cache.get(&key).unwrap_or_else(|| panic!("no entry {key} in {cache:?}"));
     assert!(Plan::decode(plan).is_some(), "{plan}");
     // The second call takes the cached plan.

@@ -120,6 +120,53 @@ pub(crate) fn grid(threads: usize, wg: usize, max: u32) -> [u32; 3] {
     }
 }
 
+/// Dtypes read a 16-byte pack at a time by the `VEC` variants.
+pub(crate) fn vec_dtype(dt: DType) -> bool {
+    matches!(dt, DType::F32 | DType::I32 | DType::U32 | DType::F16 | DType::BF16)
+}
+
+/// Elements in a 16-byte pack of `dt`.
+pub(crate) fn pack_elems(dt: DType) -> usize {
+    4 * per_word(dt)
+}
+
+/// `loader(name, .., dt)` reading words through `rd(i)` (inputs bound as `array<vec4<u32>>`).
+pub(crate) fn pack_loader(name: &str, dt: DType) -> String {
+    let text = loader(name, "\u{1}", dt);
+    let mut out = String::new();
+    let mut rest = text.as_str();
+    while let Some(at) = rest.find("\u{1}[") {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at + 2..];
+        let end = tail.find(']').expect("loader indexes with brackets");
+        out.push_str(&format!("rd({})", &tail[..end]));
+        rest = &tail[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The vec4 values (in element order) of the 16-byte pack `w` of `dt`, in its compute type.
+pub(crate) fn expand(dt: DType, w: &str) -> Vec<String> {
+    let bf = |a: &str, b: &str| {
+        format!(
+            "vec4<f32>(bitcast<f32>({w}.{a} << 16u), bitcast<f32>({w}.{a} & 0xffff0000u), \
+             bitcast<f32>({w}.{b} << 16u), bitcast<f32>({w}.{b} & 0xffff0000u))"
+        )
+    };
+    match dt {
+        DType::F32 => vec![format!("bitcast<vec4<f32>>({w})")],
+        DType::I32 => vec![format!("bitcast<vec4<i32>>({w})")],
+        DType::U32 => vec![w.to_string()],
+        DType::F16 => vec![
+            format!("vec4<f32>(unpack2x16float({w}.x), unpack2x16float({w}.y))"),
+            format!("vec4<f32>(unpack2x16float({w}.z), unpack2x16float({w}.w))"),
+        ],
+        DType::BF16 => vec![bf("x", "y"), bf("z", "w")],
+        _ => unreachable!("{dt} is not read in packs"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::grid;

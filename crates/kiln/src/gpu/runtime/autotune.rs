@@ -126,7 +126,7 @@ pub(crate) fn warm_up(ctx: &GpuContext, record: impl FnMut() -> Result<()>) -> R
     if ctx.summary.software {
         return Ok(());
     }
-    super::keep_busy(ctx, 1.0, record)
+    super::context::keep_busy(ctx, 1.0, record)
 }
 
 /// The best time in seconds of one run of `record` (which records GPU work): after a warm-up run

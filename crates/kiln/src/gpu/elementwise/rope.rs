@@ -4,8 +4,8 @@
 //! `(b, h, t, d)` needs no copy first) and the cos/sin tables at their offsets (rows of a cached
 //! table, see `ops/rope.rs`), so a call is one dispatch.
 
-use super::elementwise::{Elementwise, FUNCS};
-use super::{BackendStorage, GpuStorage};
+use crate::gpu::pointwise::Elementwise;
+use crate::gpu::runtime::GpuStorage;
 use crate::{Layout, Result};
 
 /// Params after the elementwise block: p[37] d, p[38] t, p[39] h, p[40..44] strides of x along
@@ -65,7 +65,7 @@ pub(crate) fn rope(
         inputs: vec![(x, &l0), (cos, &l1), (sin, &l2)],
         out: x.dtype,
         body: rope_body(interleaved),
-        funcs: FUNCS,
+        funcs: "",
         consts,
         raw: Some(n),
     }

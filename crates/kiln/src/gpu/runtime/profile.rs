@@ -3,7 +3,7 @@
 //! kernel. Without TIMESTAMP_QUERY the wall-clock time from submit to completion is used instead.
 //! Profiling serialises the GPU: use it to find hot kernels, not to measure throughput.
 
-use super::context::GpuContext;
+use super::device::{read_mapped, wait, Gpu};
 use crate::Result;
 use std::collections::HashMap;
 use std::time::Instant;
@@ -100,12 +100,12 @@ impl Profiler {
     }
 
     /// Waits for the measured dispatch and records its time.
-    pub(crate) fn collect(&mut self, ctx: &GpuContext) -> Result<()> {
+    pub(crate) fn collect(&mut self, ctx: &Gpu) -> Result<()> {
         let Some((name, start)) = self.current.take() else { return Ok(()) };
-        super::exec::wait(ctx, None)?;
+        wait(ctx, None)?;
         let (ms, ts) = match &self.queries {
             Some(q) => {
-                let ticks = super::transfer::read_mapped(ctx, &q.read, 16)?;
+                let ticks = read_mapped(ctx, &q.read, 16)?;
                 let t: &[u64] = bytemuck::cast_slice(&ticks);
                 let ns = t[1].wrapping_sub(t[0]) as f64 * ctx.queue.get_timestamp_period() as f64;
                 (ns / 1e6, true)
@@ -192,7 +192,7 @@ impl Span {
 
     /// Seconds from the first pass's start to the last pass's end, once the span's work was submitted;
     /// `None` when it cannot tell (no timestamps, no pass, too many passes).
-    pub(crate) fn finish(self, ctx: &GpuContext) -> Result<Option<f64>> {
+    pub(crate) fn finish(self, ctx: &Gpu) -> Result<Option<f64>> {
         let Some(set) = self.set.filter(|_| self.passes > 0 && !self.overflow) else { return Ok(None) };
         let bytes = 16 * self.passes as u64;
         let usage =
@@ -205,7 +205,7 @@ impl Span {
         encoder.resolve_query_set(&set, 0..2 * self.passes, &resolve, 0);
         encoder.copy_buffer_to_buffer(&resolve, 0, &read, 0, bytes);
         ctx.queue.submit([encoder.finish()]);
-        let raw = super::transfer::read_mapped(ctx, &read, bytes)?;
+        let raw = read_mapped(ctx, &read, bytes)?;
         let t: &[u64] = bytemuck::cast_slice(&raw);
         let ticks = t[t.len() - 1].wrapping_sub(t[0]);
         Ok(Some(ticks as f64 * ctx.queue.get_timestamp_period() as f64 * 1e-9))

@@ -3,7 +3,7 @@
 //! device. Bind group 0 holds the output (binding 0, read-write) and the inputs (read-only); bind group
 //! 1 holds the dispatch's parameters (`array<u32, 64>` at a dynamic offset in the batch's arena).
 
-use super::context::GpuContext;
+use super::device::Gpu;
 use crate::{Error, Result};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -54,7 +54,7 @@ impl Pipelines {
     /// read-only buffers after the output.
     pub(crate) fn get(
         &self,
-        ctx: &GpuContext,
+        ctx: &Gpu,
         key: &str,
         inputs: usize,
         source: impl FnOnce() -> String,
@@ -85,7 +85,7 @@ impl Pipelines {
     /// A user kernel, cached by its full source, entry point and binding counts.
     pub(crate) fn get_custom(
         &self,
-        ctx: &GpuContext,
+        ctx: &Gpu,
         src: &str,
         entry: &str,
         outputs: usize,
@@ -103,7 +103,7 @@ impl Pipelines {
     /// Compiles `src` with `outputs` read-write bindings followed by `inputs` read-only ones.
     pub(crate) fn compile(
         &self,
-        ctx: &GpuContext,
+        ctx: &Gpu,
         name: &str,
         outputs: usize,
         inputs: usize,

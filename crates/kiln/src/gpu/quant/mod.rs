@@ -2,17 +2,17 @@
 //! dtype (`quant_dequant.wgsl`) and the few-row matrix product that reads the packed weight
 //! directly (`quant_matvec.wgsl`); both read blocks through `quant_formats.wgsl`.
 
-use super::kernels::render;
-use super::wgsl::{self, store_word, PRELUDE};
-use super::GpuStorage;
+use crate::gpu::runtime::kernels::render;
+use crate::gpu::runtime::wgsl::{self, store_word, PRELUDE};
+use crate::gpu::runtime::GpuStorage;
 use crate::quant::QuantType;
 use crate::{DType, Error, Result};
 use std::fmt::Write;
 
-const FORMATS: &str = include_str!("quant_formats.wgsl");
-const DEQUANT: &str = include_str!("quant_dequant.wgsl");
-const MATVEC: &str = include_str!("quant_matvec.wgsl");
-const UNITS: &str = include_str!("quant_units.wgsl");
+const FORMATS: &str = include_str!("formats.wgsl");
+const DEQUANT: &str = include_str!("dequant.wgsl");
+const MATVEC: &str = include_str!("matvec.wgsl");
+const UNITS: &str = include_str!("units.wgsl");
 
 /// Rows of x per matvec workgroup.
 const ROWS: [u32; 4] = [1, 2, 4, 8];
@@ -372,7 +372,7 @@ pub(crate) fn qmatmul(
     if (n * k).max(m * k) + x_off > u32::MAX as usize {
         return Err(Error::Gpu { op, msg: format!("a ({n}, {k}) weight exceeds the 32-bit index range") });
     }
-    let sg_max = super::reduce::use_subgroups(&ctx).then_some(ctx.summary.subgroup_size.1);
+    let sg_max = crate::gpu::runtime::subgroups::use_subgroups(&ctx).then_some(ctx.summary.subgroup_size.1);
     let mut mv = Matvec::for_problem(qt, x.dtype, n, k, m, sg_max);
     if let Some(a) = &add {
         let fits = if mv.out16 { a.offset % 2 == 0 && a.row_stride % 2 == 0 } else { x.dtype == DType::F32 };
@@ -388,7 +388,7 @@ pub(crate) fn qmatmul(
         (x, x_off)
     } else {
         let l = crate::Layout::new(vec![m * k].into(), vec![1], x_off);
-        copy = crate::backend::BackendStorage::copy_contiguous(x, &l)?;
+        copy = GpuStorage::copy_contiguous(x, &l)?;
         (&copy, 0)
     };
     let dst = GpuStorage::alloc(&ctx, if mv.out16 { x.dtype } else { DType::F32 }, m * n)?;

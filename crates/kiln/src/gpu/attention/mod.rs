@@ -11,16 +11,16 @@
 //! launch fewer than about [`TARGET_GROUPS`] workgroups, and then merge the splits with the combine
 //! kernel.
 
-use super::kernels::render;
-use super::wgsl::{self, loader, PRELUDE};
-use super::GpuStorage;
+use crate::gpu::runtime::kernels::render;
+use crate::gpu::runtime::wgsl::{self, loader, PRELUDE};
+use crate::gpu::runtime::GpuStorage;
 use crate::op::AttentionParams;
 use crate::{DType, Error, Layout, Result};
 use std::fmt::Write;
 
-const FLASH: &str = include_str!("attention.wgsl");
-const DECODE: &str = include_str!("attention_decode.wgsl");
-const COMBINE: &str = include_str!("attention_combine.wgsl");
+const FLASH: &str = include_str!("flash.wgsl");
+const DECODE: &str = include_str!("decode.wgsl");
+const COMBINE: &str = include_str!("combine.wgsl");
 
 /// Query lengths up to this take the decode kernel.
 const DECODE_MAX_TQ: usize = 8;
@@ -683,7 +683,9 @@ pub(crate) fn attention(
     let (kernel, blocks, ndv, base, c) = if tq <= DECODE_MAX_TQ {
         let group = hq / hkv;
         let vec = granular(k, kl) && granular(v, vl);
-        let sg = super::reduce::use_subgroups(ctx) && ctx.summary.subgroup_size.0 >= 8 && decode_subgroups();
+        let sg = crate::gpu::runtime::subgroups::use_subgroups(ctx)
+            && ctx.summary.subgroup_size.0 >= 8
+            && decode_subgroups();
         let cfg = decode_config(d, dv, group * tq, vec, sg, limit).ok_or_else(too_small)?;
         let nrc = (group * tq).div_ceil(cfg.r);
         let base = b * hkv * nrc;

@@ -11,10 +11,11 @@
 //! - `sg`: workgroup reductions through subgroup operations (devices with `SUBGROUP`) or through
 //!   workgroup memory.
 
-use super::kernels::render;
-use super::reduce::{expand, use_subgroups};
-use super::wgsl::{self, loader, PRELUDE};
-use super::{BackendStorage, GpuContext, GpuStorage};
+use crate::gpu::runtime::kernels::render;
+use crate::gpu::runtime::subgroups::use_subgroups;
+use crate::gpu::runtime::wgsl::expand;
+use crate::gpu::runtime::wgsl::{self, loader, PRELUDE};
+use crate::gpu::runtime::{GpuContext, GpuStorage};
 use crate::{DType, Layout, Result};
 
 const SOFTMAX: &str = include_str!("softmax.wgsl");

@@ -25,7 +25,7 @@ pub fn copy_bandwidth(device: &Device, bytes: u64, runs: usize) -> Result<f64> {
         exec.dispatch(ctx, &kernel, &[dst.buffer.raw(), src.buffer.raw()], &[vecs as u32], groups)
     };
     // A second of copies first, so the GPU reaches its working clocks before anything is timed.
-    super::keep_busy(ctx, 1.0, record)?;
+    super::context::keep_busy(ctx, 1.0, record)?;
     let mut best = f64::INFINITY;
     for _ in 0..runs.max(1) {
         best = best.min(device.measure(record)?.seconds);

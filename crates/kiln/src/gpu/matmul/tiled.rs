@@ -2,13 +2,13 @@
 //! configurations and the generated, fully unrolled load / multiply / store code of one
 //! configuration, dtype and pair of operand layout modes.
 
-use super::kernels::render;
-use super::matmul::{vec_loader, Mode, BASES};
-use super::wgsl::{loader, PRELUDE};
+use super::problem::{vec_loader, Mode, BASES};
+use crate::gpu::runtime::kernels::render;
+use crate::gpu::runtime::wgsl::{loader, PRELUDE};
 use crate::DType;
 use std::fmt::Write;
 
-const TILED: &str = include_str!("matmul_tiled.wgsl");
+const TILED: &str = include_str!("tiled.wgsl");
 
 /// One tile configuration: a `bm x bn` output tile per workgroup, `bk`-deep slices of A and B in
 /// workgroup memory (double-buffered), a `tm x tn` micro-tile per invocation.

@@ -5,9 +5,10 @@
 //! submissions (a buffer recycled from the pool is never overwritten while earlier work still reads
 //! it), and readbacks copy into a reused MAP_READ staging buffer, submit, wait, and copy out.
 
-use super::context::GpuContext;
+use super::device::{read_mapped, write_mapped, Gpu};
+use super::exec::Exec;
 use super::pool::{size_class, GpuBuffer};
-use crate::{Error, Result};
+use crate::Result;
 use std::sync::Mutex;
 
 /// Staging buffers kept for readbacks, smallest first.
@@ -40,8 +41,8 @@ impl Staging {
 }
 
 /// Writes `bytes` at the start of `dst`.
-pub(crate) fn upload(ctx: &GpuContext, dst: &GpuBuffer, bytes: &[u8]) -> Result<()> {
-    let mut exec = ctx.exec.lock().unwrap_or_else(|e| e.into_inner());
+pub(crate) fn upload(ctx: &Gpu, exec: &Mutex<Exec>, dst: &GpuBuffer, bytes: &[u8]) -> Result<()> {
+    let mut exec = exec.lock().unwrap_or_else(|e| e.into_inner());
     exec.flush(ctx)?;
     if ctx.has(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS) {
         // The exec lock is held until the buffer is unmapped, so no work is recorded on it meanwhile.
@@ -62,7 +63,13 @@ pub(crate) fn upload(ctx: &GpuContext, dst: &GpuBuffer, bytes: &[u8]) -> Result<
 }
 
 /// The first `bytes` bytes of `src` (rounded up to 4 internally).
-pub(crate) fn download(ctx: &GpuContext, src: &GpuBuffer, bytes: u64) -> Result<Vec<u8>> {
+pub(crate) fn download(
+    ctx: &Gpu,
+    exec: &Mutex<Exec>,
+    staging: &Staging,
+    src: &GpuBuffer,
+    bytes: u64,
+) -> Result<Vec<u8>> {
     let padded = bytes.div_ceil(4) * 4;
     if padded == 0 {
         return Ok(Vec::new());
@@ -70,67 +77,21 @@ pub(crate) fn download(ctx: &GpuContext, src: &GpuBuffer, bytes: u64) -> Result<
     if ctx.has(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS) {
         // Unified memory: map the storage buffer itself, no staging copy. The exec lock is held
         // until it is unmapped, so no other thread records work on a mapped buffer.
-        let mut exec = ctx.exec.lock().unwrap_or_else(|e| e.into_inner());
+        let mut exec = exec.lock().unwrap_or_else(|e| e.into_inner());
         exec.flush(ctx)?;
         let mut out = read_mapped(ctx, src.raw(), padded)?;
         drop(exec);
         out.truncate(bytes as usize);
         return Ok(out);
     }
-    let staging = ctx.staging.take(&ctx.device, padded);
+    let buffer = staging.take(&ctx.device, padded);
     {
-        let mut exec = ctx.exec.lock().unwrap_or_else(|e| e.into_inner());
-        exec.copy(ctx, src.raw(), 0, &staging, 0, padded);
+        let mut exec = exec.lock().unwrap_or_else(|e| e.into_inner());
+        exec.copy(ctx, src.raw(), 0, &buffer, 0, padded);
         exec.flush(ctx)?;
     }
-    let mut out = read_mapped(ctx, &staging, padded)?;
-    ctx.staging.give(staging);
+    let mut out = read_mapped(ctx, &buffer, padded)?;
+    staging.give(buffer);
     out.truncate(bytes as usize);
-    Ok(out)
-}
-
-/// Maps a MAP_WRITE buffer, waits until the device is done with it, and writes `bytes` at its start
-/// (zero-padded to whole words).
-fn write_mapped(ctx: &GpuContext, buf: &wgpu::Buffer, bytes: &[u8]) -> Result<()> {
-    let padded = bytes.len().div_ceil(4) as u64 * 4;
-    if padded == 0 {
-        return Ok(());
-    }
-    let (tx, rx) = std::sync::mpsc::channel();
-    buf.map_async(wgpu::MapMode::Write, 0..padded, move |r| {
-        let _ = tx.send(r);
-    });
-    super::exec::wait(ctx, None)?;
-    let err = |e: String| Error::Gpu { op: "upload", msg: e };
-    rx.recv().map_err(|e| err(e.to_string()))?.map_err(|e| err(e.to_string()))?;
-    {
-        let mut view = buf.get_mapped_range_mut(0..padded).map_err(|e| err(e.to_string()))?;
-        if bytes.len() as u64 == padded {
-            view.copy_from_slice(bytes);
-        } else {
-            let mut words = bytes.to_vec();
-            words.resize(padded as usize, 0);
-            view.copy_from_slice(&words);
-        }
-    }
-    buf.unmap();
-    Ok(())
-}
-
-/// Maps a MAP_READ buffer whose copy has been submitted, waits, and copies `bytes` out.
-pub(crate) fn read_mapped(ctx: &GpuContext, buf: &wgpu::Buffer, bytes: u64) -> Result<Vec<u8>> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    buf.map_async(wgpu::MapMode::Read, 0..bytes, move |r| {
-        let _ = tx.send(r);
-    });
-    super::exec::wait(ctx, None)?;
-    rx.recv()
-        .map_err(|e| Error::Gpu { op: "readback", msg: e.to_string() })?
-        .map_err(|e| Error::Gpu { op: "readback", msg: e.to_string() })?;
-    let out = {
-        let view = buf.get_mapped_range(0..bytes).map_err(|e| Error::Gpu { op: "readback", msg: e.to_string() })?;
-        view.to_vec()
-    };
-    buf.unmap();
     Ok(out)
 }

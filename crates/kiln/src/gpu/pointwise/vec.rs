@@ -8,10 +8,10 @@
 //! invocation. `v` and `b` need the inner dim to be a multiple of `lanes`, so one invocation never
 //! crosses a row; cached inputs need offsets and outer strides that keep vector loads aligned.
 
-use super::wgsl::{self, ct, loader, PRELUDE};
+use crate::gpu::runtime::wgsl::{self, ct, loader, PRELUDE};
 use crate::DType;
 
-const TEMPLATE: &str = include_str!("elementwise_vec.wgsl");
+const TEMPLATE: &str = include_str!("vec.wgsl");
 
 /// Whether the vectorised path may be used (`KILN_EW_VEC=0` turns it off, for comparisons).
 pub(crate) fn enabled() -> bool {
@@ -57,7 +57,7 @@ pub(crate) fn plan(out: DType, dims: &[usize], inputs: &[(DType, usize, &[usize]
     Some(variants)
 }
 
-/// The WGSL of a vectorised elementwise kernel (see [`super::elementwise::source`] for `body`).
+/// The WGSL of a vectorised elementwise kernel (see [`super::source`] for `body`).
 pub(crate) fn source(variants: &str, inputs: &[DType], out: DType, body: &str, funcs: &str) -> String {
     let l = lanes(out);
     let (mut decls, mut caches, mut loaders, mut indexers, mut fill) =
@@ -107,7 +107,7 @@ pub(crate) fn source(variants: &str, inputs: &[DType], out: DType, body: &str, f
         }
     }
     let words: Vec<String> = (0..4).map(|k| word(out, k)).collect();
-    super::kernels::render(
+    crate::gpu::runtime::kernels::render(
         TEMPLATE,
         &[
             ("LANES", &l.to_string()),

@@ -1,9 +1,9 @@
 //! Which matmul kernel runs: plans, the fixed heuristic, the candidates autotune times, the K split
 //! of a plan, and the shape bucket autotune caches a winner under.
 
-use super::matmul::{is_float, Problem};
-use super::matmul_skinny::Skinny;
-use super::matmul_tiled::{Tile, TILES};
+use super::problem::{is_float, Problem};
+use super::skinny::Skinny;
+use super::tiled::{Tile, TILES};
 
 /// The kernel of a plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

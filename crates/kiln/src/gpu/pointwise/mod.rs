@@ -1,12 +1,21 @@
-//! Launching the elementwise kernels of `elementwise.wgsl`.
+//! The strided per-element launcher every family shares (the named shared piece above the runtime):
+//! `Elementwise` renders a kernel from `pointwise.wgsl` (or the vectorised `vec.wgsl` path, four
+//! output words per invocation) around a body that computes `value(e)` from `ld{i}(at{i}(e))`; and
+//! the data movement built on it: contiguous copies of strided views (`copy.rs` for whole units),
+//! dtype casts with the CPU's semantics, and `where`.
 
-use super::wgsl::{self, ct, loader, store_word, PRELUDE};
-use super::GpuStorage;
+pub(crate) mod copy;
+pub(crate) mod vec;
+
+use crate::cpu::CpuStorage;
+use crate::gpu::runtime::kernels::render;
+use crate::gpu::runtime::wgsl::{self, ct, loader, store_word, PRELUDE};
+use crate::gpu::runtime::GpuStorage;
 use crate::layout::collapse;
-use crate::op::{BinaryOp, CmpOp, UnaryOp};
 use crate::{DType, Error, Layout, Result};
+use half::{bf16, f16};
 
-const TEMPLATE: &str = include_str!("elementwise.wgsl");
+const TEMPLATE: &str = include_str!("pointwise.wgsl");
 const MAX_RANK: usize = 8;
 
 /// How an input is indexed.
@@ -45,7 +54,18 @@ pub(crate) struct Elementwise<'a> {
     pub raw: Option<usize>,
 }
 
-impl Elementwise<'_> {
+impl<'a> Elementwise<'a> {
+    /// A kernel over views of the output's shape, with no op constants and no scalar functions.
+    pub(crate) fn new(name: &str, inputs: Vec<(&'a GpuStorage, &'a Layout)>, out: DType, body: String) -> Self {
+        Elementwise { name: name.to_string(), inputs, out, body, funcs: "", consts: vec![], raw: None }
+    }
+
+    /// Adds the scalar functions (`FUNCS` of a family) that `body` calls.
+    pub(crate) fn with_funcs(mut self, funcs: &'static str) -> Self {
+        self.funcs = funcs;
+        self
+    }
+
     pub(crate) fn run(self) -> Result<GpuStorage> {
         let first = self.inputs[0].0;
         let ctx = first.ctx.clone();
@@ -71,21 +91,21 @@ impl Elementwise<'_> {
         let dtypes: Vec<DType> = inputs.iter().map(|(s, _)| s.dtype).collect();
         let dst = GpuStorage::alloc(&ctx, out, n)?;
         let vec_plan = match self.raw {
-            None if dst.buffer.raw().size().is_multiple_of(16) && super::elementwise_vec::enabled() => {
+            None if dst.buffer.raw().size().is_multiple_of(16) && vec::enabled() => {
                 let described: Vec<(DType, usize, &[usize], u64)> = inputs
                     .iter()
                     .zip(&cstrides)
                     .map(|((s, l), st)| (s.dtype, l.offset(), st.as_slice(), s.buffer.raw().size()))
                     .collect();
-                super::elementwise_vec::plan(out, &dims, &described)
+                vec::plan(out, &dims, &described)
             }
             _ => None,
         };
         let (kernel, threads) = match &vec_plan {
             Some(variants) => {
                 let key = format!("ewv:{}:{variants}:{}->{out}", self.name, dtype_list(&dtypes));
-                let src = || super::elementwise_vec::source(variants, &dtypes, out, &self.body, self.funcs);
-                (ctx.pipelines.get(&ctx, &key, inputs.len(), src)?, n.div_ceil(super::elementwise_vec::lanes(out)))
+                let src = || vec::source(variants, &dtypes, out, &self.body, self.funcs);
+                (ctx.pipelines.get(&ctx, &key, inputs.len(), src)?, n.div_ceil(vec::lanes(out)))
             }
             None => {
                 let variants: String = cstrides.iter().map(|s| variant(&dims, s)).collect();
@@ -146,7 +166,7 @@ pub(crate) fn source(variants: &str, inputs: &[DType], out: DType, body: &str, f
         inputs.iter().enumerate().map(|(i, &dt)| loader(&format!("ld{i}"), &format!("in{i}"), dt)).collect();
     let indexers: String = variants.chars().enumerate().map(|(i, v)| indexer(i, v)).collect();
     let (store, _) = store_word(out, 0);
-    super::kernels::render(
+    render(
         TEMPLATE,
         &[
             ("INPUTS", &decls),
@@ -162,22 +182,8 @@ pub(crate) fn source(variants: &str, inputs: &[DType], out: DType, body: &str, f
     )
 }
 
-pub(crate) fn unary_body(op: UnaryOp, dt: DType) -> String {
-    format!("let x = ld0(at0(e)); return {};", unary_expr(op, ct(dt)))
-}
-
-pub(crate) fn binary_body(op: BinaryOp, dt: DType) -> String {
-    format!("let a = ld0(at0(e)); let b = ld1(at1(e)); return {};", binary_expr(op, ct(dt)))
-}
-
-pub(crate) fn cmp_body(op: CmpOp) -> String {
-    format!("let a = ld0(at0(e)); let b = ld1(at1(e)); return select(0u, 1u, {});", cmp_expr(op))
-}
-
 pub(crate) const WHERE_BODY: &str = "return select(ld2(at2(e)), ld1(at1(e)), ld0(at0(e)) != 0u);";
 pub(crate) const COPY_BODY: &str = "return ld0(at0(e));";
-pub(crate) const SILU_MUL_BODY: &str = "let a = ld0(at0(e)); let b = ld1(at1(e)); return silu_(a) * b;";
-
 pub(crate) fn cast_body(from: DType, to: DType) -> String {
     match (from, to) {
         // Read both words of an i64 so values beyond 32 bits convert exactly.
@@ -213,175 +219,6 @@ fn wide_cast(from: DType) -> String {
     }
 }
 
-/// Scalar functions used by op expressions.
-pub(crate) const FUNCS: &str = r#"
-// tanh, silu, gelu and erfc are the CPU's formulas (cpu/math.rs), so both backends round alike: tanh as
-// 1 - 2 / (e^2|x| + 1) (not (1 - t) / (1 + t), which reaches +-1 an ulp early and turns a float-to-int
-// cast of tanh(9) into 1 where the CPU gives 0); gelu as x * sigmoid(2u) and 0.5 x erfc(-x / sqrt 2),
-// which keep the tiny negative tail that 1 + tanh / 1 + erf cancel to 0; and f(-inf) = -0 for silu and
-// both gelus (the limit, where the plain formula gives -inf / inf = NaN).
-fn is_neg_inf(x: f32) -> bool { return bitcast<u32>(x) == 0xff800000u; }
-fn tanh_(x: f32) -> f32 {
-    let a = abs(x);
-    let z = x * x;
-    let small = ((((-5.7049887e-3 * z + 2.0639089e-2) * z - 5.3739716e-2) * z + 1.3331442e-1) * z - 3.3333282e-1) * z * x + x;
-    let large = 1.0 - 2.0 / (exp(2.0 * a) + 1.0);
-    if (is_nan(x)) { return x; }
-    return select(select(-large, large, x >= 0.0), small, a < 0.625);
-}
-fn erfc_abs_(a: f32) -> f32 {
-    let t = 1.0 / (1.0 + 0.5 * a);
-    let p = -1.2655122 + t * (1.0000237 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806 + t * (0.27886807
-        + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))));
-    return t * exp(-a * a + p);
-}
-fn erf_small_(x: f32) -> f32 {
-    let z = x * x;
-    let p = ((((-1.0 / 1320.0 * z + 1.0 / 216.0) * z - 1.0 / 42.0) * z + 0.1) * z - 1.0 / 3.0) * z + 1.0;
-    return x * p * 1.1283791670955126;
-}
-fn erfc_(x: f32) -> f32 {
-    let e = erfc_abs_(abs(x));
-    return select(select(e, 2.0 - e, x < 0.0), 1.0 - erf_small_(x), abs(x) < 0.5);
-}
-// sin and cos after a Cody-Waite reduction by 2 pi (6.28125 + 1.9353072e-3, the first part exact in a
-// product with k < 2^16): Vulkan and Metal promise sin/cos accuracy only inside [-pi, pi], and NVIDIA's
-// sin(1e5) is 0.0429 where the CPU's is 0.0357. Accurate to ~1e-6 for |x| <= 1e5; +-inf and NaN give NaN.
-fn reduce_2pi_(x: f32) -> f32 { let k = round(x * 0.15915494309189535); return (x - k * 6.28125) - k * 1.9353071795864769e-3; }
-fn sin_(x: f32) -> f32 { return sin(reduce_2pi_(x)); }
-fn cos_(x: f32) -> f32 { return cos(reduce_2pi_(x)); }
-// relu on the bits: NVIDIA's compiler turns select(x, 0, x < 0) into max(x, 0), which drops NaN
-// (relu(NaN) gave 0 on the H100, NaN on the CPU). Negative means sign bit set, not -0, not NaN.
-fn relu_(x: f32) -> f32 { let b = bitcast<u32>(x); return select(x, 0.0, b > 0x80000000u && b <= 0xff800000u); }
-fn silu_(x: f32) -> f32 { return select(x / (1.0 + exp(-x)), -0.0, is_neg_inf(x)); }
-fn gelu_tanh_(x: f32) -> f32 {
-    let u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
-    return select(x / (1.0 + exp(-2.0 * u)), -0.0, is_neg_inf(x));
-}
-fn gelu_erf_(x: f32) -> f32 { return select(0.5 * x * erfc_(-x * 0.7071067811865476), -0.0, is_neg_inf(x)); }
-fn powf_(a: f32, b: f32) -> f32 {
-    if (b == 0.0 || a == 1.0) { return 1.0; }
-    if (is_nan(a) || is_nan(b)) { return nan_f32(); }
-    if (a == 0.0) {
-        // C's pow: +-0 to a positive power is 0, to a negative one inf, the sign kept for odd integer
-        // powers (log2(0) is not -inf on every driver: lavapipe gave pow(0, -1) = 0).
-        let mag = select(0.0, inf_f32(), b < 0.0);
-        let odd = floor(b) == b && floor(b * 0.5) != b * 0.5;
-        return select(mag, -mag, odd && (bitcast<u32>(a) >> 31u) == 1u);
-    }
-    let r = exp2(b * log2(abs(a)));
-    if (a < 0.0) {
-        if (floor(b) != b) { return nan_f32(); }
-        if (floor(b * 0.5) != b * 0.5) { return -r; }
-    }
-    return r;
-}
-fn powi_(a: i32, b: i32) -> i32 {
-    if (b < 0) { if (a == 1) { return 1; } if (a == -1) { return select(1, -1, (b & 1) == 1); } return 0; }
-    var r = 1; var base = a; var k = b;
-    while (k > 0) { if ((k & 1) == 1) { r *= base; } base *= base; k = k >> 1u; }
-    return r;
-}
-fn powu_(a: u32, b: u32) -> u32 {
-    var r = 1u; var base = a; var k = b;
-    while (k > 0u) { if ((k & 1u) == 1u) { r *= base; } base *= base; k = k >> 1u; }
-    return r;
-}
-fn maxf_(a: f32, b: f32) -> f32 { if (is_nan(a)) { return a; } if (is_nan(b)) { return b; } return max(a, b); }
-fn minf_(a: f32, b: f32) -> f32 { if (is_nan(a)) { return a; } if (is_nan(b)) { return b; } return min(a, b); }
-fn log_(x: f32) -> f32 { if (x == 0.0) { return -inf_f32(); } if (x < 0.0) { return nan_f32(); } return log(x); }
-fn sqrt_(x: f32) -> f32 { if (x < 0.0) { return nan_f32(); } return sqrt(x); }
-"#;
-
-/// The WGSL expression of a unary op on `x` of compute type `t`; `c0`, `c1` are the op constants.
-pub(crate) fn unary_expr(op: UnaryOp, t: &str) -> String {
-    let f = t == "f32";
-    let u = t == "u32";
-    match op {
-        UnaryOp::Neg => if u { "0u - x" } else { "-x" }.into(),
-        UnaryOp::Abs => if u { "x" } else { "abs(x)" }.into(),
-        UnaryOp::Sign => {
-            if f {
-                "select(sign(x), x, is_nan(x))"
-            } else if u {
-                "select(0u, 1u, x > 0u)"
-            } else {
-                "sign(x)"
-            }
-        }
-        .into(),
-        UnaryOp::Sqrt => "sqrt_(x)".into(),
-        UnaryOp::Rsqrt => "1.0 / sqrt_(x)".into(),
-        UnaryOp::Exp => "exp(x)".into(),
-        UnaryOp::Log => "log_(x)".into(),
-        UnaryOp::Sin => "sin_(x)".into(),
-        UnaryOp::Cos => "cos_(x)".into(),
-        UnaryOp::Tanh => "tanh_(x)".into(),
-        UnaryOp::Square => "x * x".into(),
-        UnaryOp::Recip => "1.0 / x".into(),
-        UnaryOp::Floor => if f { "floor(x)" } else { "x" }.into(),
-        UnaryOp::Ceil => if f { "ceil(x)" } else { "x" }.into(),
-        UnaryOp::Round => if f { "round(x)" } else { "x" }.into(),
-        UnaryOp::Relu => {
-            if f {
-                "relu_(x)"
-            } else if u {
-                "x"
-            } else {
-                "max(x, 0)"
-            }
-        }
-        .into(),
-        UnaryOp::Sigmoid => "1.0 / (1.0 + exp(-x))".into(),
-        UnaryOp::Silu => "silu_(x)".into(),
-        UnaryOp::GeluTanh => "gelu_tanh_(x)".into(),
-        UnaryOp::GeluErf => "gelu_erf_(x)".into(),
-        UnaryOp::Not => "select(0u, 1u, x == 0u)".into(),
-        UnaryOp::Clamp { .. } => {
-            let lo = format!("bitcast<{t}>(p[37])");
-            let hi = format!("bitcast<{t}>(p[38])");
-            if f {
-                format!("select(min(max(x, {lo}), {hi}), x, is_nan(x))")
-            } else {
-                format!("min(max(x, {lo}), {hi})")
-            }
-        }
-    }
-}
-
-/// The WGSL expression of a binary op on `a`, `b` of compute type `t`.
-pub(crate) fn binary_expr(op: BinaryOp, t: &str) -> String {
-    match op {
-        BinaryOp::Add => "a + b".into(),
-        BinaryOp::Sub => "a - b".into(),
-        BinaryOp::Mul => "a * b".into(),
-        BinaryOp::Div => "a / b".into(),
-        BinaryOp::Pow => match t {
-            "f32" => "powf_(a, b)",
-            "i32" => "powi_(a, b)",
-            _ => "powu_(a, b)",
-        }
-        .into(),
-        BinaryOp::Maximum => if t == "f32" { "maxf_(a, b)" } else { "max(a, b)" }.into(),
-        BinaryOp::Minimum => if t == "f32" { "minf_(a, b)" } else { "min(a, b)" }.into(),
-        BinaryOp::And => "a & b".into(),
-        BinaryOp::Or => "a | b".into(),
-    }
-}
-
-pub(crate) fn cmp_expr(op: CmpOp) -> &'static str {
-    match op {
-        CmpOp::Eq => "a == b",
-        // Written as !(a == b): NaN is unequal to everything on every backend, whatever ordered or
-        // unordered comparison a shader compiler picks for `!=`.
-        CmpOp::Ne => "!(a == b)",
-        CmpOp::Lt => "a < b",
-        CmpOp::Le => "a <= b",
-        CmpOp::Gt => "a > b",
-        CmpOp::Ge => "a >= b",
-    }
-}
-
 /// The WGSL expression converting `x` (compute type of `from`) to the compute type of `to`, with the
 /// CPU's semantics: floats to integers truncate toward zero and saturate, NaN gives 0; integers to
 /// narrower integers wrap; anything nonzero is `true`.
@@ -406,5 +243,57 @@ pub(crate) fn cast_expr(from: DType, to: DType) -> String {
         ("i32", _) if ti == "u32" => "bitcast<u32>(x)".into(),
         ("u32", _) if ti == "i32" => "bitcast<i32>(x)".into(),
         (_, _) => format!("{ti}(x)"),
+    }
+}
+
+impl GpuStorage {
+    /// A contiguous copy of the view `l`: whole units where rows allow, else element by element.
+    pub(crate) fn copy_contiguous(&self, l: &Layout) -> Result<GpuStorage> {
+        // Strided views that keep whole words together copy in words or 16-byte units.
+        if !l.is_contiguous() {
+            if let Some(s) = copy::copy_strided(self, l)? {
+                return Ok(s);
+            }
+        }
+        Elementwise::new("copy", vec![(self, l)], self.dtype, COPY_BODY.into()).run()
+    }
+
+    /// The view `l` converted to `dtype` with the CPU's semantics.
+    pub(crate) fn cast(&self, l: &Layout, dtype: DType) -> Result<GpuStorage> {
+        wgsl::check_dtype("cast", dtype)?;
+        Elementwise::new("cast", vec![(self, l)], dtype, cast_body(self.dtype, dtype)).run()
+    }
+
+    /// Converts a 4-byte compute-type result (f32/i32/u32) into `dtype` when they differ.
+    pub(crate) fn finish(self, dtype: DType) -> Result<GpuStorage> {
+        if self.dtype == dtype {
+            return Ok(self);
+        }
+        let l = Layout::contiguous(self.len);
+        self.cast(&l, dtype)
+    }
+
+    /// The view `l` as host data.
+    pub(crate) fn to_cpu(&self, l: &Layout) -> Result<CpuStorage> {
+        let c;
+        let src = if l.is_contiguous() && l.offset() == 0 {
+            self
+        } else {
+            c = self.copy_contiguous(l)?;
+            &c
+        };
+        let n = l.elem_count();
+        let bytes = self.ctx.download(&src.buffer, (n * self.dtype.size_in_bytes()) as u64)?;
+        Ok(match self.dtype {
+            DType::F32 => CpuStorage::F32(bytemuck::pod_collect_to_vec(&bytes)),
+            DType::F16 => CpuStorage::F16(bytemuck::pod_collect_to_vec::<u8, f16>(&bytes)),
+            DType::BF16 => CpuStorage::BF16(bytemuck::pod_collect_to_vec::<u8, bf16>(&bytes)),
+            DType::I32 => CpuStorage::I32(bytemuck::pod_collect_to_vec(&bytes)),
+            DType::U32 => CpuStorage::U32(bytemuck::pod_collect_to_vec(&bytes)),
+            DType::I64 => CpuStorage::I64(bytemuck::pod_collect_to_vec(&bytes)),
+            DType::U8 => CpuStorage::U8(bytes),
+            DType::Bool => CpuStorage::Bool(bytes.iter().map(|&b| b != 0).collect()),
+            DType::F64 => return Err(wgsl::check_dtype("to_cpu", DType::F64).unwrap_err()),
+        })
     }
 }

@@ -17,92 +17,24 @@
 //! Float cumsum is a block scan (`cumsum.wgsl`): segments scan blocks of a row in workgroup memory;
 //! rows longer than one block scan the block totals (recursively) and add them in a last pass.
 
-use super::kernels::render;
-use super::wgsl::{self, loader, PRELUDE};
-use super::{compute_dtype, BackendStorage, GpuContext, GpuStorage};
+use crate::backend::BackendStorage;
 use crate::cpu::CpuStorage;
+use crate::gpu::runtime::kernels::render;
+use crate::gpu::runtime::storage::compute_dtype;
+use crate::gpu::runtime::subgroups::use_subgroups;
+use crate::gpu::runtime::wgsl::{self, expand, loader, pack_elems, pack_loader, vec_dtype, PRELUDE};
+use crate::gpu::runtime::{GpuContext, GpuStorage};
 use crate::op::ReduceOp;
 use crate::{DType, Layout, Result};
-use std::cell::Cell;
 
-const ROWS: &str = include_str!("reduce.wgsl");
-const COLS: &str = include_str!("reduce_cols.wgsl");
+const ROWS: &str = include_str!("rows.wgsl");
+const COLS: &str = include_str!("cols.wgsl");
 const CUMSUM: &str = include_str!("cumsum.wgsl");
 
 /// Workgroups a split reduction aims for: several waves on the largest GPUs.
 const TARGET_GROUPS: usize = 4096;
 /// Loop iterations per invocation stay below this (lavapipe caps loops at 65535 iterations).
 const MAX_TRIPS: usize = 16384;
-
-thread_local! {
-    static NO_SUBGROUPS: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Whether kernels chosen on this thread may use subgroup operations.
-pub(crate) fn use_subgroups(ctx: &GpuContext) -> bool {
-    ctx.has(wgpu::Features::SUBGROUP) && !NO_SUBGROUPS.with(|c| c.get())
-}
-
-/// Runs `f` with the workgroup-memory variants instead of the subgroup ones (on this thread), so
-/// that tests cover both on devices with subgroups.
-#[cfg(test)]
-pub(crate) fn without_subgroups<R>(f: impl FnOnce() -> R) -> R {
-    struct Reset(bool);
-    impl Drop for Reset {
-        fn drop(&mut self) {
-            NO_SUBGROUPS.with(|c| c.set(self.0));
-        }
-    }
-    let _reset = Reset(NO_SUBGROUPS.with(|c| c.replace(true)));
-    f()
-}
-
-/// Dtypes read a 16-byte pack at a time by the `VEC` variants.
-pub(crate) fn vec_dtype(dt: DType) -> bool {
-    matches!(dt, DType::F32 | DType::I32 | DType::U32 | DType::F16 | DType::BF16)
-}
-
-/// Elements in a 16-byte pack of `dt`.
-pub(crate) fn pack_elems(dt: DType) -> usize {
-    4 * wgsl::per_word(dt)
-}
-
-/// `loader(name, .., dt)` reading words through `rd(i)` (inputs bound as `array<vec4<u32>>`).
-pub(crate) fn pack_loader(name: &str, dt: DType) -> String {
-    let text = loader(name, "\u{1}", dt);
-    let mut out = String::new();
-    let mut rest = text.as_str();
-    while let Some(at) = rest.find("\u{1}[") {
-        out.push_str(&rest[..at]);
-        let tail = &rest[at + 2..];
-        let end = tail.find(']').expect("loader indexes with brackets");
-        out.push_str(&format!("rd({})", &tail[..end]));
-        rest = &tail[end + 1..];
-    }
-    out.push_str(rest);
-    out
-}
-
-/// The vec4 values (in element order) of the 16-byte pack `w` of `dt`, in its compute type.
-pub(crate) fn expand(dt: DType, w: &str) -> Vec<String> {
-    let bf = |a: &str, b: &str| {
-        format!(
-            "vec4<f32>(bitcast<f32>({w}.{a} << 16u), bitcast<f32>({w}.{a} & 0xffff0000u), \
-             bitcast<f32>({w}.{b} << 16u), bitcast<f32>({w}.{b} & 0xffff0000u))"
-        )
-    };
-    match dt {
-        DType::F32 => vec![format!("bitcast<vec4<f32>>({w})")],
-        DType::I32 => vec![format!("bitcast<vec4<i32>>({w})")],
-        DType::U32 => vec![w.to_string()],
-        DType::F16 => vec![
-            format!("vec4<f32>(unpack2x16float({w}.x), unpack2x16float({w}.y))"),
-            format!("vec4<f32>(unpack2x16float({w}.z), unpack2x16float({w}.w))"),
-        ],
-        DType::BF16 => vec![bf("x", "y"), bf("z", "w")],
-        _ => unreachable!("{dt} is not read in packs"),
-    }
-}
 
 fn is_arg(op: ReduceOp) -> bool {
     matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin)

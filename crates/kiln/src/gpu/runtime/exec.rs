@@ -7,11 +7,10 @@
 //! chain is recorded, and a chain still takes few submissions. Never once per op, and the host never
 //! waits except for a readback.
 
-use super::context::GpuContext;
+use super::device::{wait, Gpu};
 use super::kernels::{Kernel, Pipelines, PARAM_WORDS};
 use super::profile::{Profiler, Span};
 use crate::{Error, Result};
-use std::time::Instant;
 
 /// Dispatches per batch (arena slots).
 const SLOTS: usize = 512;
@@ -44,10 +43,12 @@ pub(crate) struct Exec {
     /// The open timing span of `Device::measure`, if any.
     span: Option<Span>,
     bind_groups: BindGroups,
+    /// The layout of the params arena's bind group (group 1 of every kernel).
+    params_layout: wgpu::BindGroupLayout,
 }
 
 impl Exec {
-    pub(crate) fn new(device: &wgpu::Device, limits: &wgpu::Limits, _p: &Pipelines) -> Exec {
+    pub(crate) fn new(device: &wgpu::Device, limits: &wgpu::Limits, pipelines: &Pipelines) -> Exec {
         let align = limits.min_storage_buffer_offset_alignment.max(256) as usize;
         Exec {
             encoder: None,
@@ -62,10 +63,11 @@ impl Exec {
             profiler: Profiler::new(device),
             span: None,
             bind_groups: BindGroups::new(),
+            params_layout: pipelines.params_layout.clone(),
         }
     }
 
-    fn begin(&mut self, ctx: &GpuContext) {
+    fn begin(&mut self, ctx: &Gpu) {
         if self.encoder.is_none() {
             self.encoder =
                 Some(ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("kiln") }));
@@ -80,7 +82,7 @@ impl Exec {
             });
             let group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: Some("kiln params"),
-                layout: &ctx.pipelines.params_layout,
+                layout: &self.params_layout,
                 entries: &[wgpu::BindGroupEntry {
                     binding: 0,
                     resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
@@ -98,7 +100,7 @@ impl Exec {
     /// Records one dispatch of `kernel` over `groups` workgroups with `buffers` (output first).
     pub(crate) fn dispatch(
         &mut self,
-        ctx: &GpuContext,
+        ctx: &Gpu,
         kernel: &Kernel,
         buffers: &[&wgpu::Buffer],
         params: &[u32],
@@ -158,7 +160,7 @@ impl Exec {
     }
 
     /// The bind group of `buffers` for `kernel`, reused when all buffers are small.
-    fn bind_group(&mut self, ctx: &GpuContext, kernel: &Kernel, buffers: &[&wgpu::Buffer]) -> wgpu::BindGroup {
+    fn bind_group(&mut self, ctx: &Gpu, kernel: &Kernel, buffers: &[&wgpu::Buffer]) -> wgpu::BindGroup {
         let create = || {
             let entries: Vec<wgpu::BindGroupEntry> = buffers
                 .iter()
@@ -194,7 +196,7 @@ impl Exec {
     /// Records a buffer-to-buffer copy (ends the open compute pass).
     pub(crate) fn copy(
         &mut self,
-        ctx: &GpuContext,
+        ctx: &Gpu,
         src: &wgpu::Buffer,
         src_off: u64,
         dst: &wgpu::Buffer,
@@ -208,7 +210,7 @@ impl Exec {
 
     /// Submits the pending batch (without waiting) and returns its submission index. The next batch
     /// is submitted after `FIRST_FLUSH` dispatches (callers flush before they wait, or upload).
-    pub(crate) fn flush(&mut self, ctx: &GpuContext) -> Result<Option<wgpu::SubmissionIndex>> {
+    pub(crate) fn flush(&mut self, ctx: &Gpu) -> Result<Option<wgpu::SubmissionIndex>> {
         self.pass = None;
         self.flush_at = FIRST_FLUSH;
         let Some(encoder) = self.encoder.take() else { return Ok(None) };
@@ -231,7 +233,7 @@ impl Exec {
     }
 
     /// Starts timing the work recorded from now on (after submitting what is pending).
-    pub(crate) fn begin_span(&mut self, ctx: &GpuContext) -> Result<()> {
+    pub(crate) fn begin_span(&mut self, ctx: &Gpu) -> Result<()> {
         self.flush(ctx)?;
         let has_ts = ctx.has(wgpu::Features::TIMESTAMP_QUERY) && !self.profiler.enabled();
         self.span = Some(Span::new(&ctx.device, has_ts));
@@ -240,7 +242,7 @@ impl Exec {
 
     /// Submits the span's work, waits for it, and returns its GPU time in seconds (`None` when the
     /// device cannot time it with timestamps).
-    pub(crate) fn end_span(&mut self, ctx: &GpuContext) -> Result<Option<f64>> {
+    pub(crate) fn end_span(&mut self, ctx: &Gpu) -> Result<Option<f64>> {
         self.flush(ctx)?;
         match self.span.take() {
             Some(span) => span.finish(ctx),
@@ -249,31 +251,8 @@ impl Exec {
     }
 
     /// Submits pending work and waits until the device is idle.
-    pub(crate) fn synchronize(&mut self, ctx: &GpuContext) -> Result<()> {
+    pub(crate) fn synchronize(&mut self, ctx: &Gpu) -> Result<()> {
         self.flush(ctx)?;
         wait(ctx, None)
     }
-}
-
-/// Blocks until the queue has finished `index` (or everything), at most the context's wait limit
-/// (`Device::set_wait_timeout`, `KILN_GPU_TIMEOUT`). Past it the device is declared lost: work that
-/// runs that long is a hung kernel, the state of the queue is unknown, and on real GPUs the driver
-/// resets the device anyway. Every later op fails with `DeviceLost`; `Device::gpu()` opens a fresh one.
-pub(crate) fn wait(ctx: &GpuContext, index: Option<wgpu::SubmissionIndex>) -> Result<()> {
-    ctx.check()?;
-    let start = Instant::now();
-    let limit = ctx.wait_timeout();
-    let r = ctx.device.poll(wgpu::PollType::Wait { submission_index: index, timeout: Some(limit) });
-    if let Err(e) = r {
-        let why = match e {
-            wgpu::PollError::Timeout => {
-                format!(
-                    "the GPU did not finish its work within the wait limit of {limit:?} (a kernel that runs too long?)"
-                )
-            }
-            e => format!("waiting for the GPU failed after {:?}: {e}", start.elapsed()),
-        };
-        ctx.mark_lost(why);
-    }
-    ctx.check()
 }

@@ -3,14 +3,14 @@
 //! are the fast axis), `matmul_skinny_k.wgsl` when B is read along k. Both stream B exactly once per
 //! block of up to 8 rows and split K over workgroups to fill the GPU.
 
-use super::kernels::render;
-use super::matmul::{vec_loader, Mode, Problem, BASES};
-use super::wgsl::{loader, PRELUDE};
+use super::problem::{vec_loader, Mode, Problem, BASES};
+use crate::gpu::runtime::kernels::render;
+use crate::gpu::runtime::wgsl::{loader, PRELUDE};
 use crate::DType;
 use std::fmt::Write;
 
-const SKINNY_N: &str = include_str!("matmul_skinny_n.wgsl");
-const SKINNY_K: &str = include_str!("matmul_skinny_k.wgsl");
+const SKINNY_N: &str = include_str!("skinny_n.wgsl");
+const SKINNY_K: &str = include_str!("skinny_k.wgsl");
 
 /// One skinny kernel variant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,191 @@
+//! The elementwise ops: the bodies and WGSL expressions of unary, binary and comparison ops (and
+//! `silu_mul`), launched through the shared pointwise launcher; RoPE in `rope.rs`.
+
+pub(crate) mod rope;
+
+use crate::gpu::runtime::wgsl::ct;
+use crate::op::{BinaryOp, CmpOp, UnaryOp};
+use crate::DType;
+
+pub(crate) fn unary_body(op: UnaryOp, dt: DType) -> String {
+    format!("let x = ld0(at0(e)); return {};", unary_expr(op, ct(dt)))
+}
+
+pub(crate) fn binary_body(op: BinaryOp, dt: DType) -> String {
+    format!("let a = ld0(at0(e)); let b = ld1(at1(e)); return {};", binary_expr(op, ct(dt)))
+}
+
+pub(crate) fn cmp_body(op: CmpOp) -> String {
+    format!("let a = ld0(at0(e)); let b = ld1(at1(e)); return select(0u, 1u, {});", cmp_expr(op))
+}
+
+pub(crate) const SILU_MUL_BODY: &str = "let a = ld0(at0(e)); let b = ld1(at1(e)); return silu_(a) * b;";
+
+/// Scalar functions used by op expressions.
+pub(crate) const FUNCS: &str = r#"
+// tanh, silu, gelu and erfc are the CPU's formulas (cpu/math.rs), so both backends round alike: tanh as
+// 1 - 2 / (e^2|x| + 1) (not (1 - t) / (1 + t), which reaches +-1 an ulp early and turns a float-to-int
+// cast of tanh(9) into 1 where the CPU gives 0); gelu as x * sigmoid(2u) and 0.5 x erfc(-x / sqrt 2),
+// which keep the tiny negative tail that 1 + tanh / 1 + erf cancel to 0; and f(-inf) = -0 for silu and
+// both gelus (the limit, where the plain formula gives -inf / inf = NaN).
+fn is_neg_inf(x: f32) -> bool { return bitcast<u32>(x) == 0xff800000u; }
+fn tanh_(x: f32) -> f32 {
+    let a = abs(x);
+    let z = x * x;
+    let small = ((((-5.7049887e-3 * z + 2.0639089e-2) * z - 5.3739716e-2) * z + 1.3331442e-1) * z - 3.3333282e-1) * z * x + x;
+    let large = 1.0 - 2.0 / (exp(2.0 * a) + 1.0);
+    if (is_nan(x)) { return x; }
+    return select(select(-large, large, x >= 0.0), small, a < 0.625);
+}
+fn erfc_abs_(a: f32) -> f32 {
+    let t = 1.0 / (1.0 + 0.5 * a);
+    let p = -1.2655122 + t * (1.0000237 + t * (0.37409196 + t * (0.09678418 + t * (-0.18628806 + t * (0.27886807
+        + t * (-1.13520398 + t * (1.48851587 + t * (-0.82215223 + t * 0.17087277))))))));
+    return t * exp(-a * a + p);
+}
+fn erf_small_(x: f32) -> f32 {
+    let z = x * x;
+    let p = ((((-1.0 / 1320.0 * z + 1.0 / 216.0) * z - 1.0 / 42.0) * z + 0.1) * z - 1.0 / 3.0) * z + 1.0;
+    return x * p * 1.1283791670955126;
+}
+fn erfc_(x: f32) -> f32 {
+    let e = erfc_abs_(abs(x));
+    return select(select(e, 2.0 - e, x < 0.0), 1.0 - erf_small_(x), abs(x) < 0.5);
+}
+// sin and cos after a Cody-Waite reduction by 2 pi (6.28125 + 1.9353072e-3, the first part exact in a
+// product with k < 2^16): Vulkan and Metal promise sin/cos accuracy only inside [-pi, pi], and NVIDIA's
+// sin(1e5) is 0.0429 where the CPU's is 0.0357. Accurate to ~1e-6 for |x| <= 1e5; +-inf and NaN give NaN.
+fn reduce_2pi_(x: f32) -> f32 { let k = round(x * 0.15915494309189535); return (x - k * 6.28125) - k * 1.9353071795864769e-3; }
+fn sin_(x: f32) -> f32 { return sin(reduce_2pi_(x)); }
+fn cos_(x: f32) -> f32 { return cos(reduce_2pi_(x)); }
+// relu on the bits: NVIDIA's compiler turns select(x, 0, x < 0) into max(x, 0), which drops NaN
+// (relu(NaN) gave 0 on the H100, NaN on the CPU). Negative means sign bit set, not -0, not NaN.
+fn relu_(x: f32) -> f32 { let b = bitcast<u32>(x); return select(x, 0.0, b > 0x80000000u && b <= 0xff800000u); }
+fn silu_(x: f32) -> f32 { return select(x / (1.0 + exp(-x)), -0.0, is_neg_inf(x)); }
+fn gelu_tanh_(x: f32) -> f32 {
+    let u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+    return select(x / (1.0 + exp(-2.0 * u)), -0.0, is_neg_inf(x));
+}
+fn gelu_erf_(x: f32) -> f32 { return select(0.5 * x * erfc_(-x * 0.7071067811865476), -0.0, is_neg_inf(x)); }
+fn powf_(a: f32, b: f32) -> f32 {
+    if (b == 0.0 || a == 1.0) { return 1.0; }
+    if (is_nan(a) || is_nan(b)) { return nan_f32(); }
+    if (a == 0.0) {
+        // C's pow: +-0 to a positive power is 0, to a negative one inf, the sign kept for odd integer
+        // powers (log2(0) is not -inf on every driver: lavapipe gave pow(0, -1) = 0).
+        let mag = select(0.0, inf_f32(), b < 0.0);
+        let odd = floor(b) == b && floor(b * 0.5) != b * 0.5;
+        return select(mag, -mag, odd && (bitcast<u32>(a) >> 31u) == 1u);
+    }
+    let r = exp2(b * log2(abs(a)));
+    if (a < 0.0) {
+        if (floor(b) != b) { return nan_f32(); }
+        if (floor(b * 0.5) != b * 0.5) { return -r; }
+    }
+    return r;
+}
+fn powi_(a: i32, b: i32) -> i32 {
+    if (b < 0) { if (a == 1) { return 1; } if (a == -1) { return select(1, -1, (b & 1) == 1); } return 0; }
+    var r = 1; var base = a; var k = b;
+    while (k > 0) { if ((k & 1) == 1) { r *= base; } base *= base; k = k >> 1u; }
+    return r;
+}
+fn powu_(a: u32, b: u32) -> u32 {
+    var r = 1u; var base = a; var k = b;
+    while (k > 0u) { if ((k & 1u) == 1u) { r *= base; } base *= base; k = k >> 1u; }
+    return r;
+}
+fn maxf_(a: f32, b: f32) -> f32 { if (is_nan(a)) { return a; } if (is_nan(b)) { return b; } return max(a, b); }
+fn minf_(a: f32, b: f32) -> f32 { if (is_nan(a)) { return a; } if (is_nan(b)) { return b; } return min(a, b); }
+fn log_(x: f32) -> f32 { if (x == 0.0) { return -inf_f32(); } if (x < 0.0) { return nan_f32(); } return log(x); }
+fn sqrt_(x: f32) -> f32 { if (x < 0.0) { return nan_f32(); } return sqrt(x); }
+"#;
+
+/// The WGSL expression of a unary op on `x` of compute type `t`; `c0`, `c1` are the op constants.
+pub(crate) fn unary_expr(op: UnaryOp, t: &str) -> String {
+    let f = t == "f32";
+    let u = t == "u32";
+    match op {
+        UnaryOp::Neg => if u { "0u - x" } else { "-x" }.into(),
+        UnaryOp::Abs => if u { "x" } else { "abs(x)" }.into(),
+        UnaryOp::Sign => {
+            if f {
+                "select(sign(x), x, is_nan(x))"
+            } else if u {
+                "select(0u, 1u, x > 0u)"
+            } else {
+                "sign(x)"
+            }
+        }
+        .into(),
+        UnaryOp::Sqrt => "sqrt_(x)".into(),
+        UnaryOp::Rsqrt => "1.0 / sqrt_(x)".into(),
+        UnaryOp::Exp => "exp(x)".into(),
+        UnaryOp::Log => "log_(x)".into(),
+        UnaryOp::Sin => "sin_(x)".into(),
+        UnaryOp::Cos => "cos_(x)".into(),
+        UnaryOp::Tanh => "tanh_(x)".into(),
+        UnaryOp::Square => "x * x".into(),
+        UnaryOp::Recip => "1.0 / x".into(),
+        UnaryOp::Floor => if f { "floor(x)" } else { "x" }.into(),
+        UnaryOp::Ceil => if f { "ceil(x)" } else { "x" }.into(),
+        UnaryOp::Round => if f { "round(x)" } else { "x" }.into(),
+        UnaryOp::Relu => {
+            if f {
+                "relu_(x)"
+            } else if u {
+                "x"
+            } else {
+                "max(x, 0)"
+            }
+        }
+        .into(),
+        UnaryOp::Sigmoid => "1.0 / (1.0 + exp(-x))".into(),
+        UnaryOp::Silu => "silu_(x)".into(),
+        UnaryOp::GeluTanh => "gelu_tanh_(x)".into(),
+        UnaryOp::GeluErf => "gelu_erf_(x)".into(),
+        UnaryOp::Not => "select(0u, 1u, x == 0u)".into(),
+        UnaryOp::Clamp { .. } => {
+            let lo = format!("bitcast<{t}>(p[37])");
+            let hi = format!("bitcast<{t}>(p[38])");
+            if f {
+                format!("select(min(max(x, {lo}), {hi}), x, is_nan(x))")
+            } else {
+                format!("min(max(x, {lo}), {hi})")
+            }
+        }
+    }
+}
+
+/// The WGSL expression of a binary op on `a`, `b` of compute type `t`.
+pub(crate) fn binary_expr(op: BinaryOp, t: &str) -> String {
+    match op {
+        BinaryOp::Add => "a + b".into(),
+        BinaryOp::Sub => "a - b".into(),
+        BinaryOp::Mul => "a * b".into(),
+        BinaryOp::Div => "a / b".into(),
+        BinaryOp::Pow => match t {
+            "f32" => "powf_(a, b)",
+            "i32" => "powi_(a, b)",
+            _ => "powu_(a, b)",
+        }
+        .into(),
+        BinaryOp::Maximum => if t == "f32" { "maxf_(a, b)" } else { "max(a, b)" }.into(),
+        BinaryOp::Minimum => if t == "f32" { "minf_(a, b)" } else { "min(a, b)" }.into(),
+        BinaryOp::And => "a & b".into(),
+        BinaryOp::Or => "a | b".into(),
+    }
+}
+
+pub(crate) fn cmp_expr(op: CmpOp) -> &'static str {
+    match op {
+        CmpOp::Eq => "a == b",
+        // Written as !(a == b): NaN is unequal to everything on every backend, whatever ordered or
+        // unordered comparison a shader compiler picks for `!=`.
+        CmpOp::Ne => "!(a == b)",
+        CmpOp::Lt => "a < b",
+        CmpOp::Le => "a <= b",
+        CmpOp::Gt => "a > b",
+        CmpOp::Ge => "a >= b",
+    }
+}

@@ -1,0 +1,127 @@
+//! `GpuStorage`: elements of one dtype in a pooled device buffer, with allocation (poisoned when
+//! asked), uploads and fills; and waiting for the device.
+
+use super::context::GpuContext;
+use super::pool::GpuBuffer;
+use super::wgsl;
+use crate::backend::BackendStorage;
+use crate::cpu::CpuStorage;
+use crate::{DType, Error, Result};
+
+const FILL: &str = include_str!("fill.wgsl");
+use std::sync::Arc;
+
+/// Elements of one dtype in a device buffer.
+pub struct GpuStorage {
+    pub(crate) ctx: Arc<GpuContext>,
+    pub(crate) buffer: GpuBuffer,
+    pub(crate) dtype: DType,
+    pub(crate) len: usize,
+}
+
+impl std::fmt::Debug for GpuStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GpuStorage({} x {} on {})", self.len, self.dtype, self.ctx.summary.name)
+    }
+}
+
+impl GpuStorage {
+    /// A fresh buffer for `n` elements (filled with all-ones bits when poisoning is on).
+    pub(crate) fn alloc(ctx: &Arc<GpuContext>, dtype: DType, n: usize) -> Result<GpuStorage> {
+        ctx.check()?;
+        wgsl::check_dtype("alloc", dtype)?;
+        let bytes = wgsl::buffer_bytes(dtype, n).max(4);
+        let max = ctx.max_binding();
+        if bytes > max {
+            // One tensor lives in one buffer bound whole: beyond the binding limit there is no way
+            // to read it in a kernel (docs/PERFORMANCE.md, "Tensors near the binding limit").
+            return Err(Error::Gpu {
+                op: "alloc",
+                msg: format!(
+                    "a tensor of {n} {dtype} elements ({bytes} bytes) exceeds the adapter's largest storage \
+                     binding of {max} bytes; split it (e.g. an embedding table into row blocks) or keep it on the CPU"
+                ),
+            });
+        }
+        let buffer = ctx.pool.alloc(&ctx.device, bytes, max)?;
+        let s = GpuStorage { ctx: ctx.clone(), buffer, dtype, len: n };
+        if ctx.poison.load(std::sync::atomic::Ordering::Relaxed) && n > 0 {
+            s.fill_words(&[u32::MAX])?;
+        }
+        Ok(s)
+    }
+
+    /// Uploads host data.
+    pub(crate) fn from_cpu(ctx: &Arc<GpuContext>, data: &CpuStorage) -> Result<GpuStorage> {
+        let dtype = data.dtype();
+        let n = data.len();
+        let s = GpuStorage::alloc(ctx, dtype, n)?;
+        let bytes = host_bytes(data);
+        ctx.upload(&s.buffer, &bytes)?;
+        Ok(s)
+    }
+
+    /// `n` elements all equal to `value` converted to `dtype` like a host cast.
+    pub(crate) fn full(ctx: &Arc<GpuContext>, dtype: DType, n: usize, value: f64) -> Result<GpuStorage> {
+        let s = GpuStorage::alloc(ctx, dtype, n)?;
+        let one = CpuStorage::full(4, dtype, value)?;
+        let bytes = host_bytes(&one);
+        let words: Vec<u32> = bytemuck::pod_collect_to_vec(&bytes);
+        let period = if dtype.size_in_bytes() == 8 { 2 } else { 1 };
+        if n > 0 {
+            s.fill_words(&words[..period])?;
+        }
+        Ok(s)
+    }
+
+    /// Fills the whole buffer of `s` with the repeating word pattern `words` (1 or 2 words).
+    pub(crate) fn fill_words(&self, words: &[u32]) -> Result<()> {
+        let s = self;
+        let ctx = &s.ctx;
+        let kernel = ctx.pipelines.get(ctx, "fill", 0, fill_source)?;
+        let n = (s.buffer.size() / 4) as usize;
+        let mut params = vec![n as u32, words.len() as u32];
+        params.extend_from_slice(words);
+        let groups = wgsl::grid(n, 256, ctx.limits.max_compute_workgroups_per_dimension);
+        ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(ctx, &kernel, &[s.buffer.raw()], &params, groups)
+    }
+
+    pub(crate) fn same_ctx(&self, op: &'static str, other: &GpuStorage) -> Result<()> {
+        if !Arc::ptr_eq(&self.ctx, &other.ctx) {
+            return Err(Error::DeviceMismatch {
+                op,
+                lhs: format!("gpu:{}", self.ctx.index),
+                rhs: format!("gpu:{}", other.ctx.index),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The bytes of host data as the GPU stores them (bool as one byte 0/1).
+pub(crate) fn host_bytes(data: &CpuStorage) -> Vec<u8> {
+    match data {
+        CpuStorage::F32(v) => bytemuck::cast_slice(v).to_vec(),
+        CpuStorage::F16(v) => bytemuck::cast_slice(v).to_vec(),
+        CpuStorage::BF16(v) => bytemuck::cast_slice(v).to_vec(),
+        CpuStorage::I32(v) => bytemuck::cast_slice(v).to_vec(),
+        CpuStorage::U32(v) => bytemuck::cast_slice(v).to_vec(),
+        CpuStorage::I64(v) => bytemuck::cast_slice(v).to_vec(),
+        CpuStorage::U8(v) => v.clone(),
+        CpuStorage::Bool(v) => v.iter().map(|&b| b as u8).collect(),
+        CpuStorage::F64(_) => unreachable!("f64 is refused by alloc before any upload"),
+    }
+}
+
+/// The 4-byte dtype a kernel accumulates `dtype` in.
+pub(crate) fn compute_dtype(dtype: DType) -> DType {
+    match wgsl::ct(dtype) {
+        "f32" => DType::F32,
+        "i32" => DType::I32,
+        _ => DType::U32,
+    }
+}
+
+pub(crate) fn fill_source() -> String {
+    FILL.to_string()
+}
