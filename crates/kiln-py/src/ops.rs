@@ -461,7 +461,7 @@ impl PyTensor {
 
 fn tensors(list: &Bound<'_, PyAny>) -> PyResult<Vec<Tensor>> {
     let items: Vec<Bound<'_, PyAny>> = list.extract()?;
-    let first = items.iter().find_map(|i| i.cast::<PyTensor>().ok().map(|t| t.get().t.clone()));
+    let first = items.iter().find_map(|i| i.cast::<PyTensor>().ok().map(|t| t.borrow().t.clone()));
     items
         .iter()
         .map(|i| match &first {
@@ -493,7 +493,7 @@ fn stack(py: Python<'_>, arrays: &Bound<'_, PyAny>, axis: isize) -> PyResult<PyT
 #[pyfunction]
 #[pyo3(name = "where", signature = (condition, x1, x2, /))]
 fn where_(py: Python<'_>, condition: &PyTensor, x1: &Bound<'_, PyAny>, x2: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-    let like = |o: &Bound<'_, PyAny>| o.cast::<PyTensor>().ok().map(|t| t.get().t.clone());
+    let like = |o: &Bound<'_, PyAny>| o.cast::<PyTensor>().ok().map(|t| t.borrow().t.clone());
     let base = like(x1).or_else(|| like(x2)).unwrap_or_else(|| condition.t.clone());
     let base = if like(x1).is_none() && like(x2).is_none() {
         // Two scalars: the dtype comes from them alone.
