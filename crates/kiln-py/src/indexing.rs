@@ -298,9 +298,9 @@ impl PyTensor {
         let current = Bound::new(py, PyTensor::from(slf.borrow().t.clone()))?;
         let updated = py.import("kiln._setitem")?.getattr("setitem")?.call1((current, key, value))?;
         let t = updated.cast::<PyTensor>()?.borrow().t.clone();
-        let mut this = slf
-            .try_borrow_mut()
-            .map_err(|_| PyRuntimeError::new_err("[setitem] the tensor is in use by another thread; cannot update it now"))?;
+        let mut this = slf.try_borrow_mut().map_err(|_| {
+            PyRuntimeError::new_err("[setitem] the tensor is in use by another thread; cannot update it now")
+        })?;
         this.t = t;
         Ok(())
     }

@@ -273,8 +273,8 @@ impl PyTensor {
 
     /// NumPy's array protocol: `numpy.asarray(t)` is a read-only view of a CPU tensor's memory (no
     /// copy; it keeps the tensor alive), and a host copy of a GPU tensor. bfloat16 gives
-    /// `ml_dtypes.bfloat16` when ml_dtypes is installed, else a float32 copy. `copy=True` gives a writable copy; `copy=False` raises
-    /// ValueError when a copy cannot be avoided.
+    /// `ml_dtypes.bfloat16` when ml_dtypes is installed, else a float32 copy. `copy=True` gives a
+    /// writable copy; `copy=False` raises ValueError when a copy cannot be avoided.
     #[pyo3(signature = (dtype = None, copy = None))]
     fn __array__<'py>(
         &self,

@@ -1,5 +1,6 @@
 //! Python operators: `+ - * / // % ** @`, comparisons, unary `- + abs ~`, `& | ^` (logical on bool
-//! tensors, bitwise on integers through `kiln.bitwise_*`) and `<< >>`. Scalars are weak (the tensor's dtype wins unless the scalar's kind is wider); NumPy arrays
+//! tensors, bitwise on integers through `kiln.bitwise_*`) and `<< >>`. Scalars are weak (the
+//! tensor's dtype wins unless the scalar's kind is wider); NumPy arrays
 //! on either side convert to tensors (`__array_ufunc__ = None` makes NumPy defer to these methods).
 
 use crate::errors::{run, type_err};
@@ -132,7 +133,7 @@ impl PyTensor {
     /// `~x`: logical not of a bool tensor, bitwise not of an integer one (`kiln.bitwise_invert`).
     fn __invert__(&self, py: Python<'_>) -> PyResult<PyTensor> {
         if self.t.dtype() != DType::Bool {
-            return namespace_call(py, "bitwise_invert", (PyTensor::from(self.t.clone()),));
+            return namespace_call(py, "bitwise_invert", vec![PyTensor::from(self.t.clone())]);
         }
         let t = self.t.clone();
         Ok(run(py, "logical_not", move || t.logical_not())?.into())
@@ -172,8 +173,8 @@ impl PyTensor {
 }
 
 /// Calls the namespace function `kiln.<name>` (the bitwise functions live in `kiln/array_api.py`).
-fn namespace_call<'py>(py: Python<'py>, name: &str, args: impl IntoPyObject<'py, Target = PyTuple>) -> PyResult<PyTensor> {
-    let r = py.import("kiln")?.getattr(name)?.call1(args)?;
+fn namespace_call(py: Python<'_>, name: &str, args: Vec<PyTensor>) -> PyResult<PyTensor> {
+    let r = py.import("kiln")?.getattr(name)?.call1(PyTuple::new(py, args)?)?;
     Ok(PyTensor::from(r.cast::<PyTensor>()?.borrow().t.clone()))
 }
 
@@ -191,11 +192,11 @@ fn bit_op(
     if a.dtype() == DType::Bool && b.dtype() == DType::Bool {
         return Ok(bool_op(name, &a, &b, logical)?.into());
     }
-    namespace_call(py, name, (PyTensor::from(a), PyTensor::from(b)))
+    namespace_call(py, name, vec![PyTensor::from(a), PyTensor::from(b)])
 }
 
 fn shift(py: Python<'_>, name: &str, t: Tensor, other: &Bound<'_, PyAny>, reflected: bool) -> PyResult<PyTensor> {
     let o = PyTensor::operand(&t, other)?;
     let (a, b) = if reflected { (o, t) } else { (t, o) };
-    namespace_call(py, name, (PyTensor::from(a), PyTensor::from(b)))
+    namespace_call(py, name, vec![PyTensor::from(a), PyTensor::from(b)])
 }

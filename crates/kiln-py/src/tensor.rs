@@ -224,7 +224,12 @@ impl PyTensor {
     /// `stream` (array API) must be None: kiln has one queue per device, and the copy is ordered
     /// after all work queued before it.
     #[pyo3(signature = (device, /, *, stream = None))]
-    fn to_device(&self, py: Python<'_>, device: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {
+    fn to_device(
+        &self,
+        py: Python<'_>,
+        device: &Bound<'_, PyAny>,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
         if stream.is_some_and(|s| !s.is_none()) {
             return Err(value_err("to_device", "stream must be None: kiln has one queue per device"));
         }

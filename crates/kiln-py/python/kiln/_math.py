@@ -79,7 +79,7 @@ def atan2(x1, x2, /):
     a, b = y.abs(), x.abs()
     mx, mn = a.maximum(b), a.minimum(b)
     both_inf = (a == math.inf) & (b == math.inf)
-    t = _where(mx == 0, 0.0 * mx, _where(both_inf, mx * 0.0 + 1.0, mn / _where(mx == 0, 1.0, mx)))
+    t = _where(mx == 0, 0.0, _where(both_inf, 1.0, mn / _where(mx == 0, 1.0, mx)))
     r = _atan01(t, y.dtype == _kiln.float64)
     r = _where(a > b, (math.pi / 2) - r, r)
     x_neg = (x < 0) | ((x == 0) & ((1.0 / _where(x == 0, x, 1.0)) < 0))
@@ -101,25 +101,47 @@ def acos(x, /):
     return _done(atan2(s, x), d)
 
 
+def _series(x, coeffs):
+    """`sum(c_k x^(k+1))` by Horner's rule."""
+    p = None
+    for c in reversed(coeffs):
+        p = c if p is None else p * x + c
+    return x * p
+
+
+# Below |x| < 0.1 a series (exact to float32 rounding) replaces the corrected formulas, which need a
+# log accurate to a few ulp of its (tiny) result; GPU logs are only absolutely accurate near 1.
+_LOG1P = [(-1.0) ** k / (k + 1) for k in range(9)]
+_EXPM1 = [1.0 / math.factorial(k + 1) for k in range(8)]
+
+
 def log1p(x, /):
-    """`log(1 + x)`, accurate for `x` near 0 (Goldberg: `log(u) * x / (u - 1)`, `u = 1 + x`)."""
+    """`log(1 + x)`, accurate for `x` near 0 (a series below |x| < 0.1; Goldberg's
+    `log(u) * x / (u - 1)`, `u = 1 + x`, above)."""
     x, d = _float(x)
     u = x + 1.0
     um1 = u - 1.0
     safe = _where(um1 == 0, 1.0, um1)
     r = u.log() * (x / safe)
     r = _where(um1 == 0, x, _where(u == math.inf, u, r))
+    if x.dtype != _kiln.float64:
+        small = x.abs() < 0.1
+        r = _where(small, _series(_where(small, x, 0.0), _LOG1P), r)
     return _done(r, d)
 
 
 def expm1(x, /):
-    """`e^x - 1`, accurate for `x` near 0 (Kahan: `(u - 1) * x / log(u)`, `u = e^x`)."""
+    """`e^x - 1`, accurate for `x` near 0 (a series below |x| < 0.1; Kahan's
+    `(u - 1) * x / log(u)`, `u = e^x`, above)."""
     x, d = _float(x)
     u = x.exp()
     um1 = u - 1.0
     lu = u.log()
     r = um1 * (x / _where(lu == 0, 1.0, lu))
     r = _where(u == 1.0, x, _where(um1 == -1.0, um1, _where(u == math.inf, u, r)))
+    if x.dtype != _kiln.float64:
+        small = x.abs() < 0.1
+        r = _where(small, _series(_where(small, x, 0.0), _EXPM1), r)
     return _done(r, d)
 
 

@@ -1,9 +1,9 @@
 """Sorting, searching and set functions of the array API: ``sort argsort searchsorted unique_all
-unique_counts unique_inverse unique_values``, and the bitwise functions.
+unique_counts unique_inverse unique_values``.
 
 They compute on the host with NumPy: a CPU tensor is read in place (no copy) and the result copied
 once into a new tensor; a GPU tensor makes a round trip through host memory (kiln has no GPU sort
-or bitwise kernels yet). Results keep the input's device. NaNs sort last (NumPy's and the standard's
+kernel yet). Results keep the input's device. NaNs sort last (NumPy's and the standard's
 order); ``unique_*`` treat every NaN as distinct, as the standard asks.
 """
 
@@ -125,68 +125,3 @@ def unique_values(x, /):
     """The distinct values of `x`, sorted (every NaN distinct)."""
     v, _, _, _, d = _unique(x)
     return _back(v, x, d)
-
-
-# Bitwise functions (integers and bool).
-def _int_pair(op, x1, x2):
-    dt = x1.dtype.promote(x2.dtype)
-    if dt.is_float:
-        raise TypeError(f"[{op}] needs integer or bool tensors, got {x1.dtype} and {x2.dtype}")
-    a = np.asarray(x1.astype(dt) if x1.dtype != dt else x1)
-    b = np.asarray(x2.astype(dt) if x2.dtype != dt else x2)
-    return a, b, dt
-
-
-def _bitwise(op, f, x1, x2):
-    a, b, dt = _int_pair(op, x1, x2)
-    with np.errstate(all="ignore"):
-        return _kiln.asarray(np.ascontiguousarray(f(a, b)), dtype=dt, device=x1.device)
-
-
-def bitwise_and(x1, x2, /):
-    """Bitwise and of integer (or bool) tensors, with broadcasting and promotion."""
-    return _bitwise("bitwise_and", np.bitwise_and, x1, x2)
-
-
-def bitwise_or(x1, x2, /):
-    """Bitwise or of integer (or bool) tensors."""
-    return _bitwise("bitwise_or", np.bitwise_or, x1, x2)
-
-
-def bitwise_xor(x1, x2, /):
-    """Bitwise exclusive or of integer (or bool) tensors."""
-    return _bitwise("bitwise_xor", np.bitwise_xor, x1, x2)
-
-
-def _shift(op, f, x1, x2):
-    a, b, dt = _int_pair(op, x1, x2)
-    if dt == _kiln.bool:
-        raise TypeError(f"[{op}] needs integer tensors, got bool")
-    if (b < 0).any():
-        raise ValueError(f"[{op}] shift counts must be >= 0")
-    bits = a.dtype.itemsize * 8
-    big = b >= bits
-    bb = np.where(big, 0, b).astype(a.dtype)
-    r = f(a, bb)
-    if f is np.left_shift:
-        r = np.where(big, 0, r)
-    else:
-        r = np.where(big, np.where(a < 0, -1, 0), r)
-    return _kiln.asarray(np.ascontiguousarray(r.astype(a.dtype)), dtype=dt, device=x1.device)
-
-
-def bitwise_left_shift(x1, x2, /):
-    """`x1 << x2` (integers; shifts of the bit width or more give 0)."""
-    return _shift("bitwise_left_shift", np.left_shift, x1, x2)
-
-
-def bitwise_right_shift(x1, x2, /):
-    """`x1 >> x2` (arithmetic for signed integers; shifts of the bit width or more give 0 or -1)."""
-    return _shift("bitwise_right_shift", np.right_shift, x1, x2)
-
-
-def bitwise_invert(x, /):
-    """Bitwise not of an integer tensor (logical not of a bool one)."""
-    if x.dtype.is_float:
-        raise TypeError(f"[bitwise_invert] needs an integer or bool tensor, got {x.dtype}")
-    return _kiln.asarray(np.ascontiguousarray(np.invert(np.asarray(x))), dtype=x.dtype, device=x.device)

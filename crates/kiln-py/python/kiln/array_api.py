@@ -5,9 +5,9 @@ Covered: all of the standard's functions, constants and the ``__array_namespace_
 inspection API, for the dtypes kiln has (bool, uint8, int32, uint32, int64, float16, bfloat16,
 float32, float64 on the CPU). Where the work happens: element-wise functions, reductions,
 manipulation, indexing and linear algebra run on the tensor's device; ``acos asin atan atan2 acosh
-asinh atanh log1p expm1`` are composed there from kiln's kernels (``kiln._math``); ``sort argsort
-searchsorted unique_*`` and the bitwise functions compute on the host with NumPy (a round trip for
-GPU tensors; ``kiln._sorting``); ``t[key] = v`` is copy-on-write (``kiln._setitem``).
+asinh atanh log1p expm1`` are composed there from kiln's kernels (``kiln._math``); ``bitwise_and/or/xor/invert``
+run on a GPU as a WGSL kernel (``kiln._bitwise``); ``sort argsort searchsorted unique_*`` and the
+shifts compute on the host with NumPy (a round trip for GPU tensors; ``kiln._sorting``); ``t[key] = v`` is copy-on-write (``kiln._setitem``).
 
 Not covered: the int8, int16, uint16 and uint64 dtypes (NumPy input of them is widened), complex
 dtypes, and the ``linalg`` and ``fft`` extensions. ``floor_divide`` and ``remainder`` of integers
@@ -724,18 +724,20 @@ class iinfo:
         return f"iinfo(dtype={self.dtype}, bits={self.bits}, min={self.min}, max={self.max})"
 
 
-# Sorting, searching, sets and bitwise functions (host NumPy; see kiln._sorting).
-from ._sorting import (  # noqa: E402
-    UniqueAllResult,
-    UniqueCountsResult,
-    UniqueInverseResult,
-    argsort as _argsort,
+# Sorting, searching, sets (host NumPy; kiln._sorting) and bitwise functions (kiln._bitwise).
+from ._bitwise import (  # noqa: E402
     bitwise_and as _bitwise_and,
     bitwise_invert as _bitwise_invert,
     bitwise_left_shift as _bitwise_left_shift,
     bitwise_or as _bitwise_or,
     bitwise_right_shift as _bitwise_right_shift,
     bitwise_xor as _bitwise_xor,
+)
+from ._sorting import (  # noqa: E402,F401 (the result types are part of the namespace)
+    UniqueAllResult,
+    UniqueCountsResult,
+    UniqueInverseResult,
+    argsort as _argsort,
     searchsorted as _searchsorted,
     sort as _sort,
     unique_all as _unique_all,
@@ -782,17 +784,17 @@ def unique_values(x, /):
 
 
 def bitwise_and(x1, x2, /):
-    """Bitwise and of integer or bool operands (computed on the host)."""
+    """Bitwise and of integer or bool operands (a WGSL kernel on a GPU, NumPy on the CPU)."""
     return _bitwise_and(*_pair(x1, x2))
 
 
 def bitwise_or(x1, x2, /):
-    """Bitwise or of integer or bool operands (computed on the host)."""
+    """Bitwise or of integer or bool operands (a WGSL kernel on a GPU, NumPy on the CPU)."""
     return _bitwise_or(*_pair(x1, x2))
 
 
 def bitwise_xor(x1, x2, /):
-    """Bitwise exclusive or of integer or bool operands (computed on the host)."""
+    """Bitwise exclusive or of integer or bool operands (a WGSL kernel on a GPU, NumPy on the CPU)."""
     return _bitwise_xor(*_pair(x1, x2))
 
 
@@ -807,7 +809,7 @@ def bitwise_right_shift(x1, x2, /):
 
 
 def bitwise_invert(x, /):
-    """Bitwise not of an integer tensor, logical not of a bool one (computed on the host)."""
+    """Bitwise not of an integer tensor, logical not of a bool one (a WGSL kernel on a GPU)."""
     return _bitwise_invert(_t(x))
 
 

@@ -14,7 +14,6 @@ exact, the dtype of the device array is the wider one); uint64 is refused (TypeE
 
 import os
 import threading
-import time
 from typing import Any, Callable, Optional
 
 import numpy as np
