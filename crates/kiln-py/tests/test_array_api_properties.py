@@ -414,3 +414,88 @@ def test_bfloat16_is_ml_dtypes(device):
     assert back.dtype == kiln.bfloat16
     np.testing.assert_array_equal(np.asarray(back.astype("float32")), a.astype(np.float32))
     assert kiln.bfloat16 == ml_dtypes.bfloat16 and kiln.ones(2, dtype=ml_dtypes.bfloat16).dtype == kiln.bfloat16
+
+
+# ---- manipulation, searching, utility and linear algebra functions --------------------------------
+ALL_DTYPES = ["bool", "uint8", "int32", "uint32", "int64", "float32"]
+
+
+def any_array(draw, shape_strategy=nonempty):
+    dtype = draw(st.sampled_from(ALL_DTYPES))
+    shape = draw(shape_strategy)
+    if dtype == "bool":
+        return draw(hnp.arrays(np.bool_, shape))
+    if dtype == "float32":
+        return draw(f32_arrays(st.just(shape), -50, 50))
+    return draw(ints(dtype, st.just(shape)))
+
+
+@given(data=st.data())
+@SETTINGS
+def test_manipulation_against_numpy(device, data):
+    x = any_array(data.draw)
+    t = dev(x, device)
+    n = x.ndim
+    ax = data.draw(st.integers(-n, n - 1))
+    eq = np.testing.assert_array_equal
+    eq(host(kiln.flip(t, axis=ax)), np.flip(x, axis=ax))
+    eq(host(kiln.flip(t)), np.flip(x))
+    shift = data.draw(st.integers(-7, 7))
+    eq(host(kiln.roll(t, shift, axis=ax)), np.roll(x, shift, axis=ax))
+    eq(host(kiln.roll(t, shift)), np.roll(x, shift))
+    dst = data.draw(st.integers(-n, n - 1))
+    eq(host(kiln.moveaxis(t, ax, dst)), np.moveaxis(x, ax, dst))
+    perm = data.draw(st.permutations(range(n)))
+    eq(host(kiln.permute_dims(t, tuple(perm))), np.transpose(x, perm))
+    reps = tuple(data.draw(st.lists(st.integers(0, 2), min_size=1, max_size=3)))
+    eq(host(kiln.tile(t, reps)), np.tile(x, reps))
+    eq(host(kiln.expand_dims(t, axis=ax)), np.expand_dims(x, ax))
+    eq(host(kiln.reshape(t, (-1,))), x.reshape(-1))
+    eq(host(kiln.concat([t, t], axis=ax)), np.concatenate([x, x], axis=ax))
+    eq(host(kiln.stack([t, t], axis=ax)), np.stack([x, x], axis=ax))
+    for i, u in enumerate(kiln.unstack(t, axis=ax)):
+        eq(host(u), np.take(x, i, axis=ax))
+    ones = tuple(i for i, s in enumerate(x.shape) if s == 1)
+    if ones:
+        eq(host(kiln.squeeze(t, axis=ones)), np.squeeze(x, axis=ones))
+    big = (2,) + x.shape
+    eq(host(kiln.broadcast_to(t, big)), np.broadcast_to(x, big))
+    idx = data.draw(hnp.arrays(np.int64, st.integers(0, 5), elements=st.integers(0, x.shape[ax] - 1)))
+    eq(host(kiln.take(t, dev(idx, device), axis=ax)), np.take(x, idx, axis=ax))
+
+
+@given(data=st.data())
+@SETTINGS
+def test_searching_and_utility_against_numpy(device, data):
+    x = any_array(data.draw)
+    t = dev(x, device)
+    ax = data.draw(st.one_of(st.none(), st.integers(-x.ndim, x.ndim - 1)))
+    keep = data.draw(st.booleans())
+    eq = np.testing.assert_array_equal
+    if x.dtype != np.bool_:
+        eq(host(kiln.argmax(t, axis=ax, keepdims=keep)), np.argmax(x, axis=ax, keepdims=keep))
+        eq(host(kiln.argmin(t, axis=ax, keepdims=keep)), np.argmin(x, axis=ax, keepdims=keep))
+    eq(host(kiln.all(t, axis=ax, keepdims=keep)), np.all(x, axis=ax, keepdims=keep))
+    eq(host(kiln.any(t, axis=ax, keepdims=keep)), np.any(x, axis=ax, keepdims=keep))
+    for a, b in zip(kiln.nonzero(t), np.nonzero(x)):
+        eq(host(a), b)
+    cond = data.draw(hnp.arrays(np.bool_, x.shape))
+    y = x[::-1] if x.ndim else x
+    eq(host(kiln.where(dev(cond, device), t, dev(np.ascontiguousarray(y), device))), np.where(cond, x, y))
+    if x.dtype.kind in "iuf":
+        lo, hi = sorted(data.draw(st.lists(st.integers(0, 40), min_size=2, max_size=2)))
+        eq(host(kiln.clip(t, lo, hi)), np.clip(x, lo, hi).astype(x.dtype))
+
+
+@given(data=st.data())
+@SETTINGS
+def test_linear_algebra_against_numpy(device, data):
+    m, k, n = (data.draw(st.integers(1, 6)) for _ in range(3))
+    a = data.draw(f32_arrays(st.just((m, k)), -3, 3))
+    b = data.draw(f32_arrays(st.just((k, n)), -3, 3))
+    ta, tb = dev(a, device), dev(b, device)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    np.testing.assert_allclose(host(kiln.matmul(ta, tb)), a64 @ b64, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(host(kiln.tensordot(ta, tb, axes=1)), np.tensordot(a64, b64, axes=1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(host(kiln.vecdot(ta, ta)), (a64 * a64).sum(-1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(host(kiln.matrix_transpose(ta)), a.T)
