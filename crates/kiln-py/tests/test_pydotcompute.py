@@ -244,3 +244,11 @@ def test_backend_is_thread_safe(where):
     [t.start() for t in ts]
     [t.join() for t in ts]
     assert not errors and b.get_memory_info()["buffer_count"] == 0
+
+
+def test_allocation_failure_is_metal_error(where):
+    # GPU: beyond the adapter's largest binding; CPU: more host memory than there is.
+    with pytest.raises(MetalError, match="allocate"):
+        MetalBackend().allocate((2**44,), np.float32)
+    with pytest.raises(TypeError):
+        MetalBackend().allocate((3,), np.complex64)
