@@ -3,11 +3,12 @@
 kiln's storage is shared by views and immutable once written (the GPU queue may still read it), so
 an update is computed as a new tensor: the positions ``key`` selects are found on the host from the
 shape alone (``numpy.arange(size).reshape(shape)[key]``, the same indexing rules as ``t[key]``),
-then one gather on ``t``'s device takes each element from ``t`` or from ``value``. ``Tensor.__setitem__``
-(Rust) then gives ``t`` the new storage; views of ``t`` taken earlier keep the old values.
+then one select or gather on ``t``'s device takes each element from ``t`` or from ``value``.
+``Tensor.__setitem__`` (Rust) then gives ``t`` the new storage; views taken earlier keep the old values.
 
-Costs: a gather of the whole tensor (O(t.size)) per assignment, plus an index map built and uploaded
-from the host. Mask and integer-array keys given as tensors are read back to the host.
+Costs: O(t.size) per assignment: one element-wise select by a mask built on the host when one
+value is assigned (``t[i] = 3``, ``t[mask] = 0``), else a gather of the whole tensor by an index
+map built on the host. Mask and integer-array keys given as tensors are read back to the host.
 """
 
 import numpy as np
@@ -46,6 +47,7 @@ def setitem(x, key, value):
             else _kiln.full((), value, dtype=x.dtype, device=dev)
     if v.dtype != x.dtype:
         v = v.astype(x.dtype)
+    one = v.reshape(()) if v.size == 1 else None
     try:
         v = v.broadcast_to(pos.shape)
     except ValueError:
@@ -58,6 +60,11 @@ def setitem(x, key, value):
     if k == n and np.array_equal(flat, np.arange(n)):
         # Every element, in order: the value is the new tensor.
         return v.reshape(shape).contiguous() if x.ndim else v.reshape(())
+    if one is not None:
+        # One value (x[i] = 3, x[mask] = 0): an element-wise select by a mask built on the host.
+        mask = np.zeros(n, dtype=np.bool_)
+        mask[flat] = True
+        return _kiln.where(_kiln.asarray(mask.reshape(shape), device=dev), one, x)
     index = np.arange(n, dtype=np.int64)
     index[flat] = n + np.arange(k, dtype=np.int64)  # repeated positions: the last write wins
     both = _kiln.concat([x.reshape(-1), v.reshape(-1)], axis=0)
