@@ -24,7 +24,8 @@ def _int_pair(op, x1, x2):
     return a, b, dt
 
 
-# One 32-bit storage word per invocation; p[0] = words, p[1] = 0 and, 1 or, 2 xor, 3 not (of `a`).
+# One 32-bit storage word per invocation; p[0] = words, p[1] = 0 and, 1 or, 2 xor, 3 not (of `a`),
+# p[2] = 1 when `b` is a single element (p[3]: the dtype's size in bytes).
 _WORDS_WGSL = """
 @group(0) @binding(0) var<storage, read_write> out: array<u32>;
 @group(0) @binding(1) var<storage, read> a: array<u32>;
@@ -38,7 +39,17 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
         return;
     }
     let x = a[i];
-    let y = b[i];
+    var y = b[i];
+    if (p[2] == 1u) {
+        // `b` is one element: repeated over the word (1-byte dtypes), or the word pair (8-byte ones).
+        y = b[0];
+        if (p[3] == 1u) {
+            let s = y & 0xffu;
+            y = s | (s << 8u) | (s << 16u) | (s << 24u);
+        } else if (p[3] == 8u) {
+            y = b[i & 1u];
+        }
+    }
     switch p[1] {
         case 0u: { out[i] = x & y; }
         case 1u: { out[i] = x | y; }
@@ -50,8 +61,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 _CODES = {"bitwise_and": 0, "bitwise_or": 1, "bitwise_xor": 2, "bitwise_invert": 3}
 
 
-def _gpu_words(op, a, b):
-    """`op` of two GPU tensors of one dtype and shape, word by word (see the module doc)."""
+def _gpu_words(op, a, b, b_scalar=False):
+    """`op` of two GPU tensors of one dtype, word by word (see the module doc): `b` has `a`'s shape,
+    or is one element when `b_scalar`."""
     dev = a.device
     shape = tuple(a.shape)
     n = a.size
@@ -61,7 +73,8 @@ def _gpu_words(op, a, b):
     groups = -(-words // 256)
     gx = groups if groups <= 65535 else 65535
     gy = -(-groups // gx)
-    (out,), _, _ = dev.custom_kernel(_WORDS_WGSL, "main", [a, b], [(shape, a.dtype)], (gx, gy, 1), [words, _CODES[op]])
+    params = [words, _CODES[op], int(b_scalar), a.dtype.itemsize]
+    (out,), _, _ = dev.custom_kernel(_WORDS_WGSL, "main", [a, b], [(shape, a.dtype)], (gx, gy, 1), params)
     return out
 
 
@@ -71,7 +84,12 @@ def _bitwise(op, f, x1, x2):
         raise TypeError(f"[{op}] needs integer or bool tensors, got {x1.dtype} and {x2.dtype}")
     if x1.device.is_gpu:
         shape = tuple(np.broadcast_shapes(tuple(x1.shape), tuple(x2.shape)))
-        return _gpu_words(op, x1.astype(dt).broadcast_to(shape), x2.astype(dt).broadcast_to(shape))
+        a, b = x1.astype(dt), x2.astype(dt)
+        if tuple(a.shape) != shape:
+            a, b = b, a  # and, or, xor commute
+        if tuple(a.shape) == shape and b.size == 1:
+            return _gpu_words(op, a, b.reshape(()), b_scalar=True)
+        return _gpu_words(op, a.broadcast_to(shape), b.broadcast_to(shape))
     a, b, dt = _int_pair(op, x1, x2)
     with np.errstate(all="ignore"):
         return _kiln.asarray(np.ascontiguousarray(f(a, b)), dtype=dt, device=x1.device)
