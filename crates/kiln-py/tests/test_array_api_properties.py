@@ -499,3 +499,12 @@ def test_linear_algebra_against_numpy(device, data):
     np.testing.assert_allclose(host(kiln.tensordot(ta, tb, axes=1)), np.tensordot(a64, b64, axes=1), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(host(kiln.vecdot(ta, ta)), (a64 * a64).sum(-1), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(host(kiln.matrix_transpose(ta)), a.T)
+
+
+def test_real_imag_conj_of_real_tensors(device):
+    x = np.array([[1.5, -2.0], [0.0, 3.0]], np.float32)
+    t = dev(x, device)
+    np.testing.assert_array_equal(host(kiln.real(t)), np.real(x))
+    np.testing.assert_array_equal(host(kiln.imag(t)), np.imag(x))
+    np.testing.assert_array_equal(host(kiln.conj(t)), np.conj(x))
+    assert kiln.imag(t).dtype == kiln.float32 and kiln.imag(t).device == device

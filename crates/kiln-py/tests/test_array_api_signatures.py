@@ -8,7 +8,8 @@ import pytest
 
 import kiln
 
-UNARY = ("abs acos acosh asin asinh atan atanh bitwise_invert ceil cos cosh exp expm1 floor isfinite isinf isnan "
+UNARY = ("abs acos acosh asin asinh atan atanh bitwise_invert ceil conj cos cosh exp expm1 floor imag isfinite isinf "
+         "isnan real "
          "log log1p log2 log10 logical_not negative positive round sign signbit sin sinh square sqrt tan tanh "
          "trunc").split()
 BINARY = ("add atan2 bitwise_and bitwise_left_shift bitwise_or bitwise_right_shift bitwise_xor copysign divide "

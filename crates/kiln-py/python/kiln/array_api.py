@@ -289,6 +289,22 @@ logical_or = _binary("logical_or", "logical_or")
 logical_xor = _binary("logical_xor", "__xor__")
 
 
+def real(x, /):
+    """The real part: `x` itself (kiln has no complex dtypes)."""
+    return _t(x)
+
+
+def imag(x, /):
+    """The imaginary part: zeros of `x`'s dtype (kiln has no complex dtypes)."""
+    x = _t(x)
+    return zeros(x.shape, dtype=x.dtype, device=x.device)
+
+
+def conj(x, /):
+    """The complex conjugate: `x` itself (kiln has no complex dtypes)."""
+    return _t(x)
+
+
 def positive(x, /):
     """`+x`: the tensor itself."""
     return _t(x)
