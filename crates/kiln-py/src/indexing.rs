@@ -292,15 +292,29 @@ impl PyTensor {
     /// `t[key] = value`, copy-on-write: the update is computed as a new tensor (on `t`'s device, by
     /// `kiln._setitem`), which then replaces `t`'s storage. Views of `t` taken earlier, and tensors
     /// sharing its storage, keep the old values (unlike NumPy). `value` is cast to `t`'s dtype and
-    /// broadcast to `t[key]`'s shape. Raises RuntimeError when another thread is using `t` meanwhile.
+    /// broadcast to `t[key]`'s shape. Waits for ops other threads run on `t` (RuntimeError after 2 s).
     fn __setitem__(slf: &Bound<'_, Self>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
         let py = slf.py();
         let current = Bound::new(py, PyTensor::from(slf.borrow().t.clone()))?;
         let updated = py.import("kiln._setitem")?.getattr("setitem")?.call1((current, key, value))?;
         let t = updated.cast::<PyTensor>()?.borrow().t.clone();
-        let mut this = slf.try_borrow_mut().map_err(|_| {
-            PyRuntimeError::new_err("[setitem] the tensor is in use by another thread; cannot update it now")
-        })?;
+        // Another thread running an op on this tensor holds it (with the GIL released): wait for
+        // it, up to about two seconds, before giving up.
+        let mut tries = 0u32;
+        let mut this = loop {
+            match slf.try_borrow_mut() {
+                Ok(this) => break this,
+                Err(_) if tries < 20_000 => {
+                    tries += 1;
+                    py.detach(|| std::thread::sleep(std::time::Duration::from_micros(100)));
+                }
+                Err(_) => {
+                    return Err(PyRuntimeError::new_err(
+                        "[setitem] the tensor stayed in use by another thread for 2 s; cannot update it now",
+                    ))
+                }
+            }
+        };
         this.t = t;
         Ok(())
     }
