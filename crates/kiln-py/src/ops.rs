@@ -186,7 +186,7 @@ impl PyTensor {
     /// A row holding NaN or `+inf` gives NaN, `-inf` entries give 0 and a row of only `-inf` gives NaN,
     /// like PyTorch. Float dtypes only. The result has this tensor's shape; for an axis other than the
     /// last it is a (non-contiguous) view.
-    #[pyo3(signature = (axis = -1))]
+    #[pyo3(signature = (axis = -1), text_signature = "($self, axis=-1)")]
     fn softmax(&self, py: Python<'_>, axis: isize) -> PyResult<PyTensor> {
         let t = self.t.clone();
         Ok(run(py, "softmax", move || t.softmax(axis))?.into())
@@ -194,7 +194,7 @@ impl PyTensor {
 
     /// `log(softmax(x))` along `axis`, computed as `x - max - log(sum(exp(x - max)))`; `-inf` entries
     /// give `-inf`. Same rules as `softmax`.
-    #[pyo3(signature = (axis = -1))]
+    #[pyo3(signature = (axis = -1), text_signature = "($self, axis=-1)")]
     fn log_softmax(&self, py: Python<'_>, axis: isize) -> PyResult<PyTensor> {
         let t = self.t.clone();
         Ok(run(py, "log_softmax", move || t.log_softmax(axis))?.into())
