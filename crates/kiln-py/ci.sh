@@ -12,7 +12,7 @@ venv="${KILN_PY_VENV:-$CARGO_TARGET_DIR/kiln-py-venv}"
 start=$(date +%s)
 rm -rf "$venv"
 "${PYTHON:-python3}" -m venv "$venv"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check maturin pytest numpy
+"$venv/bin/python" -m pip install -q --disable-pip-version-check maturin pytest numpy hypothesis ml_dtypes
 # The README's command (pip builds the wheel with maturin in release mode).
 "$venv/bin/python" -m pip install -q --disable-pip-version-check "$here"
 echo "kiln-py: built and installed in $(( $(date +%s) - start ))s"

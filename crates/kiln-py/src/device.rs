@@ -79,6 +79,35 @@ impl PyDevice {
         Ok(Some(d))
     }
 
+    /// Calls `f()` (Python code queuing kiln work on this device) and measures the time the device
+    /// spends on the work it queues: GPU timestamps where the adapter has them, else the wall clock
+    /// up to a `synchronize`. Returns `(f's result, seconds, gpu_timestamps)` after the work finished.
+    fn measure<'py>(&self, py: Python<'py>, f: &Bound<'py, PyAny>) -> PyResult<(Bound<'py, PyAny>, f64, bool)> {
+        let mut raised = None;
+        let m = self
+            .0
+            .measure(|| {
+                Ok(f.call0().unwrap_or_else(|e| {
+                    raised = Some(e);
+                    py.None().into_bound(py)
+                }))
+            })
+            .map_err(crate::errors::to_py)?;
+        match raised {
+            Some(e) => Err(e),
+            None => Ok((m.value, m.seconds, m.gpu_timestamps)),
+        }
+    }
+
+    /// The GPU adapters wgpu finds, in `gpu:N` order (hardware first, then software), as
+    /// `(name, backend, device_type, software)` tuples. Enumerates without opening a device.
+    #[staticmethod]
+    fn adapters(py: Python<'_>) -> Vec<(String, String, String, bool)> {
+        py.detach(|| {
+            kiln::gpu::list_adapters().into_iter().map(|a| (a.name, a.backend, a.device_type, a.software)).collect()
+        })
+    }
+
     /// Memory statistics of a GPU device's buffer pool as a dict: active_bytes (held by live tensors
     /// and in-flight work), cached_bytes (kept for reuse), peak_bytes, live_buffers, cache_hits,
     /// device_allocations. `None` on the CPU.

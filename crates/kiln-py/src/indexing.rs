@@ -8,7 +8,7 @@ use crate::errors::{run, type_err};
 use crate::interop::asarray_impl;
 use crate::tensor::PyTensor;
 use kiln::{DType, Device, Tensor};
-use pyo3::exceptions::PyIndexError;
+use pyo3::exceptions::{PyIndexError, PyRuntimeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyEllipsis, PySlice, PySliceMethods, PyTuple};
 
@@ -24,7 +24,7 @@ pub fn index_tensor(
     size: usize,
 ) -> PyResult<Tensor> {
     if let Ok(t) = obj.cast::<PyTensor>() {
-        return Ok(t.get().t.clone());
+        return Ok(t.borrow().t.clone());
     }
     let t = asarray_impl(py, obj, None, Some(Device::cpu()), None)?;
     let dev = like.device().clone();
@@ -289,8 +289,33 @@ impl PyTensor {
         Ok(getitem(py, &self.t, key)?.into())
     }
 
-    /// Tensors are immutable: build a new one (`kiln.where`, `concat`, `pad`) instead.
-    fn __setitem__(&self, _key: &Bound<'_, PyAny>, _value: &Bound<'_, PyAny>) -> PyResult<()> {
-        Err(type_err("setitem", "kiln tensors are immutable; build a new tensor (kiln.where, concat, pad)"))
+    /// `t[key] = value`, copy-on-write: the update is computed as a new tensor (on `t`'s device, by
+    /// `kiln._setitem`), which then replaces `t`'s storage. Views of `t` taken earlier, and tensors
+    /// sharing its storage, keep the old values (unlike NumPy). `value` is cast to `t`'s dtype and
+    /// broadcast to `t[key]`'s shape. Waits for ops other threads run on `t` (RuntimeError after 2 s).
+    fn __setitem__(slf: &Bound<'_, Self>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        let py = slf.py();
+        let current = Bound::new(py, PyTensor::from(slf.borrow().t.clone()))?;
+        let updated = py.import("kiln._setitem")?.getattr("setitem")?.call1((current, key, value))?;
+        let t = updated.cast::<PyTensor>()?.borrow().t.clone();
+        // Another thread running an op on this tensor holds it (with the GIL released): wait for
+        // it, up to about two seconds, before giving up.
+        let mut tries = 0u32;
+        let mut this = loop {
+            match slf.try_borrow_mut() {
+                Ok(this) => break this,
+                Err(_) if tries < 20_000 => {
+                    tries += 1;
+                    py.detach(|| std::thread::sleep(std::time::Duration::from_micros(100)));
+                }
+                Err(_) => {
+                    return Err(PyRuntimeError::new_err(
+                        "[setitem] the tensor stayed in use by another thread for 2 s; cannot update it now",
+                    ))
+                }
+            }
+        };
+        this.t = t;
+        Ok(())
     }
 }

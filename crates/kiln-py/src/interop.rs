@@ -32,8 +32,14 @@ fn typestr(d: DType) -> Option<&'static str> {
         DType::F16 => "<f2",
         DType::F32 => "<f4",
         DType::F64 => "<f8",
-        DType::BF16 => return None,
+        // The bits; the array is then viewed as `ml_dtypes.bfloat16`.
+        DType::BF16 => "<u2",
     })
+}
+
+/// `ml_dtypes.bfloat16` (the NumPy bfloat16 of JAX and others), when that package is installed.
+pub fn ml_bfloat16(py: Python<'_>) -> Option<Bound<'_, PyAny>> {
+    py.import("ml_dtypes").ok()?.getattr("bfloat16").ok()
 }
 
 #[pymethods]
@@ -48,7 +54,7 @@ impl HostView {
         let d = PyDict::new(py);
         d.set_item("version", 3)?;
         d.set_item("shape", PyTuple::new(py, t.dims())?)?;
-        d.set_item("typestr", typestr(t.dtype()).ok_or_else(|| type_err("__array__", "bf16 has no NumPy dtype"))?)?;
+        d.set_item("typestr", typestr(t.dtype()).ok_or_else(|| type_err("__array__", "no NumPy dtype"))?)?;
         d.set_item("data", (ptr as usize + offset, !self.writable))?;
         let strides: Vec<usize> = t.strides().iter().map(|s| s * size).collect();
         d.set_item("strides", PyTuple::new(py, strides)?)?;
@@ -57,10 +63,13 @@ impl HostView {
 }
 
 /// A NumPy array of `t`: a zero-copy read-only view for CPU tensors with a NumPy dtype, else a host
-/// copy (GPU tensors; bf16 as float32). `copy`: `Some(true)` always copies (a writable array),
-/// `Some(false)` raises if a copy is needed.
+/// copy (GPU tensors). bf16 becomes `ml_dtypes.bfloat16` when ml_dtypes is installed, else a float32
+/// copy. `copy`: `Some(true)` always copies (a writable array), `Some(false)` raises if a copy is
+/// needed.
 pub fn to_numpy<'py>(py: Python<'py>, t: &Tensor, copy: Option<bool>) -> PyResult<Bound<'py, PyAny>> {
-    let needs_copy = t.device().is_gpu() || t.dtype() == DType::BF16;
+    let bf16 = if t.dtype() == DType::BF16 { ml_bfloat16(py) } else { None };
+    let widen_bf16 = t.dtype() == DType::BF16 && bf16.is_none();
+    let needs_copy = t.device().is_gpu() || widen_bf16;
     if needs_copy && copy == Some(false) {
         return Err(value_err(
             "__array__",
@@ -70,7 +79,7 @@ pub fn to_numpy<'py>(py: Python<'py>, t: &Tensor, copy: Option<bool>) -> PyResul
     let t = t.clone();
     let host = run(py, "__array__", move || {
         let h = t.to_device(&Device::cpu())?;
-        if h.dtype() == DType::BF16 {
+        if widen_bf16 {
             h.to_dtype(DType::F32)
         } else {
             Ok(h)
@@ -78,10 +87,15 @@ pub fn to_numpy<'py>(py: Python<'py>, t: &Tensor, copy: Option<bool>) -> PyResul
     })?;
     let view = Bound::new(py, HostView { t: host, writable: needs_copy })?;
     let np = py.import("numpy")?;
-    if copy == Some(true) && !needs_copy {
-        return np.getattr("array")?.call1((view,));
+    let a = if copy == Some(true) && !needs_copy {
+        np.getattr("array")?.call1((view,))?
+    } else {
+        np.getattr("asarray")?.call1((view,))?
+    };
+    match bf16 {
+        Some(bf) => a.call_method1("view", (bf,)),
+        None => Ok(a),
     }
-    np.getattr("asarray")?.call1((view,))
 }
 
 /// NumPy dtypes kiln widens on the way in (it has no 8/16-bit signed or 16-bit unsigned integers).
@@ -158,7 +172,7 @@ pub fn asarray_impl(
     copy: Option<bool>,
 ) -> PyResult<Tensor> {
     if let Ok(t) = obj.cast::<PyTensor>() {
-        let t = t.get().t.clone();
+        let t = t.borrow().t.clone();
         let device = device.unwrap_or_else(|| t.device().clone());
         let dtype = dtype.unwrap_or(t.dtype());
         if copy == Some(false) && (dtype != t.dtype() || &device != t.device()) {
@@ -188,7 +202,6 @@ pub fn asarray_impl(
         name = w.into();
     }
     let src = crate::dtype::from_name(&name)
-        .filter(|d| *d != DType::BF16)
         .ok_or_else(|| type_err("asarray", format!("NumPy dtype {name} has no kiln equivalent")))?;
     let target = match dtype {
         Some(d) => d,
@@ -198,7 +211,12 @@ pub fn asarray_impl(
     let host_dtype = if target != DType::BF16 && !(target == DType::F64 && device.is_gpu()) { target } else { src };
     // `asarray(order="C")` keeps 0-d arrays 0-d (`ascontiguousarray` makes them 1-d).
     let kwargs = PyDict::new(py);
-    kwargs.set_item("dtype", np_name(host_dtype))?;
+    if host_dtype == DType::BF16 {
+        // An `ml_dtypes.bfloat16` array: copied as it is (its bits are kiln's bf16).
+        kwargs.set_item("dtype", a.getattr("dtype")?)?;
+    } else {
+        kwargs.set_item("dtype", np_name(host_dtype))?;
+    }
     kwargs.set_item("order", "C")?;
     a = np.getattr("asarray")?.call((a,), Some(&kwargs))?;
     let shape: Vec<usize> = a.getattr("shape")?.extract()?;
@@ -240,10 +258,23 @@ pub fn asarray(
 
 #[pymethods]
 impl PyTensor {
+    /// `kiln.Tensor(obj, dtype=None, device=None)`: the same as `kiln.asarray(obj, dtype, device)`
+    /// (also spelled `kiln.array`, as in MLX: `mx.array([1, 2, 3])`).
+    #[new]
+    #[pyo3(signature = (obj, /, dtype = None, device = None))]
+    fn new(
+        py: Python<'_>,
+        obj: &Bound<'_, PyAny>,
+        dtype: Option<&Bound<'_, PyAny>>,
+        device: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
+        asarray(py, obj, dtype, device, None)
+    }
+
     /// NumPy's array protocol: `numpy.asarray(t)` is a read-only view of a CPU tensor's memory (no
-    /// copy; it keeps the tensor alive), and a host copy of a GPU tensor. bfloat16 converts to
-    /// float32 (NumPy has no bfloat16). `copy=True` gives a writable copy; `copy=False` raises
-    /// ValueError when a copy cannot be avoided.
+    /// copy; it keeps the tensor alive), and a host copy of a GPU tensor. bfloat16 gives
+    /// `ml_dtypes.bfloat16` when ml_dtypes is installed, else a float32 copy. `copy=True` gives a
+    /// writable copy; `copy=False` raises ValueError when a copy cannot be avoided.
     #[pyo3(signature = (dtype = None, copy = None))]
     fn __array__<'py>(
         &self,

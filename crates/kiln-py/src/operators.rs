@@ -1,5 +1,6 @@
-//! Python operators: `+ - * / // % ** @`, comparisons, unary `- + abs ~`, and `& | ^` on bool
-//! tensors. Scalars are weak (the tensor's dtype wins unless the scalar's kind is wider); NumPy arrays
+//! Python operators: `+ - * / // % ** @`, comparisons, unary `- + abs ~`, `& | ^` (logical on bool
+//! tensors, bitwise on integers through `kiln.bitwise_*`) and `<< >>`. Scalars are weak (the
+//! tensor's dtype wins unless the scalar's kind is wider); NumPy arrays
 //! on either side convert to tensors (`__array_ufunc__ = None` makes NumPy defer to these methods).
 
 use crate::errors::{run, type_err};
@@ -7,6 +8,7 @@ use crate::tensor::PyTensor;
 use kiln::{DType, Tensor};
 use pyo3::basic::CompareOp;
 use pyo3::prelude::*;
+use pyo3::types::PyTuple;
 
 /// `a // b`: floor of the true quotient, in the promoted dtype (integers via float32, exact below 2^24).
 fn floor_div(a: &Tensor, b: &Tensor) -> kiln::Result<Tensor> {
@@ -128,30 +130,73 @@ impl PyTensor {
         let t = self.t.clone();
         Ok(run(py, "abs", move || t.abs())?.into())
     }
-    /// `~x`: logical not of a bool tensor.
+    /// `~x`: logical not of a bool tensor, bitwise not of an integer one (`kiln.bitwise_invert`).
     fn __invert__(&self, py: Python<'_>) -> PyResult<PyTensor> {
         if self.t.dtype() != DType::Bool {
-            return Err(type_err("invert", format!("~ needs a bool tensor, got {}", self.t.dtype())));
+            return namespace_call(py, "bitwise_invert", vec![PyTensor::from(self.t.clone())]);
         }
         let t = self.t.clone();
         Ok(run(py, "logical_not", move || t.logical_not())?.into())
     }
-    fn __and__(&self, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        Ok(bool_op("and", &self.t, &PyTensor::operand(&self.t, other)?, Tensor::logical_and)?.into())
+    fn __and__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        bit_op(py, "bitwise_and", self.t.clone(), other, false, Tensor::logical_and)
     }
-    fn __rand__(&self, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.__and__(other)
+    fn __rand__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        bit_op(py, "bitwise_and", self.t.clone(), other, true, Tensor::logical_and)
     }
-    fn __or__(&self, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        Ok(bool_op("or", &self.t, &PyTensor::operand(&self.t, other)?, Tensor::logical_or)?.into())
+    fn __or__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        bit_op(py, "bitwise_or", self.t.clone(), other, false, Tensor::logical_or)
     }
-    fn __ror__(&self, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.__or__(other)
+    fn __ror__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        bit_op(py, "bitwise_or", self.t.clone(), other, true, Tensor::logical_or)
     }
-    fn __xor__(&self, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        Ok(bool_op("xor", &self.t, &PyTensor::operand(&self.t, other)?, Tensor::ne)?.into())
+    fn __xor__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        bit_op(py, "bitwise_xor", self.t.clone(), other, false, Tensor::ne)
     }
-    fn __rxor__(&self, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-        self.__xor__(other)
+    fn __rxor__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        bit_op(py, "bitwise_xor", self.t.clone(), other, true, Tensor::ne)
     }
+    /// `x << y` of integer tensors (`kiln.bitwise_left_shift`).
+    fn __lshift__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        shift(py, "bitwise_left_shift", self.t.clone(), other, false)
+    }
+    fn __rlshift__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        shift(py, "bitwise_left_shift", self.t.clone(), other, true)
+    }
+    /// `x >> y` of integer tensors (`kiln.bitwise_right_shift`, arithmetic for signed types).
+    fn __rshift__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        shift(py, "bitwise_right_shift", self.t.clone(), other, false)
+    }
+    fn __rrshift__(&self, py: Python<'_>, other: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+        shift(py, "bitwise_right_shift", self.t.clone(), other, true)
+    }
+}
+
+/// Calls the namespace function `kiln.<name>` (the bitwise functions live in `kiln/array_api.py`).
+fn namespace_call(py: Python<'_>, name: &str, args: Vec<PyTensor>) -> PyResult<PyTensor> {
+    let r = py.import("kiln")?.getattr(name)?.call1(PyTuple::new(py, args)?)?;
+    Ok(PyTensor::from(r.cast::<PyTensor>()?.borrow().t.clone()))
+}
+
+/// `& | ^`: logical on two bool tensors (in Rust), bitwise on integers (`kiln.bitwise_*`).
+fn bit_op(
+    py: Python<'_>,
+    name: &str,
+    t: Tensor,
+    other: &Bound<'_, PyAny>,
+    reflected: bool,
+    logical: fn(&Tensor, &Tensor) -> kiln::Result<Tensor>,
+) -> PyResult<PyTensor> {
+    let o = PyTensor::operand(&t, other)?;
+    let (a, b) = if reflected { (o, t) } else { (t, o) };
+    if a.dtype() == DType::Bool && b.dtype() == DType::Bool {
+        return Ok(bool_op(name, &a, &b, logical)?.into());
+    }
+    namespace_call(py, name, vec![PyTensor::from(a), PyTensor::from(b)])
+}
+
+fn shift(py: Python<'_>, name: &str, t: Tensor, other: &Bound<'_, PyAny>, reflected: bool) -> PyResult<PyTensor> {
+    let o = PyTensor::operand(&t, other)?;
+    let (a, b) = if reflected { (o, t) } else { (t, o) };
+    namespace_call(py, name, vec![PyTensor::from(a), PyTensor::from(b)])
 }

@@ -186,7 +186,7 @@ impl PyTensor {
     /// A row holding NaN or `+inf` gives NaN, `-inf` entries give 0 and a row of only `-inf` gives NaN,
     /// like PyTorch. Float dtypes only. The result has this tensor's shape; for an axis other than the
     /// last it is a (non-contiguous) view.
-    #[pyo3(signature = (axis = -1))]
+    #[pyo3(signature = (axis = -1), text_signature = "($self, axis=-1)")]
     fn softmax(&self, py: Python<'_>, axis: isize) -> PyResult<PyTensor> {
         let t = self.t.clone();
         Ok(run(py, "softmax", move || t.softmax(axis))?.into())
@@ -194,7 +194,7 @@ impl PyTensor {
 
     /// `log(softmax(x))` along `axis`, computed as `x - max - log(sum(exp(x - max)))`; `-inf` entries
     /// give `-inf`. Same rules as `softmax`.
-    #[pyo3(signature = (axis = -1))]
+    #[pyo3(signature = (axis = -1), text_signature = "($self, axis=-1)")]
     fn log_softmax(&self, py: Python<'_>, axis: isize) -> PyResult<PyTensor> {
         let t = self.t.clone();
         Ok(run(py, "log_softmax", move || t.log_softmax(axis))?.into())
@@ -461,7 +461,7 @@ impl PyTensor {
 
 fn tensors(list: &Bound<'_, PyAny>) -> PyResult<Vec<Tensor>> {
     let items: Vec<Bound<'_, PyAny>> = list.extract()?;
-    let first = items.iter().find_map(|i| i.cast::<PyTensor>().ok().map(|t| t.get().t.clone()));
+    let first = items.iter().find_map(|i| i.cast::<PyTensor>().ok().map(|t| t.borrow().t.clone()));
     items
         .iter()
         .map(|i| match &first {
@@ -493,7 +493,7 @@ fn stack(py: Python<'_>, arrays: &Bound<'_, PyAny>, axis: isize) -> PyResult<PyT
 #[pyfunction]
 #[pyo3(name = "where", signature = (condition, x1, x2, /))]
 fn where_(py: Python<'_>, condition: &PyTensor, x1: &Bound<'_, PyAny>, x2: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
-    let like = |o: &Bound<'_, PyAny>| o.cast::<PyTensor>().ok().map(|t| t.get().t.clone());
+    let like = |o: &Bound<'_, PyAny>| o.cast::<PyTensor>().ok().map(|t| t.borrow().t.clone());
     let base = like(x1).or_else(|| like(x2)).unwrap_or_else(|| condition.t.clone());
     let base = if like(x1).is_none() && like(x2).is_none() {
         // Two scalars: the dtype comes from them alone.

@@ -8,11 +8,12 @@ use kiln::{DType, Device, Tensor};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyFloat, PyInt, PyList, PyTuple};
 
-/// An immutable n-dimensional array on a device (CPU or GPU), with NumPy-style operators, indexing
-/// and printing. Views (`reshape`, `T`, slicing with steps) share storage with their source; ops
-/// return new tensors. Convert with `numpy.asarray(t)` (zero-copy for CPU tensors) and
-/// `kiln.asarray(x)`.
-#[pyclass(name = "Tensor", module = "kiln", frozen, sequence)]
+/// An n-dimensional array on a device (CPU or GPU), with NumPy-style operators, indexing and
+/// printing. Views (`reshape`, `T`, slicing with steps) share storage with their source; ops return
+/// new tensors. `t[key] = value` is copy-on-write: `t` gets new storage holding the update, and
+/// views taken earlier keep the old values. Convert with `numpy.asarray(t)` (zero-copy for CPU
+/// tensors) and `kiln.asarray(x)`.
+#[pyclass(name = "Tensor", module = "kiln", sequence)]
 #[derive(Clone)]
 pub struct PyTensor {
     pub t: Tensor,
@@ -81,7 +82,7 @@ impl PyTensor {
     /// `like`, anything else through `kiln.asarray` on `like`'s device.
     pub fn operand(like: &Tensor, obj: &Bound<'_, PyAny>) -> PyResult<Tensor> {
         if let Ok(t) = obj.cast::<PyTensor>() {
-            return Ok(t.get().t.clone());
+            return Ok(t.borrow().t.clone());
         }
         if let Some(s) = Scalar::extract(obj) {
             let dtype = s.dtype_with(like.dtype());
@@ -220,7 +221,18 @@ impl PyTensor {
     }
 
     /// A copy on `device` ("cpu", "gpu", "gpu:N" or a Device); the same tensor when already there.
-    fn to_device(&self, py: Python<'_>, device: &Bound<'_, PyAny>) -> PyResult<PyTensor> {
+    /// `stream` (array API) must be None: kiln has one queue per device, and the copy is ordered
+    /// after all work queued before it.
+    #[pyo3(signature = (device, /, *, stream = None))]
+    fn to_device(
+        &self,
+        py: Python<'_>,
+        device: &Bound<'_, PyAny>,
+        stream: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyTensor> {
+        if stream.is_some_and(|s| !s.is_none()) {
+            return Err(value_err("to_device", "stream must be None: kiln has one queue per device"));
+        }
         let d = to_device(py, Some(device))?;
         let t = self.t.clone();
         Ok(run(py, "to_device", move || t.to_device(&d))?.into())

@@ -146,3 +146,16 @@ def test_unavailable_backend():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         repr(b)
+
+
+def test_device_buffers_behave_as_arrays(device):
+    b = kiln.Backend(device)
+    x, y = b.copy_to_device(np.array([1.0, 2.0, 3.0], np.float32)), b.copy_to_device(np.array([4.0, 5.0, 6.0], np.float32))
+    s = x + y
+    assert isinstance(s, kiln.DeviceBuffer)
+    np.testing.assert_array_equal(np.asarray(s), [5, 7, 9])
+    np.testing.assert_array_equal(np.asarray(2 * x - y), [-2, -1, 0])
+    np.testing.assert_array_equal(np.asarray(np.ones(3, np.float32) + x), [2, 3, 4])
+    np.testing.assert_array_equal(np.asarray(x < y), [True, True, True])
+    np.testing.assert_array_equal(np.asarray(-x[1:]), [-2, -3])
+    assert np.asarray(x).dtype == np.float32

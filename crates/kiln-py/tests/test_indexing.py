@@ -82,8 +82,10 @@ def test_index_errors(device):
         t[np.ones(5, bool)]
     with pytest.raises(TypeError):
         t[1.5]
-    with pytest.raises(TypeError):
-        t[0] = 1
+    with pytest.raises(IndexError):
+        t[1.5] = 1  # NumPy raises IndexError for a float key in an assignment
+    with pytest.raises(IndexError):
+        t[0, 0, 0, 0] = 1
 
 
 def test_iteration_and_len(device):

@@ -56,3 +56,31 @@ def test_gil_released_during_one_op():
     assert y.shape == (n, n)
     inside = [s for s in stamps if t0 < s < t1]
     assert len(inside) >= 2, f"no progress of another thread during a {1e3 * (t1 - t0):.0f} ms matmul"
+
+
+def test_setitem_while_other_threads_read(device):
+    # Readers hold the tensor while their ops run (GIL released); `t[i] = v` waits for them.
+    t = kiln.asarray(np.zeros(4096, np.float32), device=device)
+    stop = threading.Event()
+    errors = []
+
+    def reader():
+        try:
+            while not stop.is_set():
+                t.sum()
+                time.sleep(0.001)
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    readers = [threading.Thread(target=reader) for _ in range(2)]
+    for r in readers:
+        r.start()
+    try:
+        for i in range(20):
+            t[i] = float(i + 1)
+    finally:
+        stop.set()
+        for r in readers:
+            r.join()
+    assert not errors
+    np.testing.assert_array_equal(np.asarray(t)[:21], np.r_[np.arange(1, 21), 0])

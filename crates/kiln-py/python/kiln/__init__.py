@@ -2,7 +2,9 @@
 
 ``kiln.Tensor`` is kiln's Rust tensor with NumPy-style operators, indexing and printing. The module is
 also a Python array API namespace (``x.__array_namespace__()`` returns it); see ``kiln.array_api``
-for what is covered. ``kiln.Backend`` is a GPU device API in the style of Python GPU backends.
+for what is covered. ``kiln.Backend`` is a GPU device API in the style of Python GPU backends;
+``kiln.pydotcompute`` is a drop-in for pydotcompute's Metal backend (``import kiln as mx`` stands in
+for ``mlx.core`` there).
 
 >>> import kiln, numpy as np
 >>> x = kiln.asarray(np.arange(6, dtype=np.float32)).reshape(2, 3)
@@ -49,6 +51,7 @@ from ._kiln import (  # noqa: F401
 )
 from .array_api import *  # noqa: F401,F403
 from .array_api import __all__ as _array_api_all
+from .array_api import __array_namespace_info__  # noqa: F401
 from .backend import Backend, DeviceBuffer, Kernel, KernelResult, UnifiedBuffer  # noqa: F401
 
 __array_api_version__ = "2023.12"

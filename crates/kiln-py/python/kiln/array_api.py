@@ -1,27 +1,27 @@
 """The Python array API standard (2023.12) on kiln tensors: the functions the ``kiln`` namespace adds
-to the ones implemented in Rust (creation, ``where``, ``concat``, ``stack``, ``from_dlpack``).
+to the ones implemented in Rust (creation, ``where``, ``concat``, ``stack``).
 
-Covered: creation (``arange asarray empty* eye full* linspace meshgrid ones* tril triu zeros*
-from_dlpack``), data type functions (``astype can_cast finfo iinfo isdtype result_type``), the dtypes
-kiln has, element-wise functions (below), ``matmul matrix_transpose vecdot tensordot``,
-manipulation (``broadcast_arrays broadcast_to concat expand_dims flip moveaxis permute_dims reshape
-roll squeeze stack tile unstack``), searching (``argmax argmin nonzero where``), statistics (``max
-mean min prod std sum var cumulative_sum``), ``all any``, ``take``, and ``__array_namespace__``.
+Covered: all of the standard's functions, constants and the ``__array_namespace_info__``
+inspection API, for the dtypes kiln has (bool, uint8, int32, uint32, int64, float16, bfloat16,
+float32, float64 on the CPU). Where the work happens: element-wise functions, reductions,
+manipulation, indexing and linear algebra run on the tensor's device; ``acos asin atan atan2 acosh
+asinh atanh log1p expm1`` are composed there from kiln's kernels (``kiln._math``); ``bitwise_and/or/xor/invert``
+run on a GPU as a WGSL kernel (``kiln._bitwise``); ``sort argsort searchsorted unique_*`` and the
+shifts compute on the host with NumPy (a round trip for GPU tensors; ``kiln._sorting``); ``t[key] = v`` is copy-on-write (``kiln._setitem``).
 
-Not covered: the dtypes kiln lacks (int8, int16, uint16, uint64, complex64/128), in-place updates
-(``__setitem__``: tensors are immutable), bitwise functions and shifts, inverse trigonometric and
-inverse hyperbolic functions (``acos asin atan atan2 acosh asinh atanh``), ``sort argsort
-searchsorted unique_*`` and the ``linalg``/``fft`` extensions. ``log1p`` and ``expm1`` are composed
-(``log(1 + x)``, ``exp(x) - 1``) and lose precision near 0; ``floor_divide`` and ``remainder`` of
-integers compute through float32 (exact below 2**24).
+Not covered: the int8, int16, uint16 and uint64 dtypes (NumPy input of them is widened), complex
+dtypes, and the ``linalg`` and ``fft`` extensions. ``floor_divide`` and ``remainder`` of integers
+compute through float32 (exact below 2**24).
 """
 
 import builtins as _b
+import inspect as _inspect
 import math as _math
 
 import numpy as _np
 
 from . import _kiln
+from . import _math as _m
 from ._kiln import Tensor, asarray
 
 _DTYPES = {
@@ -50,11 +50,29 @@ def _t(x, like=None):
 
 
 def _method(name, doc_from=None):
+    """The Tensor method `name` as a namespace function `f(x, /, ...)`, with the method's signature."""
     def f(x, /, *args, **kwargs):
         return getattr(_t(x), name)(*args, **kwargs)
 
     f.__name__ = name
     f.__doc__ = getattr(Tensor, doc_from or name).__doc__
+    try:
+        sig = _inspect.signature(getattr(Tensor, name))
+        params = list(sig.parameters.values())[1:]
+        x = _inspect.Parameter("x", _inspect.Parameter.POSITIONAL_ONLY)
+        f.__signature__ = sig.replace(parameters=[x] + params)
+    except (TypeError, ValueError):  # no text signature: keep (x, /, *args, **kwargs)
+        pass
+    return f
+
+
+def _unary(name, method):
+    """A one-argument element-wise function `name(x, /)` calling the Tensor method `method`."""
+    def f(x, /):
+        return getattr(_t(x), method)()
+
+    f.__name__ = f.__qualname__ = name
+    f.__doc__ = getattr(Tensor, method).__doc__
     return f
 
 
@@ -84,21 +102,21 @@ def _is_scalar(x):
 
 
 # Element-wise functions kiln implements.
-abs = _method("abs")
-negative = _method("neg")
-sign = _method("sign")
-sqrt = _method("sqrt")
-exp = _method("exp")
-log = _method("log")
-sin = _method("sin")
-cos = _method("cos")
-tanh = _method("tanh")
-square = _method("square")
-reciprocal = _method("recip")
-floor = _method("floor")
-ceil = _method("ceil")
-round = _method("round")
-logical_not = _method("logical_not")
+abs = _unary("abs", "abs")
+negative = _unary("negative", "neg")
+sign = _unary("sign", "sign")
+sqrt = _unary("sqrt", "sqrt")
+exp = _unary("exp", "exp")
+log = _unary("log", "log")
+sin = _unary("sin", "sin")
+cos = _unary("cos", "cos")
+tanh = _unary("tanh", "tanh")
+square = _unary("square", "square")
+reciprocal = _unary("reciprocal", "recip")
+floor = _unary("floor", "floor")
+ceil = _unary("ceil", "ceil")
+round = _unary("round", "round")
+logical_not = _unary("logical_not", "logical_not")
 relu = _method("relu")
 sigmoid = _method("sigmoid")
 silu = _method("silu")
@@ -118,24 +136,137 @@ gather = _method("gather")
 pad = _method("pad")
 split = _method("split")
 chunk = _method("chunk")
-tril = _method("tril")
-triu = _method("triu")
-reshape = _method("reshape")
-permute_dims = _method("permute", "permute")
-flip = _method("flip")
-squeeze = _method("squeeze")
-expand_dims = _method("expand_dims")
-broadcast_to = _method("broadcast_to")
-argmax = _method("argmax")
-argmin = _method("argmin")
-sum = _method("sum")
-prod = _method("prod")
-mean = _method("mean")
-max = _method("max")
-min = _method("min")
-var = _method("var")
-std = _method("std")
-astype = _method("astype")
+
+
+def tril(x, /, *, k=0):
+    """Keeps elements on and below diagonal `k` of the last two axes, zeroes the rest."""
+    return _t(x).tril(k)
+
+
+def triu(x, /, *, k=0):
+    """Keeps elements on and above diagonal `k` of the last two axes, zeroes the rest."""
+    return _t(x).triu(k)
+
+
+def reshape(x, /, shape, *, copy=None):
+    """The same elements in row-major order with a new shape (one dim may be -1): a view when the
+    layout allows it. `copy=False` raises ValueError when a copy would be needed."""
+    x = _t(x)
+    out = x.reshape(tuple(shape))
+    if copy is False and not out.shares_storage_with(x):
+        raise ValueError(f"[reshape] shape {tuple(shape)} needs a copy of this layout, but copy=False")
+    return out
+
+
+def permute_dims(x, /, axes):
+    """Reorders axes: output axis `i` is input axis `axes[i]` (a view)."""
+    return _t(x).permute(tuple(axes))
+
+
+def flip(x, /, *, axis=None):
+    """Reverses the order of elements along `axis` (None: every axis; an int or a tuple)."""
+    return _t(x).flip(axis)
+
+
+def squeeze(x, /, axis):
+    """Removes `axis` (an int or tuple) of size 1 (ValueError when an axis is not of size 1)."""
+    return _t(x).squeeze(axis)
+
+
+def expand_dims(x, /, *, axis=0):
+    """A new axis of size 1 at `axis` (-x.ndim - 1 <= axis <= x.ndim; IndexError outside)."""
+    x = _t(x)
+    if not isinstance(axis, int) or not -x.ndim - 1 <= axis <= x.ndim:
+        raise IndexError(f"[expand_dims] axis {axis} is out of range for rank {x.ndim} "
+                         f"(valid: {-x.ndim - 1}..{x.ndim})")
+    return x.unsqueeze(axis if axis >= 0 else axis + x.ndim + 1)
+
+
+def broadcast_to(x, /, shape):
+    """A view broadcast to `shape` (zero strides, no copy)."""
+    return _t(x).broadcast_to(tuple(shape))
+
+
+def argmax(x, /, *, axis=None, keepdims=False):
+    """Index (int64) of the first maximum along `axis` (None: of the flattened tensor)."""
+    return _t(x).argmax(axis, keepdims)
+
+
+def argmin(x, /, *, axis=None, keepdims=False):
+    """Index (int64) of the first minimum along `axis` (None: of the flattened tensor)."""
+    return _t(x).argmin(axis, keepdims)
+
+
+def _with_dtype(x, dtype, name, axis, keepdims):
+    x = _t(x)
+    if dtype is None:
+        return getattr(x, name)(axis, keepdims)
+    dtype = _to_dtype(dtype)
+    out = getattr(x.astype(dtype), name)(axis, keepdims)
+    return out if out.dtype == dtype else out.astype(dtype)
+
+
+def sum(x, /, *, axis=None, dtype=None, keepdims=False):
+    """Sum over `axis` (None: all; an int or a tuple), in `dtype` when given. Integers and bool sum
+    into int64 by default; float16/bfloat16 accumulate in float32."""
+    return _with_dtype(x, dtype, "sum", axis, keepdims)
+
+
+def prod(x, /, *, axis=None, dtype=None, keepdims=False):
+    """Product over `axis`, in `dtype` when given; integers and bool multiply into int64 by default
+    (wrapping)."""
+    return _with_dtype(x, dtype, "prod", axis, keepdims)
+
+
+def mean(x, /, *, axis=None, keepdims=False):
+    """Arithmetic mean over `axis` (NaN for no elements)."""
+    return _t(x).mean(axis, keepdims)
+
+
+def max(x, /, *, axis=None, keepdims=False):
+    """NaN-propagating maximum over `axis` (ValueError for an empty axis)."""
+    return _t(x).max(axis, keepdims)
+
+
+def min(x, /, *, axis=None, keepdims=False):
+    """NaN-propagating minimum over `axis` (ValueError for an empty axis)."""
+    return _t(x).min(axis, keepdims)
+
+
+def _count(x, axis):
+    if axis is None:
+        return x.size
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    return _math.prod(x.shape[a] for a in axes)
+
+
+def var(x, /, *, axis=None, correction=0.0, keepdims=False):
+    """Variance over `axis`: the sum of squared deviations from the mean divided by
+    `max(n - correction, 0)` (`correction` may be any float >= 0: 0 population, 1 sample)."""
+    x = _t(x)
+    if correction < 0:
+        raise ValueError(f"[var] correction must be >= 0, got {correction}")
+    if float(correction).is_integer():
+        return x.var(axis, correction=int(correction), keepdims=keepdims)
+    n = _count(x, axis)
+    pop = x.var(axis, correction=0, keepdims=keepdims)
+    denom = n - correction
+    return pop * (n / denom) if denom > 0 else pop * _math.nan
+
+
+def std(x, /, *, axis=None, correction=0.0, keepdims=False):
+    """Standard deviation: the square root of `var` (same `correction`)."""
+    x = _t(x)
+    if float(correction).is_integer() and correction >= 0:
+        return x.std(axis, correction=int(correction), keepdims=keepdims)
+    return var(x, axis=axis, correction=correction, keepdims=keepdims).sqrt()
+
+
+def astype(x, dtype, /, *, copy=True, device=None):
+    """`x` converted to `dtype` (and moved to `device` when given)."""
+    x = _t(x)
+    out = x.astype(dtype, copy)
+    return out if device is None else out.to_device(device)
 
 add = _binary("add", "__add__")
 subtract = _binary("subtract", "__sub__")
@@ -156,6 +287,22 @@ greater_equal = _binary("greater_equal", "ge")
 logical_and = _binary("logical_and", "logical_and")
 logical_or = _binary("logical_or", "logical_or")
 logical_xor = _binary("logical_xor", "__xor__")
+
+
+def real(x, /):
+    """The real part: `x` itself (kiln has no complex dtypes)."""
+    return _t(x)
+
+
+def imag(x, /):
+    """The imaginary part: zeros of `x`'s dtype (kiln has no complex dtypes)."""
+    x = _t(x)
+    return zeros(x.shape, dtype=x.dtype, device=x.device)
+
+
+def conj(x, /):
+    """The complex conjugate: `x` itself (kiln has no complex dtypes)."""
+    return _t(x)
 
 
 def positive(x, /):
@@ -225,13 +372,59 @@ def cosh(x, /):
 
 
 def expm1(x, /):
-    """`e^x - 1` (composed: loses precision for |x| near 0)."""
-    return _t(x).exp() - 1.0
+    """`e^x - 1`, accurate near 0 (Kahan's correction; see ``kiln._math``)."""
+    return _m.expm1(_t(x))
 
 
 def log1p(x, /):
-    """`log(1 + x)` (composed: loses precision for |x| near 0)."""
-    return (_t(x) + 1.0).log()
+    """`log(1 + x)`, accurate near 0 (Goldberg's correction; see ``kiln._math``)."""
+    return _m.log1p(_t(x))
+
+
+def asin(x, /):
+    """Inverse sine, in radians (composed on the device; see ``kiln._math``)."""
+    return _m.asin(_t(x))
+
+
+def acos(x, /):
+    """Inverse cosine, in radians, in [0, pi]."""
+    return _m.acos(_t(x))
+
+
+def atan(x, /):
+    """Inverse tangent, in radians, in [-pi/2, pi/2]."""
+    return _m.atan(_t(x))
+
+
+def atan2(x1, x2, /):
+    """The angle of the point (x2, x1), in radians, in [-pi, pi] (IEEE 754 special cases)."""
+    a, b = _pair(x1, x2)
+    return _m.atan2(a, b)
+
+
+def asinh(x, /):
+    """Inverse hyperbolic sine."""
+    return _m.asinh(_t(x))
+
+
+def acosh(x, /):
+    """Inverse hyperbolic cosine (NaN below 1)."""
+    return _m.acosh(_t(x))
+
+
+def atanh(x, /):
+    """Inverse hyperbolic tangent."""
+    return _m.atanh(_t(x))
+
+
+def _pair(x1, x2):
+    """Two operands as tensors on one device (a scalar takes the other's dtype when of its kind)."""
+    if isinstance(x1, Tensor):
+        return x1, (_scalar_like(x2, x1) if _is_scalar(x2) else _t(x2, x1))
+    if isinstance(x2, Tensor):
+        return (_scalar_like(x1, x2) if _is_scalar(x1) else _t(x1, x2)), x2
+    a = _t(x1)
+    return a, _t(x2, a)
 
 
 def log2(x, /):
@@ -258,8 +451,11 @@ def hypot(x1, x2, /):
 
 
 def copysign(x1, x2, /):
-    """`|x1|` with the sign of `x2` (the sign of zero is kept)."""
-    a, b = _t(x1), _t(x2, _t(x1))
+    """`|x1|` with the sign of `x2` (the sign of zero is kept); the operands promote like any binary
+    function's."""
+    a, b = _pair(x1, x2)
+    dt = a.dtype.promote(b.dtype)
+    a, b = a.astype(dt), b.astype(dt)
     neg = (b < 0) | ((b == 0) & ((1.0 / b) < 0)) if b.dtype.is_float else (b < 0)
     return _kiln.where(neg, -a.abs(), a.abs())
 
@@ -291,12 +487,17 @@ def cumulative_sum(x, /, *, axis=None, dtype=None, include_initial=False):
         if x.ndim != 1:
             raise ValueError("[cumulative_sum] axis is required for arrays of rank != 1")
         axis = 0
+    if not -x.ndim <= axis < x.ndim:
+        raise IndexError(f"[cumulative_sum] axis {axis} is out of range for rank {x.ndim}")
+    if dtype is not None:
+        dtype = _to_dtype(dtype)
+        x = x.astype(dtype)
     out = x.cumsum(axis)
     if include_initial:
         pads = [(0, 0)] * out.ndim
         pads[axis % out.ndim] = (1, 0)
         out = out.pad(pads, 0.0)
-    return out if dtype is None else out.astype(dtype)
+    return out if dtype is None or out.dtype == dtype else out.astype(dtype)
 
 
 # Manipulation.
@@ -538,5 +739,155 @@ class iinfo:
     def __repr__(self):
         return f"iinfo(dtype={self.dtype}, bits={self.bits}, min={self.min}, max={self.max})"
 
+
+# Sorting, searching, sets (host NumPy; kiln._sorting) and bitwise functions (kiln._bitwise).
+from ._bitwise import (  # noqa: E402
+    bitwise_and as _bitwise_and,
+    bitwise_invert as _bitwise_invert,
+    bitwise_left_shift as _bitwise_left_shift,
+    bitwise_or as _bitwise_or,
+    bitwise_right_shift as _bitwise_right_shift,
+    bitwise_xor as _bitwise_xor,
+)
+from ._sorting import (  # noqa: E402,F401 (the result types are part of the namespace)
+    UniqueAllResult,
+    UniqueCountsResult,
+    UniqueInverseResult,
+    argsort as _argsort,
+    searchsorted as _searchsorted,
+    sort as _sort,
+    unique_all as _unique_all,
+    unique_counts as _unique_counts,
+    unique_inverse as _unique_inverse,
+    unique_values as _unique_values,
+)
+
+
+def sort(x, /, *, axis=-1, descending=False, stable=True):
+    """`x` sorted along `axis` (NaN last). Computed on the host (a round trip for GPU tensors)."""
+    return _sort(_t(x), axis=axis, descending=descending, stable=stable)
+
+
+def argsort(x, /, *, axis=-1, descending=False, stable=True):
+    """Indices (int64) that sort `x` along `axis`, stable. Computed on the host."""
+    return _argsort(_t(x), axis=axis, descending=descending, stable=stable)
+
+
+def searchsorted(x1, x2, /, *, side="left", sorter=None):
+    """Insertion indices (int64) of `x2`'s elements into the sorted 1-D `x1`. Computed on the host."""
+    a = _t(x1)
+    return _searchsorted(a, _t(x2, a), side=side, sorter=sorter)
+
+
+def unique_all(x, /):
+    """Distinct values, first indices, inverse indices and counts (computed on the host)."""
+    return _unique_all(_t(x))
+
+
+def unique_counts(x, /):
+    """Distinct values and their counts (computed on the host)."""
+    return _unique_counts(_t(x))
+
+
+def unique_inverse(x, /):
+    """Distinct values and the inverse indices (`x`'s shape; computed on the host)."""
+    return _unique_inverse(_t(x))
+
+
+def unique_values(x, /):
+    """Distinct values, sorted (computed on the host)."""
+    return _unique_values(_t(x))
+
+
+def bitwise_and(x1, x2, /):
+    """Bitwise and of integer or bool operands (a WGSL kernel on a GPU, NumPy on the CPU)."""
+    return _bitwise_and(*_pair(x1, x2))
+
+
+def bitwise_or(x1, x2, /):
+    """Bitwise or of integer or bool operands (a WGSL kernel on a GPU, NumPy on the CPU)."""
+    return _bitwise_or(*_pair(x1, x2))
+
+
+def bitwise_xor(x1, x2, /):
+    """Bitwise exclusive or of integer or bool operands (a WGSL kernel on a GPU, NumPy on the CPU)."""
+    return _bitwise_xor(*_pair(x1, x2))
+
+
+def bitwise_left_shift(x1, x2, /):
+    """`x1 << x2` of integers (computed on the host)."""
+    return _bitwise_left_shift(*_pair(x1, x2))
+
+
+def bitwise_right_shift(x1, x2, /):
+    """`x1 >> x2` of integers, arithmetic for signed ones (computed on the host)."""
+    return _bitwise_right_shift(*_pair(x1, x2))
+
+
+def bitwise_invert(x, /):
+    """Bitwise not of an integer tensor, logical not of a bool one (a WGSL kernel on a GPU)."""
+    return _bitwise_invert(_t(x))
+
+
+def repeat(x, repeats, /, *, axis=None):
+    """Each element (`axis` None: of the flattened tensor) or each entry along `axis`, repeated
+    `repeats` times (an int, or one count per entry). A gather on `x`'s device; the indices are
+    built on the host."""
+    x = _t(x)
+    if axis is None:
+        x, axis = x.reshape(-1), 0
+    if not -x.ndim <= axis < x.ndim:
+        raise IndexError(f"[repeat] axis {axis} is out of range for rank {x.ndim}")
+    n = x.shape[axis]
+    r = _np.asarray(repeats.cpu() if isinstance(repeats, Tensor) else repeats)
+    if r.dtype.kind not in "iub":
+        raise TypeError(f"[repeat] repeats must be integers, got {r.dtype}")
+    if (r < 0).any():
+        raise ValueError("[repeat] repeats must be >= 0")
+    if r.ndim > 1 or (r.ndim == 1 and r.shape[0] not in (1, n)):
+        raise ValueError(f"[repeat] repeats must be an int or have one entry per element ({n}), got shape {r.shape}")
+    idx = _np.repeat(_np.arange(n, dtype=_np.int64), r)
+    return x.index_select(asarray(idx, device=x.device), axis)
+
+
+def from_dlpack(x, /, *, device=None, copy=None):
+    """A tensor from any object with ``__dlpack__`` (NumPy, PyTorch, JAX, kiln). kiln's storage owns
+    its memory, so the data is always copied: `copy=False` raises ValueError (BufferError would
+    mean the producer failed)."""
+    if copy is False:
+        raise ValueError("[from_dlpack] copy=False is impossible: kiln's storage owns its memory, so the data is "
+                         "always copied")
+    return _kiln.from_dlpack(x, device=device)
+
+
+from_dlpack.__doc__ += "\n\n" + (_kiln.from_dlpack.__doc__ or "")
+
+
+def eval(*arrays):
+    """Waits until the work that computes `arrays` (tensors, or lists, tuples and dicts of them) has
+    finished (MLX's ``mx.eval``): kiln runs ops as they are called, so this is a synchronize of
+    their devices."""
+    seen = []
+
+    def walk(a):
+        if isinstance(a, Tensor):
+            d = a.device
+            if d not in seen:
+                seen.append(d)
+        elif isinstance(a, (list, tuple)):
+            for v in a:
+                walk(v)
+        elif isinstance(a, dict):
+            for v in a.values():
+                walk(v)
+
+    walk(arrays)
+    for d in seen:
+        d.synchronize()
+
+
+array = Tensor  # MLX's name: ``mx.array([1, 2, 3])``; ``isinstance(t, kiln.array)``
+
+from ._namespace_info import __array_namespace_info__  # noqa: E402,F401
 
 __all__ = [n for n in dir() if not n.startswith("_") and n not in ("Tensor", "asarray")]

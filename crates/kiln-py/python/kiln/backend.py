@@ -50,10 +50,40 @@ class DeviceBuffer:
         """A writable host copy."""
         return np.array(self._live())
 
+    def __array__(self, dtype=None, copy=None):
+        """``np.asarray(buf)``: the buffer's values (a host copy of GPU memory)."""
+        return self._live().__array__(dtype=dtype, copy=copy)
+
+    def __dlpack__(self, **kwargs):
+        return self._live().__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._live().__dlpack_device__()
+
     def __repr__(self):
         if self.tensor is None:
             return "DeviceBuffer(freed)"
         return f"DeviceBuffer(shape={self.shape}, dtype={self.dtype}, device={self.tensor.device})"
+
+
+def _buffer_operator(name):
+    def op(self, *others):
+        others = [o._live() if isinstance(o, DeviceBuffer) else o for o in others]
+        return DeviceBuffer(getattr(self._live(), name)(*others))
+
+    op.__name__ = name
+    op.__doc__ = f"``{name}`` of the buffer's tensor, as a new DeviceBuffer."
+    return op
+
+
+# Device buffers behave as arrays: `a + b`, `a @ b`, `-a`, comparisons, ... give DeviceBuffers.
+for _name in ["__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+              "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pow__", "__rpow__", "__matmul__",
+              "__rmatmul__", "__neg__", "__pos__", "__abs__", "__lt__", "__le__", "__gt__", "__ge__", "__eq__",
+              "__ne__", "__and__", "__or__", "__xor__", "__invert__", "__getitem__"]:
+    setattr(DeviceBuffer, _name, _buffer_operator(_name))
+DeviceBuffer.__hash__ = object.__hash__
+DeviceBuffer.__array_ufunc__ = None  # NumPy defers `ndarray + buf` to the buffer
 
 
 class Kernel:

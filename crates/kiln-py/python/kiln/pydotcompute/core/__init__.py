@@ -1,0 +1,3 @@
+"""pydotcompute's core types on kiln: ``unified_buffer`` (``UnifiedBuffer``)."""
+
+from .unified_buffer import UnifiedBuffer  # noqa: F401
