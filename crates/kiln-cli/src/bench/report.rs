@@ -1,6 +1,7 @@
 //! Printing a bench report: an aligned table for people, or one JSON document for scripts.
 
-use super::{BenchReport, Bound, Row};
+use super::builders::Bound;
+use super::{BenchReport, Row};
 use crate::sysinfo::{human_bytes, CpuInfo};
 use serde_json::{json, Value};
 
