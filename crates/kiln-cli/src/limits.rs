@@ -68,14 +68,15 @@ pub fn cut_short(
     if generated >= max_tokens || last_is_stop {
         return None;
     }
-    let hint = if ctx < model_limit(c) {
-        format!("raise --max-context (the model allows up to {})", model_limit(c))
+    let full = if ctx < model_limit(c) {
+        format!(
+            "the context of {ctx} positions is full; raise --max-context (the model allows up to {})",
+            model_limit(c)
+        )
     } else {
-        format!("that is {}", model_context(c))
+        format!("{} is full", model_context(c))
     };
-    Some(format!(
-        "stopped after {generated} of --max-tokens {max_tokens} tokens: the context of {ctx} positions is full ({hint})"
-    ))
+    Some(format!("stopped after {generated} of --max-tokens {max_tokens} tokens: {full}"))
 }
 
 /// Drops the oldest turns of a chat (never a system message, never the last message) until

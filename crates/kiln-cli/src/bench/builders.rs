@@ -149,4 +149,3 @@ pub fn sdpa_gqa(name: String, b: usize, (hq, hkv): (usize, usize), t: usize, d: 
         Ok(Box::new(move || q.sdpa(&k, &v, true, None)) as Op)
     })
 }
-
