@@ -1,6 +1,8 @@
 //! `kiln generate`, `kiln chat` and `kiln llm-bench`: Llama-family models from Hugging Face folders
 //! or GGUF files through kiln-llm, tokens streamed as they come, prefill/decode speed and peak GPU memory at the end.
 
+use crate::limits;
+use crate::progress::LoadProgress;
 use crate::sysinfo::human_bytes;
 use clap::Args;
 use kiln::quant::QuantType;
@@ -9,7 +11,7 @@ use kiln_llm::{
     ChatTemplate, GenerateOptions, GenerateStats, GgufModel, LlamaConfig, LoadOptions, MemoryEstimate, Message, Model,
     ModelDir, SamplingParams, TokenStream, Tokenizer,
 };
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -24,16 +26,17 @@ pub struct ModelArgs {
     /// tokenizer kiln cannot build from the metadata: other than `gpt2` BPE and `llama` SentencePiece).
     #[arg(long, value_name = "FILE")]
     tokenizer: Option<PathBuf>,
-    /// Device to run on: cpu, gpu, gpu:N or auto.
-    #[arg(long, default_value = "auto", value_parser = crate::parse_device)]
-    device: DeviceRequest,
+    /// Device to run on: cpu, gpu, gpu:N or auto [default: $KILN_DEVICE, else auto].
+    #[arg(long, value_parser = crate::parse_device)]
+    device: Option<DeviceRequest>,
     /// Weights, activations and KV cache dtype: f32, f16 or bf16 (default: the model's own dtype on a
     /// GPU, f32 on the CPU; GGUF files: f16 on a GPU; quantized weights stay quantized).
     #[arg(long, value_parser = parse_dtype)]
     dtype: Option<DType>,
-    /// KV cache length in positions (at most the model's max_position_embeddings).
-    #[arg(long, default_value_t = 4096)]
-    max_context: usize,
+    /// KV cache length in positions, at most the model's max_position_embeddings [default: 4096;
+    /// llm-bench: what its runs need].
+    #[arg(long, value_parser = parse_positive)]
+    max_context: Option<usize>,
     /// Quantize the dense projections after loading: q8_0, q4_0, q4_k or q6_k (the embedding table
     /// stays in --dtype; weights whose input size is not a multiple of the block take Q8_0).
     #[arg(long, value_parser = parse_quant)]
@@ -81,7 +84,7 @@ pub struct GenerateArgs {
     #[arg(long)]
     prompt: String,
     /// Most tokens to generate.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, value_parser = parse_positive)]
     max_tokens: usize,
     /// Do not stop at the end-of-sequence token.
     #[arg(long)]
@@ -98,7 +101,7 @@ pub struct ChatArgs {
     #[arg(long)]
     system: Option<String>,
     /// Most tokens per answer.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = 1024, value_parser = parse_positive)]
     max_tokens: usize,
 }
 
@@ -106,15 +109,25 @@ pub struct ChatArgs {
 pub struct LlmBenchArgs {
     #[command(flatten)]
     model: ModelArgs,
-    /// Prompt length of the timed prefill.
-    #[arg(long, default_value_t = 2048)]
-    prefill: usize,
-    /// Context lengths at which decoding is timed (comma-separated).
-    #[arg(long, default_value = "512,4096", value_delimiter = ',')]
-    contexts: Vec<usize>,
+    /// Prompt length of the timed prefill [default: 2048, at most the context].
+    #[arg(long, value_parser = parse_positive)]
+    prefill: Option<usize>,
+    /// Context lengths at which decoding is timed, comma-separated [default: 512,4096, each at most
+    /// the context less --decode-tokens].
+    #[arg(long, value_delimiter = ',', value_parser = parse_positive)]
+    contexts: Option<Vec<usize>>,
     /// Decode steps timed at each context.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, value_parser = parse_positive)]
     decode_tokens: usize,
+}
+
+/// A count that must be at least 1 (`--max-tokens 0` would time nothing, `--max-context 0` hold nothing).
+fn parse_positive(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 fn parse_quant(s: &str) -> Result<QuantType, String> {
@@ -188,19 +201,25 @@ impl Source {
     }
 }
 
-/// Opens the device, prints the model and the memory estimate, checks it fits and loads the weights
-/// (with a progress bar for large models).
-fn open(args: &ModelArgs) -> Result<(Source, Model), String> {
-    let device = args.device.open().map_err(|e| format!("cannot open device: {e}"))?;
-    let dir = Source::open(&args.model)?;
+/// Opens the device and the model (config, tokenizer metadata, mapped weights): everything but
+/// loading the weights, so that a missing file or a bad argument fails in a moment.
+fn open_source(args: &ModelArgs) -> Result<(Device, Source), String> {
+    let device = crate::open_device(args.device)?;
+    let src = Source::open(&args.model)?;
+    Ok((device, src))
+}
+
+/// Prints the model and the memory estimate, checks it fits and loads the weights with a KV cache
+/// of `max_context` positions (progress for large models).
+fn load(args: &ModelArgs, device: &Device, dir: &Source, max_context: usize) -> Result<Model, String> {
     let c = dir.config();
-    let dtype = args.dtype.unwrap_or(match (&dir, c.saved_dtype) {
+    let dtype = args.dtype.unwrap_or(match (dir, c.saved_dtype) {
         (Source::Gguf(_), _) if device.is_gpu() => DType::F16,
         (Source::Dir(_), Some(d @ (DType::F16 | DType::BF16))) if device.is_gpu() => d,
         _ => DType::F32,
     });
-    let est = dir.estimate(dtype, args.max_context);
-    let ctx = kiln_llm::model::effective_context(c, args.max_context);
+    let est = dir.estimate(dtype, max_context);
+    let ctx = kiln_llm::model::effective_context(c, max_context);
     eprintln!(
         "model: {:?}, {} layers, hidden {}, {}/{} heads, vocab {} on {device} in {dtype}",
         c.arch, c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.vocab_size
@@ -211,25 +230,12 @@ fn open(args: &ModelArgs) -> Result<(Source, Model), String> {
         human_bytes(est.kv_cache_bytes),
         human_bytes(est.total())
     );
-    let bar = (est.weight_bytes > 256 << 20 && std::io::stderr().is_terminal()).then(|| {
-        let b = indicatif::ProgressBar::new(est.weight_bytes);
-        b.set_style(
-            indicatif::ProgressStyle::with_template("loading {bar:40} {bytes}/{total_bytes} {bytes_per_sec} {eta}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        b
-    });
-    let progress: Option<Box<dyn FnMut(u64, u64)>> = bar.clone().map(|b| {
-        let f: Box<dyn FnMut(u64, u64)> = Box::new(move |done, _| b.set_position(done));
-        f
-    });
+    let mut progress = LoadProgress::new(est.weight_bytes);
     let start = Instant::now();
-    let mut model =
-        dir.load(&device, LoadOptions { dtype, max_context: args.max_context, progress }).map_err(|e| e.to_string())?;
+    let opts = LoadOptions { dtype, max_context, progress: progress.callback.take() };
+    let mut model = dir.load(device, opts).map_err(|e| e.to_string())?;
     device.synchronize().map_err(|e| e.to_string())?;
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
+    progress.finish();
     eprintln!("loaded in {:.1} s", start.elapsed().as_secs_f64());
     if let Some(qt) = args.quantize {
         let start = Instant::now();
@@ -241,7 +247,7 @@ fn open(args: &ModelArgs) -> Result<(Source, Model), String> {
             human_bytes(model.weight_bytes())
         );
     }
-    Ok((dir, model))
+    Ok(model)
 }
 
 fn print_stats(s: &GenerateStats) {
@@ -270,10 +276,20 @@ pub fn generate(args: GenerateArgs) -> ExitCode {
 
 fn run_generate(args: GenerateArgs) -> Result<(), String> {
     kiln_llm::Sampler::new(args.sampling.params(), 0).map_err(|e| e.to_string())?;
-    let (dir, model) = open(&args.model)?;
+    if args.prompt.is_empty() {
+        return Err("the prompt is empty: pass some text with --prompt".into());
+    }
+    let (device, dir) = open_source(&args.model)?;
+    // Every file the run needs and the prompt's length are checked before the weights load.
     let tok = dir.tokenizer(args.model.tokenizer.as_ref())?;
-    let prompt = tok.encode(&args.prompt, true).map_err(|e| e.to_string())?;
     let stop_tokens = if args.ignore_eos { vec![] } else { dir.stop_tokens(&tok)? };
+    let prompt = tok.encode(&args.prompt, true).map_err(|e| e.to_string())?;
+    let (ctx, note) = limits::context(dir.config(), args.model.max_context);
+    if let Some(note) = note {
+        eprintln!("{note}");
+    }
+    limits::check_prompt(dir.config(), prompt.len(), ctx)?;
+    let model = load(&args.model, &device, &dir, ctx)?;
     let opts = GenerateOptions {
         max_tokens: args.max_tokens,
         sampling: args.sampling.params(),
@@ -283,7 +299,7 @@ fn run_generate(args: GenerateArgs) -> Result<(), String> {
     let mut stream = TokenStream::new(&tok);
     let mut out = std::io::stdout();
     print!("{}", args.prompt);
-    let (_, stats) = kiln_llm::generate(&model, &mut model.new_cache(), &prompt, &opts, |id| {
+    let (answer, stats) = kiln_llm::generate(&model, &mut model.new_cache(), &prompt, &opts, |id| {
         let piece = stream.push(id)?;
         print!("{piece}");
         let _ = out.flush();
@@ -292,6 +308,10 @@ fn run_generate(args: GenerateArgs) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     println!();
     print_stats(&stats);
+    let last_is_stop = answer.last().is_some_and(|t| opts.stop_tokens.contains(t));
+    if let Some(m) = limits::cut_short(dir.config(), model.max_context(), answer.len(), args.max_tokens, last_is_stop) {
+        eprintln!("{m}");
+    }
     Ok(())
 }
 
@@ -307,15 +327,28 @@ pub fn chat(args: ChatArgs) -> ExitCode {
 
 fn run_chat(args: ChatArgs) -> Result<(), String> {
     kiln_llm::Sampler::new(args.sampling.params(), 0).map_err(|e| e.to_string())?;
-    let (dir, model) = open(&args.model)?;
+    let (device, dir) = open_source(&args.model)?;
+    // Every file the chat needs is checked before the weights load.
     let tok = dir.tokenizer(args.model.tokenizer.as_ref())?;
     let template = dir.chat_template()?;
     let stop_tokens = dir.stop_tokens(&tok)?;
+    let (ctx, note) = limits::context(dir.config(), args.model.max_context);
+    if let Some(note) = note {
+        eprintln!("{note}");
+    }
+    let model = load(&args.model, &device, &dir, ctx)?;
+    let ctx = model.max_context();
     let mut messages: Vec<Message> = args.system.iter().map(|s| Message::new("system", s)).collect();
     let mut cache = model.new_cache();
     // The tokens whose keys and values are in the cache: a new turn reuses them when the new prompt
     // starts with them, else the cache starts over.
     let mut cached: Vec<u32> = Vec::new();
+    // Room kept for an answer when old turns are dropped: --max-tokens, at most a quarter of the context.
+    let reserve = args.max_tokens.min(ctx / 4).max(1);
+    let count = |m: &[Message]| -> Result<usize, String> {
+        let text = template.render(m, true).map_err(|e| e.to_string())?;
+        Ok(tok.encode(&text, false).map_err(|e| e.to_string())?.len())
+    };
     eprintln!("chat: type a message and press enter; /reset starts over, /exit (or end of input) quits");
     let stdin = std::io::stdin();
     let mut out = std::io::stdout();
@@ -338,6 +371,22 @@ fn run_chat(args: ChatArgs) -> Result<(), String> {
             _ => {}
         }
         messages.push(Message::new("user", line));
+        // A full context drops the oldest turns (the system prompt stays), as chat programs do.
+        match limits::fit_history(&mut messages, ctx - reserve, count) {
+            Ok(0) => {}
+            Ok(n) => eprintln!(
+                "(the conversation filled the context of {ctx} positions: dropped the {n} oldest messages; \
+                 /reset starts over)"
+            ),
+            Err(e) => {
+                messages.pop();
+                eprintln!(
+                    "this message does not fit: {e} (the context of {ctx} positions less {reserve} for the \
+                     answer); send a shorter one or raise --max-context"
+                );
+                continue;
+            }
+        }
         let text = template.render(&messages, true).map_err(|e| e.to_string())?;
         let ids = tok.encode(&text, false).map_err(|e| e.to_string())?;
         if !(ids.len() > cached.len() && ids.starts_with(&cached)) {
@@ -345,13 +394,7 @@ fn run_chat(args: ChatArgs) -> Result<(), String> {
             cached.clear();
         }
         let new = &ids[cached.len()..];
-        let room = model.max_context().saturating_sub(ids.len());
-        if room == 0 {
-            return Err(format!(
-                "the conversation ({} tokens) fills the context; /reset or raise --max-context",
-                ids.len()
-            ));
-        }
+        let room = ctx.saturating_sub(ids.len());
         let opts = GenerateOptions {
             max_tokens: args.max_tokens.min(room),
             sampling: args.sampling.params(),
@@ -369,6 +412,14 @@ fn run_chat(args: ChatArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
         println!();
         print_stats(&stats);
+        let last_is_stop = answer.last().is_some_and(|t| stop_tokens.contains(t));
+        if answer.len() < args.max_tokens && !last_is_stop {
+            eprintln!(
+                "(the answer was cut at {} tokens: the context of {ctx} positions is full; the oldest turns \
+                 make room for the next message)",
+                answer.len()
+            );
+        }
         // Every answer token but the last went through the model.
         cached = ids;
         cached.extend_from_slice(&answer[..answer.len().saturating_sub(1)]);
@@ -465,34 +516,43 @@ fn decode_profile(model: &Model, context: usize) -> kiln_llm::Result<Option<serd
 }
 
 fn run_llm_bench(args: LlmBenchArgs) -> Result<(), String> {
-    let (dir, model) = open(&args.model)?;
+    let (device, dir) = open_source(&args.model)?;
+    let plan = limits::bench_plan(
+        dir.config(),
+        args.prefill,
+        args.contexts.clone(),
+        args.decode_tokens,
+        args.model.max_context,
+    )?;
+    eprintln!(
+        "runs: prefill of {} tokens, {} decode steps at context {:?}",
+        plan.prefill, plan.decode_tokens, plan.contexts
+    );
+    let model = load(&args.model, &device, &dir, plan.max_context)?;
     let err = |e: kiln_llm::LlmError| e.to_string();
     let device: &Device = model.device();
-    let need = args.contexts.iter().map(|c| c + args.decode_tokens).chain([args.prefill]).max().unwrap_or(0);
-    if need > model.max_context() {
-        return Err(format!("the runs need {need} positions, the context is {} (--max-context)", model.max_context()));
-    }
     eprintln!("warm-up ...");
-    timed_run(&model, 64, 4).map_err(err)?;
-    timed_run(&model, args.prefill, 1).map_err(err)?;
+    let warm = 64.min(model.max_context() / 2).max(1);
+    timed_run(&model, warm, 4.min(model.max_context() - warm)).map_err(err)?;
+    timed_run(&model, plan.prefill, 0).map_err(err)?;
     device.reset_peak_memory();
     let mut prefill_best = f64::INFINITY;
     for _ in 0..2 {
-        prefill_best = prefill_best.min(timed_run(&model, args.prefill, 0).map_err(err)?.0);
+        prefill_best = prefill_best.min(timed_run(&model, plan.prefill, 0).map_err(err)?.0);
     }
     let mut decode = Vec::new();
-    for &ctx in &args.contexts {
-        let (_, secs) = timed_run(&model, ctx, args.decode_tokens).map_err(err)?;
+    for &ctx in &plan.contexts {
+        let (_, secs) = timed_run(&model, ctx, plan.decode_tokens).map_err(err)?;
         decode.push(serde_json::json!({
             "context": ctx,
-            "steps": args.decode_tokens,
+            "steps": plan.decode_tokens,
             "secs": secs,
-            "tokens_per_sec": args.decode_tokens as f64 / secs,
+            "tokens_per_sec": plan.decode_tokens as f64 / secs,
         }));
-        eprintln!("decode at context {ctx}: {:.1} tokens/s", args.decode_tokens as f64 / secs);
+        eprintln!("decode at context {ctx}: {:.1} tokens/s", plan.decode_tokens as f64 / secs);
     }
-    eprintln!("prefill of {} tokens: {:.1} tokens/s", args.prefill, args.prefill as f64 / prefill_best);
-    let profile = decode_profile(&model, args.contexts.first().copied().unwrap_or(args.prefill)).map_err(err)?;
+    eprintln!("prefill of {} tokens: {:.1} tokens/s", plan.prefill, plan.prefill as f64 / prefill_best);
+    let profile = decode_profile(&model, plan.contexts.first().copied().unwrap_or(plan.prefill)).map_err(err)?;
     let c = dir.config();
     let report = serde_json::json!({
         "engine": "kiln",
@@ -504,7 +564,7 @@ fn run_llm_bench(args: LlmBenchArgs) -> Result<(), String> {
         "vocab": c.vocab_size,
         "weight_bytes": model.weight_bytes(),
         "kv_bytes_per_position": c.kv_bytes_per_position(model.dtype()),
-        "prefill": {"tokens": args.prefill, "secs": prefill_best, "tokens_per_sec": args.prefill as f64 / prefill_best},
+        "prefill": {"tokens": plan.prefill, "secs": prefill_best, "tokens_per_sec": plan.prefill as f64 / prefill_best},
         "decode": decode,
         "peak_gpu_bytes": device.memory_stats().map(|m| m.peak_bytes),
         "decode_profile": profile,

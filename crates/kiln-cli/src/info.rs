@@ -2,7 +2,7 @@
 
 use crate::sysinfo::{human_bytes, CpuInfo};
 use kiln::gpu::{list_adapters, AdapterSummary};
-use kiln::{Device, DeviceRequest};
+use kiln::Device;
 use serde_json::{json, Value};
 
 /// Status of each backend this binary knows about.
@@ -35,12 +35,14 @@ fn adapter_json(a: &AdapterSummary) -> Value {
     })
 }
 
-/// What `KILN_DEVICE` asks for (or why it cannot be read).
-fn env_request() -> String {
-    match DeviceRequest::from_env() {
-        Ok(r) => format!("{r:?}").to_lowercase(),
-        Err(e) => format!("invalid: {e}"),
-    }
+/// `KILN_DEVICE` as it is set (`None` when unset).
+fn env_value() -> Option<String> {
+    std::env::var("KILN_DEVICE").ok()
+}
+
+/// The device commands use without `--device` (`KILN_DEVICE`, else `auto`), or why there is none.
+fn default_device() -> Result<String, String> {
+    crate::open_device(None).map(|d| d.name())
 }
 
 /// The machine-readable report.
@@ -50,8 +52,8 @@ pub fn info_json(cpu: &CpuInfo) -> Value {
     json!({
         "kiln_version": env!("CARGO_PKG_VERSION"),
         "backends": backends,
-        "kiln_device_env": env_request(),
-        "default_device": Device::auto().name(),
+        "kiln_device_env": env_value(),
+        "default_device": default_device().unwrap_or_else(|e| format!("none: {e}")),
         "devices": std::iter::once(json!({ "name": Device::cpu().name(), "kind": "cpu", "cpu": cpu.to_json() }))
             .chain(list_adapters().iter().map(adapter_json))
             .collect::<Vec<_>>(),
@@ -71,7 +73,14 @@ pub fn run(json: bool) {
     for (name, status) in backends() {
         println!("  {name:<4} {status}");
     }
-    println!("default device: {} (KILN_DEVICE: {})", Device::auto(), env_request());
+    let source = match env_value() {
+        Some(v) => format!("KILN_DEVICE={v}"),
+        None => "KILN_DEVICE unset: auto".into(),
+    };
+    match default_device() {
+        Ok(d) => println!("default device: {d} ({source})"),
+        Err(e) => println!("default device: none ({e})"),
+    }
     println!();
     println!("devices:");
     println!("  cpu: {}", cpu.model_or_unknown());

@@ -1,17 +1,21 @@
 //! `kiln`: the command line tool of the kiln tensor library.
 //!
 //! - `kiln info [--json]`: version, compiled-in backends, the devices found and what they offer.
-//! - `kiln bench [--device cpu|gpu|auto] [--json] [--filter SUBSTR] [--quick] [--runs N]`: times a
-//!   fixed set of ops and reports throughput against the machine's limits.
+//! - `kiln bench [--device cpu|gpu|gpu:N|auto] [--json] [--filter SUBSTR] [--quick] [--runs N]`: times
+//!   a fixed set of ops and reports throughput against the machine's limits.
 //! - `kiln generate`, `kiln chat`, `kiln llm-bench`: Llama-family models (src/generate.rs).
+//!
+//! Every command that takes `--device` falls back to `KILN_DEVICE`, then `auto` ([`open_device`]).
 
 mod bench;
 mod generate;
 mod info;
+mod limits;
+mod progress;
 mod sysinfo;
 
 use clap::{Args, Parser, Subcommand};
-use kiln::DeviceRequest;
+use kiln::{Device, DeviceRequest};
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
@@ -42,9 +46,9 @@ enum Command {
 
 #[derive(Args, Debug)]
 struct BenchArgs {
-    /// Device to run on: cpu, gpu, gpu:N or auto.
-    #[arg(long, default_value = "auto", value_parser = parse_device)]
-    device: DeviceRequest,
+    /// Device to run on: cpu, gpu, gpu:N or auto [default: $KILN_DEVICE, else auto].
+    #[arg(long, value_parser = parse_device)]
+    device: Option<DeviceRequest>,
     /// Print one JSON document instead of a table.
     #[arg(long)]
     json: bool,
@@ -59,26 +63,63 @@ struct BenchArgs {
     runs: Option<usize>,
 }
 
+/// `--device`'s parser (kiln's one parser of device names, also behind `KILN_DEVICE`).
 fn parse_device(s: &str) -> Result<DeviceRequest, String> {
-    DeviceRequest::parse(s).ok_or_else(|| format!("unknown device '{s}': expected cpu, gpu, gpu:N or auto"))
+    s.parse::<DeviceRequest>().map_err(|e| e.to_string())
+}
+
+/// The device a command runs on: `--device` if given, else `KILN_DEVICE`, else `auto`.
+pub fn device_request(flag: Option<DeviceRequest>) -> Result<DeviceRequest, String> {
+    match flag {
+        Some(r) => Ok(r),
+        None => DeviceRequest::from_env().map_err(|e| e.to_string()),
+    }
+}
+
+/// Opens [`device_request`]'s device.
+pub fn open_device(flag: Option<DeviceRequest>) -> Result<Device, String> {
+    let req = device_request(flag)?;
+    req.open().map_err(|e| format!("cannot open device {req}: {e}"))
+}
+
+/// Mesa's Vulkan drivers print `error: XDG_RUNTIME_DIR is invalid or not set in the environment`
+/// on every adapter probe when the variable is unset or not a folder (a headless box, `sudo`, a
+/// container). Then point it at a private empty directory of this process before anything probes a GPU, so the
+/// noise never reaches the user; the directory is returned to be removed at exit.
+fn quiet_mesa_runtime_dir() -> Option<std::path::PathBuf> {
+    let set = std::env::var_os("XDG_RUNTIME_DIR").is_some_and(|d| std::path::Path::new(&d).is_dir());
+    if !cfg!(target_os = "linux") || set {
+        return None;
+    }
+    let dir = std::env::temp_dir().join(format!("kiln-runtime-{}", std::process::id()));
+    let mut b = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+    b.create(&dir).ok()?;
+    // Still single-threaded: nothing reads the environment concurrently.
+    std::env::set_var("XDG_RUNTIME_DIR", &dir);
+    Some(dir)
 }
 
 fn bench(args: BenchArgs) -> ExitCode {
-    let device = match args.device.open() {
+    let device = match open_device(args.device) {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("kiln bench: cannot open device: {e}");
+            eprintln!("kiln bench: {e}");
             return ExitCode::FAILURE;
         }
     };
     let cfg = bench::BenchConfig { quick: args.quick, filter: args.filter.clone(), runs: args.runs };
-    let show_progress = std::io::stderr().is_terminal();
+    // On a terminal one line rewritten in place; piped (CI logs, `| tee`), one plain line per case.
+    let terminal = std::io::stderr().is_terminal();
     let report = bench::run(&device, &cfg, |name| {
-        if show_progress {
+        if terminal {
             eprint!("\r\x1b[2Krunning {name} ...");
+        } else {
+            eprintln!("running {name} ...");
         }
     });
-    if show_progress {
+    if terminal {
         eprint!("\r\x1b[2K");
     }
     if report.rows.is_empty() {
@@ -87,9 +128,9 @@ fn bench(args: BenchArgs) -> ExitCode {
     }
     let cpu = sysinfo::CpuInfo::detect();
     if args.json {
-        bench::print_json(&report, &cpu);
+        bench::report::print_json(&report, &cpu);
     } else {
-        bench::print_table(&report, &cpu);
+        bench::report::print_table(&report, &cpu);
     }
     // KILN_PROFILE=1 times every GPU kernel (serialising the GPU, so the table above is slower).
     let profile = device.profile();
@@ -100,7 +141,17 @@ fn bench(args: BenchArgs) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    let runtime_dir = quiet_mesa_runtime_dir();
+    let code = run(cli);
+    if let Some(dir) = runtime_dir {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    code
+}
+
+fn run(cli: Cli) -> ExitCode {
+    match cli.command {
         Command::Info { json } => {
             info::run(json);
             ExitCode::SUCCESS

@@ -131,3 +131,228 @@ fn generate_from_gguf_matches_the_safetensors_folder() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("tokenizer.json.gguf"));
 }
+
+// What a new user hits (issue 20): the device from KILN_DEVICE, messages as text, files and lengths
+// checked before the weights load, a chat that outlives its context, defaults that fit the model.
+
+const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../kiln-llm/tests/fixtures/llama");
+
+/// `kiln args` with environment variables set (KILN_DEVICE unset unless given) and `stdin` fed in.
+fn kiln_with(args: &[&str], env: &[(&str, &str)], stdin: Option<&str>) -> Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kiln"));
+    cmd.args(args).env_remove("KILN_DEVICE").envs(env.iter().copied());
+    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("run kiln");
+    if let Some(text) = stdin {
+        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    }
+    child.wait_with_output().expect("kiln runs to the end")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn gpu_required() -> bool {
+    std::env::var("KILN_REQUIRE_GPU").is_ok_and(|v| v == "1")
+}
+
+#[test]
+fn kiln_device_sets_the_default_device_of_every_command() {
+    let bench = ["bench", "--quick", "--filter", "add", "--runs", "1", "--json"];
+    let o = kiln_with(&bench, &[("KILN_DEVICE", "cpu")], None);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["device"], "cpu");
+    // A bad value is an error that reads as text, not Rust's debug output.
+    let o = kiln_with(&bench, &[("KILN_DEVICE", "tpu")], None);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert!(e.contains("KILN_DEVICE=tpu") && e.contains("gpu:N") && !e.contains("BadEnv"), "{e}");
+    let gen = ["generate", "--model", FIXTURE, "--prompt", "hi", "--max-tokens", "2"];
+    let o = kiln_with(&gen, &[("KILN_DEVICE", "tpu")], None);
+    assert!(!o.status.success() && stderr(&o).contains("KILN_DEVICE=tpu"), "{}", stderr(&o));
+    // --device wins over the variable.
+    let mut with_flag = bench.to_vec();
+    with_flag.extend(["--device", "cpu"]);
+    assert!(kiln_with(&with_flag, &[("KILN_DEVICE", "tpu")], None).status.success());
+    // `kiln info` says what the variable holds, as the user wrote it.
+    let o = kiln_with(&["info"], &[("KILN_DEVICE", "gpu:7")], None);
+    let out = stdout(&o);
+    assert!(out.contains("KILN_DEVICE=gpu:7") || out.contains("gpu:7"), "{out}");
+    assert!(!out.to_lowercase().contains("gpunth"), "{out}");
+    let o = kiln_with(&["info"], &[("KILN_DEVICE", "cpu")], None);
+    assert!(stdout(&o).contains("default device: cpu (KILN_DEVICE=cpu)"), "{}", stdout(&o));
+    if gpu_required() {
+        let o = kiln_with(&bench, &[("KILN_DEVICE", "gpu")], None);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert!(v["device"].as_str().unwrap().starts_with("gpu:"), "{v}");
+        let o = kiln_with(&gen, &[("KILN_DEVICE", "gpu")], None);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(stderr(&o).contains(" on gpu:"), "{}", stderr(&o));
+    }
+}
+
+#[test]
+fn generate_rejects_what_cannot_work_with_a_message() {
+    let run = |extra: &[&str]| {
+        let mut args = vec!["generate", "--model", FIXTURE, "--device", "cpu"];
+        args.extend_from_slice(extra);
+        let o = kiln(&args);
+        assert!(!o.status.success(), "{extra:?} succeeded");
+        let e = stderr(&o);
+        assert!(!e.contains("panicked") && !e.contains("loaded in"), "{extra:?}: {e}");
+        e
+    };
+    let e = run(&["--prompt", "hi", "--max-tokens", "0"]);
+    assert!(e.contains("--max-tokens") && e.contains("at least 1"), "{e}");
+    let e = run(&["--prompt", "hi", "--max-context", "0"]);
+    assert!(e.contains("--max-context") && e.contains("at least 1"), "{e}");
+    let e = run(&["--prompt", ""]);
+    assert!(e.contains("prompt is empty"), "{e}");
+    // A prompt longer than the model allows: no flag helps, and the message does not name one.
+    let long = "word ".repeat(200);
+    let e = run(&["--prompt", &long]);
+    assert!(e.contains("max_position_embeddings") && e.contains("shorten") && !e.contains("--max-context"), "{e}");
+    // Longer than the context asked for: raising --max-context helps.
+    let e = run(&["--prompt", &"word ".repeat(20), "--max-context", "16"]);
+    assert!(e.contains("raise --max-context") && e.contains("128"), "{e}");
+    // A weights file given for the model folder.
+    let file = format!("{FIXTURE}/model.safetensors");
+    let o = kiln(&["generate", "--model", &file, "--device", "cpu", "--prompt", "hi"]);
+    let e = stderr(&o);
+    assert!(!o.status.success() && e.contains("is a file, not a model folder") && e.contains("config.json"), "{e}");
+}
+
+#[test]
+fn generate_says_when_the_context_cuts_it_short() {
+    let args = ["generate", "--model", FIXTURE, "--device", "cpu", "--prompt", "hi", "--ignore-eos"];
+    let run = |extra: &[&str]| kiln(&[&args[..], extra].concat());
+    let o = run(&["--max-tokens", "500"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("stopped after") && e.contains("--max-tokens 500") && e.contains("is full"), "{e}");
+    // --max-context past the model's own limit is clamped with a note.
+    let o = run(&["--max-context", "1000", "--max-tokens", "4"]);
+    let e = stderr(&o);
+    assert!(o.status.success() && e.contains("--max-context 1000") && e.contains("using 128"), "{e}");
+    assert!(!e.contains("stopped after"), "{e}");
+}
+
+/// A copy of the fixture model without some files, in a fresh folder.
+fn partial_fixture(name: &str, skip: &[&str], edit: impl Fn(&str, Vec<u8>) -> Vec<u8>) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("kiln-cli-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"] {
+        if !skip.contains(&f) {
+            let bytes = std::fs::read(format!("{FIXTURE}/{f}")).unwrap();
+            std::fs::write(dir.join(f), edit(f, bytes)).unwrap();
+        }
+    }
+    dir
+}
+
+#[test]
+fn missing_files_fail_before_the_weights_load() {
+    let dir = partial_fixture("no-tokenizer", &["tokenizer.json"], |_, b| b);
+    let o = kiln(&["generate", "--model", dir.to_str().unwrap(), "--device", "cpu", "--prompt", "hi"]);
+    let e = stderr(&o);
+    assert!(!o.status.success() && e.contains("tokenizer.json"), "{e}");
+    assert!(!e.contains("loaded in") && !e.contains("memory estimate"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+    // A base model without a chat template: `kiln chat` says so before loading.
+    let dir = partial_fixture("no-template", &[], |f, b| {
+        if f == "tokenizer_config.json" {
+            br#"{"bos_token": "<s>", "eos_token": "</s>"}"#.to_vec()
+        } else {
+            b
+        }
+    });
+    let o = kiln_with(&["chat", "--model", dir.to_str().unwrap(), "--device", "cpu"], &[], Some("hi\n"));
+    let e = stderr(&o);
+    assert!(!o.status.success() && e.contains("chat_template"), "{e}");
+    assert!(!e.contains("loaded in"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn chat_keeps_the_session_when_the_context_fills() {
+    let lines = "hello there\nhow are you today\nwhat is new with the kiln\ntell me more about pots\n";
+    let args = [
+        "chat",
+        "--model",
+        FIXTURE,
+        "--device",
+        "cpu",
+        "--system",
+        "be brief",
+        "--max-context",
+        "64",
+        "--max-tokens",
+        "8",
+    ];
+    let o = kiln_with(&args, &[], Some(lines));
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    // Every message was answered (one stats line each), and the oldest turns made room.
+    assert_eq!(e.matches("prompt: ").count(), 4, "{e}");
+    assert!(e.contains("dropped the") && e.contains("oldest messages"), "{e}");
+    // A message that cannot fit even alone is refused, and the chat goes on.
+    let long = format!("{}\nhi\n", "word ".repeat(60));
+    let o = kiln_with(&args, &[], Some(&long));
+    let e = stderr(&o);
+    assert!(o.status.success(), "{e}");
+    assert!(e.contains("does not fit"), "{e}");
+    assert_eq!(e.matches("prompt: ").count(), 1, "{e}");
+}
+
+#[test]
+fn llm_bench_defaults_fit_the_model() {
+    let o = kiln(&["llm-bench", "--model", FIXTURE, "--device", "cpu", "--decode-tokens", "4"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("llm-bench prints JSON");
+    assert_eq!(v["prefill"]["tokens"], 128);
+    let contexts: Vec<u64> = v["decode"].as_array().unwrap().iter().map(|d| d["context"].as_u64().unwrap()).collect();
+    assert_eq!(contexts, [124]);
+    // Flags that cannot fit: the message says which flags to change.
+    let o = kiln(&["llm-bench", "--model", FIXTURE, "--device", "cpu", "--contexts", "4096"]);
+    let e = stderr(&o);
+    assert!(!o.status.success() && e.contains("--contexts") && e.contains("128"), "{e}");
+}
+
+#[test]
+fn piped_bench_prints_progress_lines() {
+    let o = kiln(&["bench", "--quick", "--filter", "sum_all", "--runs", "1", "--device", "cpu"]);
+    assert!(o.status.success());
+    let e = stderr(&o);
+    assert!(e.lines().any(|l| l == "running sum_all ..."), "{e:?}");
+    assert!(!e.contains('\r') && !e.contains('\x1b'), "{e:?}");
+}
+
+#[test]
+fn gpu_bench_title_names_the_gpu() {
+    let o = kiln(&["bench", "--quick", "--device", "gpu", "--filter", "add", "--runs", "1"]);
+    if !o.status.success() {
+        assert!(!gpu_required(), "{}", stderr(&o));
+        return;
+    }
+    let info: Value = serde_json::from_slice(&kiln(&["info", "--json"]).stdout).unwrap();
+    let adapters: Vec<String> =
+        info["devices"].as_array().unwrap().iter().filter_map(|d| d["adapter"].as_str().map(str::to_string)).collect();
+    let out = stdout(&o);
+    let title = out.lines().next().unwrap();
+    assert!(adapters.iter().any(|a| title.contains(a.as_str())), "{title} names none of {adapters:?}");
+}
+
+#[test]
+fn no_mesa_runtime_dir_noise() {
+    let o = Command::new(env!("CARGO_BIN_EXE_kiln")).arg("info").env_remove("XDG_RUNTIME_DIR").output().unwrap();
+    assert!(o.status.success());
+    let e = stderr(&o);
+    assert!(!e.contains("XDG_RUNTIME_DIR"), "{e}");
+}

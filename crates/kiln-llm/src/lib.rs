@@ -51,8 +51,15 @@ impl ModelDir {
     /// Reads `config.json` and maps the safetensors files (nothing is copied yet).
     pub fn open(path: impl AsRef<Path>) -> Result<ModelDir> {
         let path = path.as_ref().to_path_buf();
+        if path.is_file() {
+            return Err(LlmError::Arg(format!(
+                "{} is a file, not a model folder: pass the folder that holds config.json, tokenizer.json \
+                 and the safetensors weights (or a .gguf file)",
+                path.display()
+            )));
+        }
         if !path.is_dir() {
-            return Err(LlmError::MissingFile { path, why: "not a model folder".into() });
+            return Err(LlmError::MissingFile { path, why: "no such model folder".into() });
         }
         let config = LlamaConfig::from_dir(&path)?;
         let weights = SafetensorsDir::open(&path)?;

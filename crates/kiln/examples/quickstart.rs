@@ -69,7 +69,19 @@ impl Layer {
     }
 }
 
-fn main() -> Result<()> {
+/// Errors are printed with `Display` (`error: environment variable KILN_DEVICE=... is not valid: ...`),
+/// not the `Debug` form a `main` returning `Result` would print.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
     let dev = Device::from_env()?;
     println!("device: {dev}");
     let layer = Layer::new(&dev)?;

@@ -80,6 +80,27 @@ impl DeviceRequest {
     }
 }
 
+/// The spelling [`DeviceRequest::parse`] reads: `cpu`, `gpu`, `gpu:N`, `auto`.
+impl fmt::Display for DeviceRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceRequest::Cpu => f.write_str("cpu"),
+            DeviceRequest::Gpu => f.write_str("gpu"),
+            DeviceRequest::GpuNth(i) => write!(f, "gpu:{i}"),
+            DeviceRequest::Auto => f.write_str("auto"),
+        }
+    }
+}
+
+/// [`DeviceRequest::parse`] with an error that says what is accepted.
+impl std::str::FromStr for DeviceRequest {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<DeviceRequest> {
+        DeviceRequest::parse(s)
+            .ok_or_else(|| Error::arg("device", format!("unknown device '{s}': expected cpu, gpu, gpu:N or auto")))
+    }
+}
+
 impl Device {
     /// The CPU backend: multi-threaded (rayon) and SIMD.
     pub fn cpu() -> Device {
@@ -258,8 +279,50 @@ impl Device {
         self.gpu_context().map(|c| c.pipelines.len()).unwrap_or(0)
     }
 
-    /// Runs a user WGSL compute kernel on this GPU device; see [`crate::gpu`]'s `custom_kernel` docs for
-    /// the binding convention.
+    /// Runs the compute entry point `entry` of the WGSL `source` over `workgroups` on this GPU device
+    /// and returns the `outputs` (shape, dtype) it wrote. The pipeline is compiled once per source and
+    /// cached. `crates/kiln/examples/custom_kernel.rs` is a complete program (two outputs, a strided
+    /// input, float parameters, checked against kiln's ops).
+    ///
+    /// Binding layout (what the shader must declare):
+    /// - `@group(0)`: the outputs at bindings `0..outputs.len()`, as `var<storage, read_write>`, then
+    ///   the inputs at the next bindings, as `var<storage, read>`, in the order given;
+    /// - each buffer holds the tensor's elements contiguously in row-major order (a strided view is
+    ///   copied first): declare it `array<f32>`, `array<i32>`, `array<u32>`, ... to match the dtype;
+    ///   16- and 8-bit dtypes (f16, bf16, u8, bool) arrive packed in `array<u32>`;
+    /// - `@group(1) @binding(0)`: `var<storage, read> params: array<u32, 64>` receives `params` (at
+    ///   most 64 words; the rest are zero); floats go in as `f32::to_bits` and come back with
+    ///   `bitcast<f32>`. A kernel without parameters may leave group 1 out.
+    ///
+    /// Output elements the kernel does not write are unspecified. Errors: a CPU device, more than
+    /// 64 parameter words, inputs on another device, and a shader that does not compile (the
+    /// compiler's message) or does not match the layout are `Err`.
+    ///
+    /// # Example
+    ///
+    /// `out = alpha * a + b` with `n` and `alpha` as parameters:
+    ///
+    /// ```
+    /// # fn main() -> kiln::Result<()> {
+    /// use kiln::{DType, Device, Shape, Tensor};
+    /// const AXPY: &str = "
+    /// @group(0) @binding(0) var<storage, read_write> out: array<f32>;
+    /// @group(0) @binding(1) var<storage, read> a: array<f32>;
+    /// @group(0) @binding(2) var<storage, read> b: array<f32>;
+    /// @group(1) @binding(0) var<storage, read> params: array<u32, 64>;
+    ///
+    /// @compute @workgroup_size(64)
+    /// fn main(@builtin(global_invocation_id) id: vec3<u32>) {
+    ///     if (id.x < params[0]) { out[id.x] = bitcast<f32>(params[1]) * a[id.x] + b[id.x]; }
+    /// }";
+    /// let Ok(gpu) = Device::gpu() else { return Ok(()) }; // no GPU adapter here
+    /// let a = Tensor::from_vec(vec![1.0f32, 2.0, 3.0], 3, &gpu)?;
+    /// let b = Tensor::from_vec(vec![10.0f32, 20.0, 30.0], 3, &gpu)?;
+    /// let params = [3, 2.0f32.to_bits()]; // n, alpha
+    /// let out = gpu.custom_kernel(AXPY, "main", &[&a, &b], &[(Shape::from(3), DType::F32)], [1, 1, 1], &params)?;
+    /// assert_eq!(out[0].to_vec::<f32>()?, [12.0, 24.0, 36.0]);
+    /// # Ok(()) }
+    /// ```
     pub fn custom_kernel(
         &self,
         source: &str,
@@ -367,6 +430,12 @@ mod tests {
         assert_eq!(DeviceRequest::parse("gpu:2"), Some(DeviceRequest::GpuNth(2)));
         assert_eq!(DeviceRequest::parse("cpu"), Some(DeviceRequest::Cpu));
         assert_eq!(DeviceRequest::parse("tpu"), None);
+        for s in ["cpu", "gpu", "gpu:7", "auto"] {
+            let r: DeviceRequest = s.parse().unwrap();
+            assert_eq!(r.to_string(), s);
+        }
+        let e = "gpu:x".parse::<DeviceRequest>().unwrap_err().to_string();
+        assert!(e.contains("gpu:x") && e.contains("gpu:N"), "{e}");
     }
 }
 

@@ -1,11 +1,12 @@
 //! The GPU benchmark set: the shapes of the GPU performance targets (256M-element element-wise ops,
 //! 16384x16384 reductions, rows of 4096 and 32768, square and LLM-shaped matmuls, causal GQA attention
-//! and a decode step, the launch cost of a chain of small ops), then the realistic layouts of issue 9
-//! (`realistic_cases.rs`). `bench/gpu/torch_ref.py` times the same
+//! and a decode step, the launch cost of a chain of small ops); `mod.rs` adds the realistic layouts of
+//! issue 9 (`realistic_cases.rs`) after them. `bench/gpu/torch_ref.py` times the same
 //! names and shapes with PyTorch.
 
-use super::cases::{case, count, matmul, rows_case, sdpa_gqa, unary, EPS, F32, SEED_A, SEED_B, SEED_C};
-use super::{Bound, Case, Op};
+use super::builders::{
+    case, count, matmul, rows_case, sdpa_gqa, unary, Bound, Case, Op, EPS, F32, SEED_A, SEED_B, SEED_C,
+};
 use kiln::{DType, Tensor};
 
 /// Problem sizes of one run of the GPU set.
@@ -174,7 +175,6 @@ pub fn all(quick: bool) -> Vec<Case> {
         v.push(sdpa_gqa(format!("sdpa_causal_d{d}_t{t}"), 1, s.heads, t, d));
     }
     v.push(decode(1, s.heads, s.cache, 128));
-    v.extend(super::realistic_cases::all(quick));
     v.push(launch_chain(1000));
     v
 }

@@ -10,88 +10,38 @@
 //! the useful arithmetic (`2*M*N*K` for a matmul). An op that returns an error (or panics) gives a row
 //! saying why instead of aborting the set.
 
+//!
+//! Modules: `builders` holds the `Case` type and the builders every set shares; the sets (`cases`
+//! for the CPU, `gpu_cases`, `realistic_cases`, `quant_cases`) use only `builders`; this module
+//! puts them together ([`all`]) and times them; `report` prints what [`run`] returns.
+
 mod bandwidth;
+mod builders;
 mod cases;
 mod gpu_cases;
 mod quant_cases;
 mod realistic_cases;
-mod report;
+pub mod report;
 
-use kiln::{DType, Device, Shape, Tensor};
-use std::collections::HashMap;
+use kiln::Device;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 pub use bandwidth::CopyBandwidth;
-pub use report::{print_json, print_table};
+pub use builders::{Bound, Case, Op};
 
-/// What limits an op: memory traffic or arithmetic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Bound {
-    /// Reported in GB/s, compared with the measured copy bandwidth.
-    Memory,
-    /// Reported in GFLOPS; no peak is known, so no ratio unless the case also counts bytes.
-    Compute,
-    /// The host's cost of issuing `ops` dependent ops: timed on the host without waiting for the device,
-    /// reported per op.
-    Launch {
-        /// Ops issued per run.
-        ops: usize,
-    },
-}
-
-/// A timed op: called once per run.
-pub type Op = Box<dyn Fn() -> kiln::Result<Tensor>>;
-
-/// Makes a case's op from the shared inputs.
-pub type Builder = Box<dyn Fn(&mut Inputs) -> kiln::Result<Op>>;
-
-/// One benchmark: its description and how to build the op from cached inputs.
-pub struct Case {
-    /// Stable name used by `--filter` and in JSON (`add`, `matmul_f32_1024`, ...).
-    pub name: String,
-    /// Human-readable shape(s) of the inputs.
-    pub shape: String,
-    /// Element type of the (main) input.
-    pub dtype: DType,
-    /// What bounds the op.
-    pub bound: Bound,
-    /// Minimal bytes moved (inputs read once + output written once), when meaningful.
-    pub bytes: Option<f64>,
-    /// Useful floating-point operations, when meaningful.
-    pub flops: Option<f64>,
-    /// Builds the op (creating inputs through the cache) before timing starts.
-    pub build: Builder,
-}
-
-/// Random inputs, made once per (shape, dtype, seed) and shared between cases.
-pub struct Inputs {
-    device: Device,
-    cache: HashMap<(Vec<usize>, DType, u64), Tensor>,
-}
-
-impl Inputs {
-    /// An empty cache for `device`.
-    pub fn new(device: &Device) -> Inputs {
-        Inputs { device: device.clone(), cache: HashMap::new() }
-    }
-
-    /// The device the inputs live on.
-    pub fn device(&self) -> &Device {
-        &self.device
-    }
-
-    /// Standard-normal values of `shape` and `dtype`, the same for one seed on every device.
-    pub fn randn(&mut self, shape: impl Into<Shape>, dtype: DType, seed: u64) -> kiln::Result<Tensor> {
-        let shape = shape.into();
-        let key = (shape.dims().to_vec(), dtype, seed);
-        if let Some(t) = self.cache.get(&key) {
-            return Ok(t.clone());
-        }
-        let t = Tensor::randn(0.0, 1.0, shape, dtype, seed, &self.device)?;
-        self.cache.insert(key, t.clone());
-        Ok(t)
-    }
+/// Every case for a device, in display order: the CPU set, or on a GPU the GPU set with the
+/// realistic layouts; then the quantized matrix-vector cases.
+pub fn all(quick: bool, gpu: bool) -> Vec<Case> {
+    let mut v = if gpu {
+        let mut v = gpu_cases::all(quick);
+        v.extend(realistic_cases::all(quick));
+        v
+    } else {
+        cases::all(quick)
+    };
+    v.extend(quant_cases::all(quick));
+    v
 }
 
 /// How many runs to time.
@@ -251,7 +201,7 @@ pub struct BenchReport {
 /// Runs the selected cases on `device`, calling `progress` before each (for stderr progress).
 pub fn run(device: &Device, cfg: &BenchConfig, mut progress: impl FnMut(&str)) -> BenchReport {
     let timing = Timing::new(cfg.quick, cfg.runs);
-    let selected: Vec<Case> = cases::all(cfg.quick, device.is_gpu())
+    let selected: Vec<Case> = all(cfg.quick, device.is_gpu())
         .into_iter()
         .filter(|c| cfg.filter.as_deref().is_none_or(|f| f.split(',').any(|f| c.name.contains(f))))
         .collect();
@@ -268,7 +218,7 @@ pub fn run(device: &Device, cfg: &BenchConfig, mut progress: impl FnMut(&str)) -
             false => bandwidth::measure(bytes, runs),
         }
     });
-    let mut inputs = Inputs::new(device);
+    let mut inputs = builders::Inputs::new(device);
     let rows = selected
         .into_iter()
         .map(|case| {
@@ -278,4 +228,27 @@ pub fn run(device: &Device, cfg: &BenchConfig, mut progress: impl FnMut(&str)) -
         })
         .collect();
     BenchReport { device: device.clone(), quick: cfg.quick, copy, rows }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::all;
+
+    #[test]
+    fn names_are_unique_and_stable() {
+        let full = all(false, false);
+        let names: Vec<&str> = full.iter().map(|c| c.name.as_str()).collect();
+        let mut dedup = names.clone();
+        dedup.sort();
+        dedup.dedup();
+        assert_eq!(dedup.len(), names.len());
+        assert!(names.contains(&"matmul_f32_1024") && names.contains(&"matmul_f32_2048"));
+        assert_eq!(all(true, false).len(), full.len());
+        let gpu: Vec<String> = all(false, true).into_iter().map(|c| c.name).collect();
+        let mut g = gpu.clone();
+        g.sort();
+        g.dedup();
+        assert_eq!(g.len(), gpu.len());
+        assert_eq!(all(true, true).len(), gpu.len());
+    }
 }

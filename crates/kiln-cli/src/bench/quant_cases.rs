@@ -4,8 +4,7 @@
 //! vectors, so GB/s compares with the copy bandwidth (the target is 80% of it). Weights are random
 //! normals quantized on the host before timing.
 
-use super::cases::{case, SEED_A, SEED_B};
-use super::{Bound, Case, Op};
+use super::builders::{case, Bound, Case, Op, SEED_A, SEED_B};
 use kiln::quant::{QTensor, QuantType};
 use kiln::DType;
 

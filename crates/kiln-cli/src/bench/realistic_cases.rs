@@ -3,8 +3,7 @@
 //! concat of KV-cache-sized tensors, a transposed operand, bf16 element-wise, a middle-axis sum).
 //! `bench/gpu/torch_ref.py` times the same names and shapes with PyTorch.
 
-use super::cases::{case, count, EPS, SEED_A, SEED_B, SEED_C};
-use super::{Bound, Case, Op};
+use super::builders::{case, count, matmul, Bound, Case, Op, EPS, SEED_A, SEED_B, SEED_C};
 use kiln::{DType, RopeLayout, Tensor};
 
 /// Problem sizes of the realistic cases (`quick`: small enough for lavapipe).
@@ -101,7 +100,7 @@ pub fn all(quick: bool) -> Vec<Case> {
         linear(format!("linear_f16_m{m}_n{n}"), (m, k, n), DType::F16),
         linear(format!("linear_f32_m{m}_n{n}"), (m, k, n), DType::F32),
         linear(format!("linear_bf16_m{m}_n{n}"), (m, k, n), DType::BF16),
-        super::cases::matmul(format!("matmul_f32_{}", s.odd), (s.odd, s.odd, s.odd), DType::F32, false),
+        matmul(format!("matmul_f32_{}", s.odd), (s.odd, s.odd, s.odd), DType::F32, false),
         linear(format!("linear_f16_m1_n{n}"), (1, k, n), DType::F16),
         linear(format!("linear_bf16_m1_n{n}"), (1, k, n), DType::BF16),
     ];

@@ -1,6 +1,7 @@
 //! Printing a bench report: an aligned table for people, or one JSON document for scripts.
 
-use super::{BenchReport, Bound, Row};
+use super::builders::Bound;
+use super::{BenchReport, Row};
 use crate::sysinfo::{human_bytes, CpuInfo};
 use serde_json::{json, Value};
 
@@ -43,16 +44,20 @@ fn limit(row: &Row, report: &BenchReport) -> String {
     }
 }
 
+/// The table's title: the device that ran, named by its GPU adapter or its CPU model.
+fn title(report: &BenchReport, cpu: &CpuInfo) -> String {
+    let on = match report.device.gpu_info() {
+        Some(a) => {
+            format!("{} ({}, {} {}; host {})", report.device, a.name, a.backend, a.device_type, cpu.model_or_unknown())
+        }
+        None => format!("{} ({}, {} threads)", report.device, cpu.model_or_unknown(), cpu.rayon_threads),
+    };
+    format!("kiln {} bench on {on}{}", env!("CARGO_PKG_VERSION"), if report.quick { " [quick sizes]" } else { "" })
+}
+
 /// Prints the header and the aligned table.
 pub fn print_table(report: &BenchReport, cpu: &CpuInfo) {
-    println!(
-        "kiln {} bench on {} ({}, {} threads){}",
-        env!("CARGO_PKG_VERSION"),
-        report.device,
-        cpu.model_or_unknown(),
-        cpu.rayon_threads,
-        if report.quick { " [quick sizes]" } else { "" }
-    );
+    println!("{}", title(report, cpu));
     if let Some(c) = &report.copy {
         println!(
             "limit: copy bandwidth {:.1} GB/s (read+write, {} buffer, best run)",
@@ -140,6 +145,7 @@ pub fn print_json(report: &BenchReport, cpu: &CpuInfo) {
     let doc = json!({
         "kiln_version": env!("CARGO_PKG_VERSION"),
         "device": report.device.name(),
+        "adapter": report.device.gpu_info().map(|a| a.name),
         "quick": report.quick,
         "cpu": cpu.to_json(),
         "copy_bandwidth": copy,
