@@ -50,6 +50,7 @@ from ._kiln import (  # noqa: F401
 from .array_api import *  # noqa: F401,F403
 from .array_api import __all__ as _array_api_all
 from .backend import Backend, DeviceBuffer, Kernel, KernelResult, UnifiedBuffer  # noqa: F401
+from ._support import supported_dtypes  # noqa: F401
 
 __array_api_version__ = "2023.12"
 
@@ -98,6 +99,7 @@ __all__ = [
     "randn",
     "rope_tables",
     "stack",
+    "supported_dtypes",
     "where",
     "zeros",
     "zeros_like",

@@ -11,9 +11,8 @@ mean min prod std sum var cumulative_sum``), ``all any``, ``take``, and ``__arra
 Not covered: the dtypes kiln lacks (int8, int16, uint16, uint64, complex64/128), in-place updates
 (``__setitem__``: tensors are immutable), bitwise functions and shifts, inverse trigonometric and
 inverse hyperbolic functions (``acos asin atan atan2 acosh asinh atanh``), ``sort argsort
-searchsorted unique_*`` and the ``linalg``/``fft`` extensions. ``log1p`` and ``expm1`` are composed
-(``log(1 + x)``, ``exp(x) - 1``) and lose precision near 0; ``floor_divide`` and ``remainder`` of
-integers compute through float32 (exact below 2**24).
+searchsorted unique_*`` and the ``linalg``/``fft`` extensions. ``expm1``, ``log1p`` and ``sinh`` are
+composed from kiln ops with Kahan's and Goldberg's corrections (accurate near 0, -0.0 kept).
 """
 
 import builtins as _b
@@ -213,9 +212,12 @@ def tan(x, /):
 
 
 def sinh(x, /):
-    """Hyperbolic sine (`(e^x - e^-x) / 2`)."""
+    """Hyperbolic sine: `(e + e / (e + 1)) / 2` with `e = expm1(x)` for |x| < 1 (accurate near 0,
+    `sinh(-0.0)` is -0.0), `(e^x - e^-x) / 2` beyond."""
     x = _t(x)
-    return (x.exp() - (-x).exp()) * 0.5
+    e = expm1(x)
+    small = (e + e / (e + 1.0)) * 0.5
+    return _kiln.where(x.abs() < 1.0, small, (x.exp() - (-x).exp()) * 0.5)
 
 
 def cosh(x, /):
@@ -225,13 +227,25 @@ def cosh(x, /):
 
 
 def expm1(x, /):
-    """`e^x - 1` (composed: loses precision for |x| near 0)."""
-    return _t(x).exp() - 1.0
+    """`e^x - 1`, with Kahan's correction `(u - 1) * x / log(u)` for `u = e^x` (accurate near 0;
+    `x` itself where `u` rounds to 1, so `expm1(-0.0)` is -0.0)."""
+    x = _t(x)
+    u = x.exp()
+    x = x.astype(u.dtype)
+    um1 = u - 1.0
+    r = _kiln.where(u == 1.0, x, um1 * x / u.log())
+    return _kiln.where((um1 == -1.0) | (u == _math.inf), um1, r)
 
 
 def log1p(x, /):
-    """`log(1 + x)` (composed: loses precision for |x| near 0)."""
-    return (_t(x) + 1.0).log()
+    """`log(1 + x)`, with Goldberg's correction `log(u) * x / (u - 1)` for `u = 1 + x` (accurate near
+    0; `x` itself where `u` rounds to 1, so `log1p(-0.0)` is -0.0)."""
+    x = _t(x)
+    u = x + 1.0
+    x = x.astype(u.dtype)
+    lu = u.log()
+    r = _kiln.where(u == 1.0, x, lu * x / (u - 1.0))
+    return _kiln.where((u == 0.0) | (u == _math.inf) | (u < 0.0), lu, r)
 
 
 def log2(x, /):
@@ -265,11 +279,8 @@ def copysign(x1, x2, /):
 
 
 def signbit(x, /):
-    """True where the sign bit is set (negative numbers, -0.0)."""
-    x = _t(x)
-    if not x.dtype.is_float:
-        return x < 0
-    return (x < 0) | ((x == 0) & ((1.0 / x) < 0))
+    """True where the sign bit is set (negative numbers, -0.0, -inf, NaNs with the sign bit)."""
+    return _t(x).signbit()
 
 
 def all(x, /, *, axis=None, keepdims=False):
@@ -306,9 +317,21 @@ def matrix_transpose(x, /):
 
 
 def vecdot(x1, x2, /, *, axis=-1):
-    """Dot product of vectors along `axis` (broadcasting the rest)."""
+    """Dot product of vectors along `axis` (broadcasting the rest; the two vector lengths must be
+    equal), in the operands' promoted dtype (integers wrap in it, as in NumPy)."""
     a, b = _t(x1), _t(x2, _t(x1))
-    return (a * b).sum(axis=axis)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"[vecdot] needs arrays of rank >= 1, got shapes {a.shape} and {b.shape}")
+    n = _b.min(a.ndim, b.ndim)
+    if not -n <= axis < n or (axis >= 0 and a.ndim != b.ndim):
+        raise ValueError(f"[vecdot] axis {axis} is out of range for shapes {a.shape} and {b.shape}")
+    if a.shape[axis] != b.shape[axis]:
+        raise ValueError(
+            f"[vecdot] the vectors along axis {axis} differ in length: shapes {a.shape} and {b.shape}"
+        )
+    rt = result_type(a, b)
+    out = (a * b).sum(axis=axis)
+    return out if out.dtype == rt else out.astype(rt)
 
 
 def tensordot(x1, x2, /, *, axes=2):

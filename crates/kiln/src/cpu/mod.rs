@@ -6,6 +6,7 @@ pub(crate) mod alloc;
 mod attention;
 mod binary;
 mod cast;
+mod divmod;
 mod index;
 pub(crate) mod math;
 mod matmul;
@@ -142,6 +143,10 @@ impl BackendStorage for CpuStorage {
 
     fn binary(&self, l: &Layout, rhs: &Self, rl: &Layout, op: BinaryOp) -> Result<Self> {
         binary::binary(self, l, rhs, rl, op)
+    }
+
+    fn signbit(&self, l: &Layout) -> Result<Self> {
+        divmod::signbit(self, l)
     }
 
     fn cmp(&self, l: &Layout, rhs: &Self, rl: &Layout, op: CmpOp) -> Result<Self> {
