@@ -226,26 +226,39 @@ def cosh(x, /):
     return (x.exp() + (-x).exp()) * 0.5
 
 
+def _series(x, coeffs):
+    """`x * (c0 + x * (c1 + ...))` by Horner's rule (keeps the sign of a zero `x`)."""
+    acc = None
+    for c in reversed(coeffs):
+        acc = _scalar_like(c, x) if acc is None else acc * x + c
+    return x * acc
+
+
 def expm1(x, /):
-    """`e^x - 1`, with Kahan's correction `(u - 1) * x / log(u)` for `u = e^x` (accurate near 0;
-    `x` itself where `u` rounds to 1, so `expm1(-0.0)` is -0.0)."""
+    """`e^x - 1`: its Taylor series for |x| < 0.1, Kahan's `(u - 1) * x / log(u)` with `u = e^x`
+    beyond (accurate near 0 on every device, whatever the accuracy of its `log` near 1; `expm1(-0.0)`
+    is -0.0)."""
     x = _t(x)
     u = x.exp()
     x = x.astype(u.dtype)
     um1 = u - 1.0
     r = _kiln.where(u == 1.0, x, um1 * x / u.log())
-    return _kiln.where((um1 == -1.0) | (u == _math.inf), um1, r)
+    r = _kiln.where((um1 == -1.0) | (u == _math.inf), um1, r)
+    series = _series(x, [1.0 / _math.factorial(n) for n in range(1, 9)])
+    return _kiln.where(x.abs() < 0.1, series, r)
 
 
 def log1p(x, /):
-    """`log(1 + x)`, with Goldberg's correction `log(u) * x / (u - 1)` for `u = 1 + x` (accurate near
-    0; `x` itself where `u` rounds to 1, so `log1p(-0.0)` is -0.0)."""
+    """`log(1 + x)`: its Taylor series for |x| < 0.1, Goldberg's `log(u) * x / (u - 1)` with
+    `u = 1 + x` beyond (accurate near 0 on every device; `log1p(-0.0)` is -0.0)."""
     x = _t(x)
     u = x + 1.0
     x = x.astype(u.dtype)
     lu = u.log()
     r = _kiln.where(u == 1.0, x, lu * x / (u - 1.0))
-    return _kiln.where((u == 0.0) | (u == _math.inf) | (u < 0.0), lu, r)
+    r = _kiln.where((u == 0.0) | (u == _math.inf) | (u < 0.0), lu, r)
+    series = _series(x, [(-1.0) ** (n + 1) / n for n in range(1, 10)])
+    return _kiln.where(x.abs() < 0.1, series, r)
 
 
 def log2(x, /):

@@ -13,6 +13,7 @@ mod matmul;
 mod norm;
 mod reduce;
 mod rope;
+mod signbit;
 mod softmax;
 pub(crate) mod strided;
 mod swiglu;
@@ -146,7 +147,7 @@ impl BackendStorage for CpuStorage {
     }
 
     fn signbit(&self, l: &Layout) -> Result<Self> {
-        divmod::signbit(self, l)
+        signbit::signbit(self, l)
     }
 
     fn cmp(&self, l: &Layout, rhs: &Self, rl: &Layout, op: CmpOp) -> Result<Self> {

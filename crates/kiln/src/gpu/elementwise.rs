@@ -325,14 +325,16 @@ fn divmod_(a: f32, b: f32) -> vec2<f32> {
         let q = select(bitcast<f32>(0x7f800000u | sign_xor_(a, b)), nan_f32(), a == 0.0 || is_nan(a));
         return vec2<f32>(q, m);
     }
+    // `!(x == 0.0)`, not `x != 0.0`: a NaN must take the nonzero branch whatever comparison the
+    // shader compiler picks (lavapipe's `NaN != 0` was false).
     var div = (a - m) / b;
-    if (m != 0.0) {
+    if (!(m == 0.0)) {
         if ((b < 0.0) != (m < 0.0)) { m += b; div -= 1.0; }
     } else {
         m = select(0.0, -0.0, b < 0.0);
     }
     var fd = bitcast<f32>(sign_xor_(a, b));
-    if (div != 0.0) {
+    if (!(div == 0.0)) {
         fd = floor(div);
         if (div - fd > 0.5) { fd += 1.0; }
     }
