@@ -78,7 +78,8 @@ def test_float_mod_specials(device):
         want_r, want_q = a % b, a // b
     got_r, got_q = np.asarray(ta % tb), np.asarray(ta // tb)
     np.testing.assert_array_equal(got_r, want_r)
-    np.testing.assert_array_equal(np.signbit(got_r), np.signbit(want_r))
+    ok = ~np.isnan(want_r)  # the sign of a NaN carries nothing
+    np.testing.assert_array_equal(np.signbit(got_r)[ok], np.signbit(want_r)[ok])
     np.testing.assert_array_equal(got_q, want_q)
 
 
@@ -147,7 +148,8 @@ def test_negative_zero_is_kept(device, name):
     x = np.array([-0.0, 0.0, 1e-7, -1e-7, 1e-3, -0.5, 0.75, 3.0, -3.0, np.nan], dtype=np.float32)
     t = kiln.asarray(x, device=device)
     got = np.asarray(getattr(kiln, name)(t))
-    want = getattr(np, name)(x.astype(np.float64))
+    with np.errstate(invalid="ignore"):
+        want = getattr(np, name)(x.astype(np.float64))
     assert np.signbit(got[0]) and got[0] == 0, (name, got[0])
     assert not np.signbit(got[1]) and got[1] == 0
     # Accurate near 0 (the plain compositions lost every digit at 1e-7).

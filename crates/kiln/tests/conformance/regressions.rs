@@ -345,6 +345,9 @@ fn signbit_reads_the_sign_bit(dev: &Device) {
     for dt in supported(dev, &FLOATS) {
         let x = host.to_dtype(dt).unwrap().to_device(dev).unwrap();
         assert_eq!(x.signbit().unwrap().to_vec::<bool>().unwrap(), want, "signbit {dt}");
+        // Cast on the device: NaNs keep their sign there too (the GPU's bf16 cast made -NaN +NaN).
+        let y = host.to_device(dev).unwrap().to_dtype(dt).unwrap();
+        assert_eq!(y.signbit().unwrap().to_vec::<bool>().unwrap(), want, "signbit {dt} cast on the device");
         // Through a strided view too.
         let s = x.slice(0, 0, 8, 2).unwrap();
         assert_eq!(s.signbit().unwrap().to_vec::<bool>().unwrap(), [true, true, true, true], "signbit {dt} view");
