@@ -27,11 +27,13 @@ fn dims(d: Vec<isize>) -> PyResult<Vec<usize>> {
     Ok(d.into_iter().map(|n| n as usize).collect())
 }
 
-fn dtype_or(py: Python<'_>, dtype: Any<'_, '_>, default: DType, device: &kiln::Device) -> PyResult<DType> {
-    match dtype.filter(|d| !d.is_none()) {
-        Some(d) => to_dtype(d),
-        None => gpu_dtype(py, default, device),
-    }
+/// `dtype` (else `default`) if `device` supports it, else the TypeError naming `op`.
+fn dtype_or(op: &str, dtype: Any<'_, '_>, default: DType, device: &kiln::Device) -> PyResult<DType> {
+    let dt = match dtype.filter(|d| !d.is_none()) {
+        Some(d) => to_dtype(d)?,
+        None => default,
+    };
+    gpu_dtype(op, dt, device)
 }
 
 /// A tensor of `shape` filled with `fill_value`.
@@ -52,7 +54,7 @@ fn full(
     } else {
         DType::F32
     };
-    let dt = dtype_or(py, dtype, default, &dev)?;
+    let dt = dtype_or("full", dtype, default, &dev)?;
     let v: f64 = fill_value.extract()?;
     let s = shape_arg(shape)?;
     Ok(run(py, "full", move || Tensor::full(v, s, dt, &dev))?.into())
@@ -63,7 +65,7 @@ fn full(
 #[pyo3(signature = (shape, *, dtype = None, device = None))]
 fn zeros(py: Python<'_>, shape: &Bound<'_, PyAny>, dtype: Any, device: Any) -> PyResult<PyTensor> {
     let dev = to_device(py, device)?;
-    let dt = dtype_or(py, dtype, DType::F32, &dev)?;
+    let dt = dtype_or("zeros", dtype, DType::F32, &dev)?;
     let s = shape_arg(shape)?;
     Ok(run(py, "zeros", move || Tensor::zeros(s, dt, &dev))?.into())
 }
@@ -73,7 +75,7 @@ fn zeros(py: Python<'_>, shape: &Bound<'_, PyAny>, dtype: Any, device: Any) -> P
 #[pyo3(signature = (shape, *, dtype = None, device = None))]
 fn ones(py: Python<'_>, shape: &Bound<'_, PyAny>, dtype: Any, device: Any) -> PyResult<PyTensor> {
     let dev = to_device(py, device)?;
-    let dt = dtype_or(py, dtype, DType::F32, &dev)?;
+    let dt = dtype_or("ones", dtype, DType::F32, &dev)?;
     let s = shape_arg(shape)?;
     Ok(run(py, "ones", move || Tensor::ones(s, dt, &dev))?.into())
 }
@@ -94,7 +96,7 @@ fn like(py: Python<'_>, x: &PyTensor, dtype: Any, device: Any) -> PyResult<(Vec<
         Some(d) => to_dtype(d)?,
         None => x.t.dtype(),
     };
-    Ok((x.t.dims().to_vec(), dt, dev))
+    Ok((x.t.dims().to_vec(), gpu_dtype("like", dt, &dev)?, dev))
 }
 
 /// A tensor with `x`'s shape (and dtype and device unless given) filled with `fill_value`.
@@ -142,7 +144,7 @@ fn arange(
     let is_int = |o: &Bound<'_, PyAny>| o.is_instance_of::<pyo3::types::PyInt>();
     let all_int =
         is_int(start) && stop.is_none_or(|s| s.is_none() || is_int(s)) && step.is_none_or(|s| s.is_none() || is_int(s));
-    let dt = dtype_or(py, dtype, if all_int { DType::I64 } else { DType::F32 }, &dev)?;
+    let dt = dtype_or("arange", dtype, if all_int { DType::I64 } else { DType::F32 }, &dev)?;
     let (a, b) = match stop.filter(|s| !s.is_none()) {
         Some(s) => (start.extract::<f64>()?, s.extract::<f64>()?),
         None => (0.0, start.extract::<f64>()?),
@@ -161,13 +163,14 @@ fn linspace(
     py: Python<'_>,
     start: f64,
     stop: f64,
-    num: usize,
+    num: i64,
     dtype: Any,
     device: Any,
     endpoint: bool,
 ) -> PyResult<PyTensor> {
+    let num = usize::try_from(num).map_err(|_| value_err("linspace", format!("num must be >= 0, got {num}")))?;
     let dev = to_device(py, device)?;
-    let dt = dtype_or(py, dtype, DType::F32, &dev)?;
+    let dt = dtype_or("linspace", dtype, DType::F32, &dev)?;
     let t = run(py, "linspace", move || {
         if endpoint {
             Tensor::linspace(start, stop, num, dt, &dev)
@@ -184,7 +187,7 @@ fn linspace(
 #[pyo3(signature = (n_rows, n_cols = None, /, *, k = 0, dtype = None, device = None))]
 fn eye(py: Python<'_>, n_rows: usize, n_cols: Option<usize>, k: i64, dtype: Any, device: Any) -> PyResult<PyTensor> {
     let dev = to_device(py, device)?;
-    let dt = dtype_or(py, dtype, DType::F32, &dev)?;
+    let dt = dtype_or("eye", dtype, DType::F32, &dev)?;
     let m = n_cols.unwrap_or(n_rows);
     let t = run(py, "eye", move || {
         if m == n_rows && k == 0 {
@@ -216,7 +219,7 @@ fn rand(
     device: Any,
 ) -> PyResult<PyTensor> {
     let dev = to_device(py, device)?;
-    let dt = dtype_or(py, dtype, DType::F32, &dev)?;
+    let dt = dtype_or("rand", dtype, DType::F32, &dev)?;
     let s = shape_arg(shape)?;
     Ok(run(py, "rand", move || Tensor::rand(low, high, s, dt, seed, &dev))?.into())
 }
@@ -234,7 +237,7 @@ fn randn(
     device: Any,
 ) -> PyResult<PyTensor> {
     let dev = to_device(py, device)?;
-    let dt = dtype_or(py, dtype, DType::F32, &dev)?;
+    let dt = dtype_or("randn", dtype, DType::F32, &dev)?;
     let s = shape_arg(shape)?;
     Ok(run(py, "randn", move || Tensor::randn(mean, std, s, dt, seed, &dev))?.into())
 }

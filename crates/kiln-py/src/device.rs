@@ -58,6 +58,17 @@ impl PyDevice {
         self.0.is_gpu()
     }
 
+    /// The dtypes tensors on this device may have (kiln's `Device::dtypes`): every kiln dtype on the
+    /// CPU, all but float64 on a GPU (asking for float64 there raises TypeError on every path).
+    fn dtypes(&self) -> Vec<crate::dtype::PyDType> {
+        self.0.dtypes().into_iter().map(crate::dtype::PyDType).collect()
+    }
+
+    /// Whether tensors of `dtype` may live on this device.
+    fn supports_dtype(&self, dtype: &Bound<'_, PyAny>) -> PyResult<bool> {
+        Ok(self.0.supports_dtype(crate::dtype::to_dtype(dtype)?))
+    }
+
     /// The adapter behind a GPU device as a dict (name, backend, device_type, driver, software,
     /// unified_memory, features, limits); `None` on the CPU.
     fn info<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
@@ -171,9 +182,14 @@ impl PyDevice {
         entry: String,
         inputs: Vec<PyRef<'_, PyTensor>>,
         outputs: Vec<(Vec<usize>, Bound<'_, PyAny>)>,
-        workgroups: (u32, u32, u32),
+        workgroups: (i64, i64, i64),
         params: Vec<u32>,
     ) -> PyResult<(Vec<PyTensor>, f64, bool)> {
+        let wg = [workgroups.0, workgroups.1, workgroups.2];
+        if wg.iter().any(|&n| !(0..=u32::MAX as i64).contains(&n)) {
+            return Err(value_err("custom_kernel", format!("workgroup counts must lie in 0..2^32, got {wg:?}")));
+        }
+        let wg = wg.map(|n| n as u32);
         let ins: Vec<kiln::Tensor> = inputs.iter().map(|t| t.t.clone()).collect();
         let outs = outputs
             .iter()
@@ -182,7 +198,6 @@ impl PyDevice {
         let d = self.0.clone();
         let m = run(py, "custom_kernel", move || {
             let refs: Vec<&kiln::Tensor> = ins.iter().collect();
-            let wg = [workgroups.0, workgroups.1, workgroups.2];
             d.measure(|| d.custom_kernel(&source, &entry, &refs, &outs, wg, &params))
         })?;
         Ok((m.value.into_iter().map(PyTensor::from).collect(), m.seconds, m.gpu_timestamps))

@@ -217,7 +217,7 @@ fn import(py: Python<'_>, capsule: &Bound<'_, PyAny>, device: Device, op: &str) 
             del(m);
         }
     }
-    let target = gpu_dtype(py, dtype, &device)?;
+    let target = gpu_dtype("from_dlpack", dtype, &device)?;
     let addr = bytes.as_ptr() as usize;
     run(py, "from_dlpack", move || {
         // SAFETY: `bytes` holds `n` elements of `dtype` and lives until the closure returns.
@@ -265,7 +265,7 @@ impl PyTensor {
 ///
 /// A Tensor from any object with `__dlpack__` (NumPy >= 1.22, PyTorch CPU tensors, kiln) or a raw
 /// 'dltensor' capsule. The data is copied (kiln's storage owns its memory), onto `device`
-/// (default: the CPU). float64 headed for a GPU becomes float32 with a UserWarning.
+/// (default: the CPU). float64 headed for a GPU raises TypeError (the GPU backend has no float64).
 #[pyfunction]
 #[pyo3(signature = (x, /, *, device = None))]
 fn from_dlpack(py: Python<'_>, x: &Bound<'_, PyAny>, device: Option<&Bound<'_, PyAny>>) -> PyResult<PyTensor> {

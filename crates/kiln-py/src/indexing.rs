@@ -159,6 +159,17 @@ pub fn getitem(py: Python<'_>, t: &Tensor, key: &Bound<'_, PyAny>) -> PyResult<T
         _ => return Err(index_err("an index can only have a single ellipsis (...)")),
     }
 
+    // With an array index present, integers are advanced indices too (NumPy: they broadcast as 0-d
+    // arrays), so they count when deciding whether the advanced indices are adjacent: `x[0, :, idx]`
+    // puts idx's dims first, as its two advanced indices are separated by a slice.
+    if items.iter().any(|i| matches!(i, Item::Array(..) | Item::Mask(..))) {
+        for it in items.iter_mut() {
+            if let Item::Int(i) = *it {
+                *it = Item::Array(vec![i as i64], vec![]);
+            }
+        }
+    }
+
     let mut cur = t.clone();
     let mut axis = 0usize;
     let mut advanced: Vec<(usize, Vec<i64>, Vec<usize>)> = Vec::new();
@@ -201,6 +212,13 @@ pub fn getitem(py: Python<'_>, t: &Tensor, key: &Bound<'_, PyAny>) -> PyResult<T
             }
             Item::Array(v, shape) => {
                 advanced.push((axis, v, shape));
+                axis += 1;
+            }
+            Item::Mask(m, shape) if shape.is_empty() => {
+                // A 0-d mask adds an axis of length 1 (True) or 0 (False), as in NumPy.
+                cur = cur.unsqueeze(axis as isize).map_err(crate::errors::to_py)?;
+                let n = m[0] as usize;
+                advanced.push((axis, vec![0; n], vec![n]));
                 axis += 1;
             }
             Item::Mask(m, shape) => {

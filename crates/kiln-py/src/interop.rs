@@ -8,7 +8,6 @@ use crate::errors::{run, type_err, value_err};
 use crate::tensor::PyTensor;
 use half::f16;
 use kiln::{DType, Device, Tensor, WithDType};
-use pyo3::exceptions::PyUserWarning;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
@@ -147,17 +146,22 @@ pub unsafe fn tensor_from_raw(addr: usize, dtype: DType, shape: Vec<usize>, devi
     }
 }
 
-/// f64 data headed for a GPU: kiln's GPU backend has no f64 (Metal has none, Vulkan's lacks the
-/// transcendental functions), so it becomes f32 with a `UserWarning`.
-pub fn gpu_dtype(py: Python<'_>, dtype: DType, device: &Device) -> PyResult<DType> {
-    if dtype == DType::F64 && device.is_gpu() {
-        PyErr::warn(
-            py,
-            &py.get_type::<PyUserWarning>(),
-            c"kiln: float64 data converted to float32 for the GPU (kiln's GPU backend has no float64)",
-            2,
-        )?;
-        return Ok(DType::F32);
+/// `dtype` if `device` supports it ([`Device::supports_dtype`]); else the one `TypeError` every path
+/// gives (creation, `asarray` of NumPy data, DLPack imports, casts): kiln's GPU backend has no f64
+/// (Metal has none, Vulkan's lacks the transcendental functions), and data is never narrowed
+/// silently.
+pub fn gpu_dtype(op: &str, dtype: DType, device: &Device) -> PyResult<DType> {
+    if !device.supports_dtype(dtype) {
+        return Err(type_err(
+            op,
+            format!(
+                "{} ({dtype}) is not supported on {} (kiln's GPU backend has no float64; \
+                 kiln.supported_dtypes(device) lists what is): convert the data to float32 first \
+                 (x.astype(numpy.float32)) or pass dtype=kiln.float32",
+                crate::dtype::np_name(dtype),
+                device.name()
+            ),
+        ));
     }
     Ok(dtype)
 }
@@ -178,6 +182,7 @@ pub fn asarray_impl(
         if copy == Some(false) && (dtype != t.dtype() || &device != t.device()) {
             return Err(value_err("asarray", "copy=False, but a dtype or device change needs a copy"));
         }
+        let dtype = gpu_dtype("asarray", dtype, &device)?;
         return run(py, "asarray", move || t.to_device(&device)?.to_dtype(dtype));
     }
     if copy == Some(false) {
@@ -203,10 +208,7 @@ pub fn asarray_impl(
     }
     let src = crate::dtype::from_name(&name)
         .ok_or_else(|| type_err("asarray", format!("NumPy dtype {name} has no kiln equivalent")))?;
-    let target = match dtype {
-        Some(d) => d,
-        None => gpu_dtype(py, src, &device)?,
-    };
+    let target = gpu_dtype("asarray", dtype.unwrap_or(src), &device)?;
     // Convert on the host when the target has a NumPy dtype (saves a device cast and f64 uploads).
     let host_dtype = if target != DType::BF16 && !(target == DType::F64 && device.is_gpu()) { target } else { src };
     // `asarray(order="C")` keeps 0-d arrays 0-d (`ascontiguousarray` makes them 1-d).
@@ -237,8 +239,8 @@ pub fn asarray_impl(
 /// objects with `__array__`). Data from NumPy and Python is always copied (kiln's storage owns its
 /// memory), so `copy=False` raises ValueError for it; a Tensor is returned as is when dtype and
 /// device match. Python floats give float32 (kiln's default float), NumPy arrays keep their dtype
-/// (int8/int16 widen to int32, uint16 to uint32). float64 data headed for a GPU becomes float32
-/// with a UserWarning unless `dtype` is given.
+/// (int8/int16 widen to int32, uint16 to uint32). float64 data headed for a GPU raises TypeError
+/// (the GPU backend has no float64): convert it first or pass `dtype`.
 #[pyfunction]
 #[pyo3(signature = (obj, /, dtype = None, device = None, copy = None))]
 pub fn asarray(

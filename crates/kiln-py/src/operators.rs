@@ -10,25 +10,24 @@ use pyo3::basic::CompareOp;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-/// `a // b`: floor of the true quotient, in the promoted dtype (integers via float32, exact below 2^24).
+/// `a // b` (kiln's `floor_div`: exact integers, NumPy's float formula); bool operands give int64.
 fn floor_div(a: &Tensor, b: &Tensor) -> kiln::Result<Tensor> {
-    let out = a.dtype().promote(b.dtype());
-    let q = a.div(b)?.floor()?;
-    if out.is_float() {
-        Ok(q)
-    } else {
-        q.to_dtype(if out == DType::Bool { DType::I64 } else { out })
-    }
+    let (a, b) = bool_as_int(a, b)?;
+    a.floor_div(&b)
 }
 
-/// `a % b` with the sign of `b` (Python's and NumPy's `remainder`): `a - floor(a / b) * b`.
+/// `a % b` with the sign of `b` (kiln's `remainder`: Python's and NumPy's); bool operands give int64.
 fn remainder(a: &Tensor, b: &Tensor) -> kiln::Result<Tensor> {
-    let out = a.dtype().promote(b.dtype());
-    if out.is_float() {
-        return a.sub(&a.div(b)?.floor()?.mul(b)?);
+    let (a, b) = bool_as_int(a, b)?;
+    a.remainder(&b)
+}
+
+/// Two bool operands of `//` or `%` as int64 (Python's `True // True` is an int).
+fn bool_as_int(a: &Tensor, b: &Tensor) -> kiln::Result<(Tensor, Tensor)> {
+    if a.dtype() == DType::Bool && b.dtype() == DType::Bool {
+        return Ok((a.to_dtype(DType::I64)?, b.to_dtype(DType::I64)?));
     }
-    let q = floor_div(a, b)?;
-    a.sub(&q.mul(b)?)
+    Ok((a.clone(), b.clone()))
 }
 
 fn bool_op(op: &str, a: &Tensor, b: &Tensor, f: fn(&Tensor, &Tensor) -> kiln::Result<Tensor>) -> PyResult<Tensor> {

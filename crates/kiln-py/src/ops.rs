@@ -43,6 +43,7 @@ unary! {
     gelu => "GELU, tanh approximation; `gelu(-inf)` is 0.",
     gelu_erf => "GELU with the exact erf: `0.5 x (1 + erf(x / sqrt 2))`; `gelu_erf(-inf)` is 0.",
     logical_not => "Logical not of a bool tensor.",
+    signbit => "Whether the sign bit is set (bool): negative numbers, -0.0, -inf and NaNs with the sign bit;\n`x < 0` for integers.",
 }
 
 /// Generates one method per binary op taking a Tensor, a scalar or anything `kiln.asarray` takes.
@@ -65,6 +66,8 @@ binary! {
     mul => "`self * rhs` (integers wrap).",
     div => "True division `self / rhs`; integer and bool operands give f32.",
     pow => "`self ^ rhs`. Floats follow C `pow`; integers give wrapping integer powers, and a negative\nexponent gives 0 except for bases 1 (1) and -1 (+-1).",
+    floor_div => "Floor division `self // rhs` (NumPy `floor_divide`): exact for integers (`x // 0` is 0),\nNumPy's fmod-based formula for floats (f16/bf16 computed in f32, rounded once).",
+    remainder => "Remainder `self % rhs` with the sign of `rhs` (NumPy `remainder`): exact for integers (`x % 0`\nis 0), from the exact fmod for floats.",
     maximum => "Elementwise maximum; NaN in either operand gives NaN (NumPy `maximum`).",
     minimum => "Elementwise minimum; NaN in either operand gives NaN (NumPy `minimum`).",
     logical_and => "Logical and of two bool tensors.",
@@ -403,7 +406,11 @@ impl PyTensor {
     /// Pads with a constant: `pads[i] = (before, after)` for axis `i`; with fewer pairs than axes, the
     /// pairs apply to the first `len(pads)` axes. `value` is converted to the dtype.
     #[pyo3(signature = (pads, value = 0.0))]
-    fn pad(&self, py: Python<'_>, pads: Vec<(usize, usize)>, value: f64) -> PyResult<PyTensor> {
+    fn pad(&self, py: Python<'_>, pads: Vec<(i64, i64)>, value: f64) -> PyResult<PyTensor> {
+        if let Some(p) = pads.iter().find(|p| p.0 < 0 || p.1 < 0) {
+            return Err(value_err("pad", format!("pad widths must be >= 0, got {p:?} in {pads:?}")));
+        }
+        let pads: Vec<(usize, usize)> = pads.iter().map(|&(a, b)| (a as usize, b as usize)).collect();
         let t = self.t.clone();
         Ok(run(py, "pad", move || t.pad(&pads, value))?.into())
     }

@@ -47,11 +47,19 @@ def test_copies_and_allocation(backend, rng):
     assert isinstance(backend.device_name(), str) and backend.device_name()
 
 
-def test_f64_converted_with_warning(backend):
-    with pytest.warns(UserWarning, match="float64"):
-        buf = backend.copy_to_device(np.arange(4, dtype=np.float64) / 3)
-    assert buf.dtype == kiln.float32
-    np.testing.assert_allclose(backend.copy_to_host(buf), np.arange(4) / 3, rtol=1e-7)
+def test_f64_raises_on_a_gpu(backend):
+    x = np.arange(4, dtype=np.float64) / 3
+    if backend.device.is_gpu:
+        # The GPU backend has no float64: a TypeError, as on every path (issue 21).
+        with pytest.raises(TypeError, match="float64"):
+            backend.copy_to_device(x)
+        buf = backend.copy_to_device(x.astype(np.float32))
+        assert buf.dtype == kiln.float32
+        np.testing.assert_allclose(backend.copy_to_host(buf), x, rtol=1e-7)
+    else:
+        buf = backend.copy_to_device(x)
+        assert buf.dtype == kiln.float64
+        np.testing.assert_array_equal(backend.copy_to_host(buf), x)
 
 
 def test_custom_kernel(backend, rng):

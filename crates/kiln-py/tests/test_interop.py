@@ -16,9 +16,9 @@ DTYPES = ["float32", "float64", "float16", "int32", "int64", "uint8", "uint32", 
 def test_numpy_round_trip(device, rng, dtype):
     x = (rng.standard_normal((3, 5)) * 10).astype(dtype)
     if dtype == "float64" and device.is_gpu:
-        with pytest.warns(UserWarning, match="float64"):
-            t = kiln.asarray(x, device=device)
-        np.testing.assert_array_equal(np.asarray(t), x.astype(np.float32))
+        # The GPU backend has no float64: one TypeError, never a silent narrowing (issue 21).
+        with pytest.raises(TypeError, match="float64"):
+            kiln.asarray(x, device=device)
         return
     t = kiln.asarray(x, device=device)
     assert t.dtype == dtype and t.shape == x.shape
@@ -83,10 +83,9 @@ def test_asarray_rules(device):
         kiln.asarray(np.zeros(3, np.complex64))
 
 
-def test_f64_to_gpu_warns(gpu):
-    with pytest.warns(UserWarning, match="float64"):
-        t = kiln.asarray(np.arange(3, dtype=np.float64), device=gpu)
-    assert t.dtype == kiln.float32
+def test_f64_to_gpu_raises(gpu):
+    with pytest.raises(TypeError, match="float64"):
+        kiln.asarray(np.arange(3, dtype=np.float64), device=gpu)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         kiln.asarray(np.arange(3, dtype=np.float32), device=gpu)

@@ -31,6 +31,10 @@ pub trait BackendStorage: Sized + Send + Sync {
     /// `op` on two views of one shape (broadcasting is done with zero strides) and one dtype.
     fn binary(&self, l: &Layout, rhs: &Self, rl: &Layout, op: BinaryOp) -> Result<Self>;
 
+    /// Whether each element's sign bit is set (bool result): negative numbers, -0.0 and NaNs with the
+    /// sign bit; for integers `x < 0`.
+    fn signbit(&self, l: &Layout) -> Result<Self>;
+
     /// Comparison of two views of one shape and dtype; bool result.
     fn cmp(&self, l: &Layout, rhs: &Self, rl: &Layout, op: CmpOp) -> Result<Self>;
 

@@ -4,7 +4,7 @@ use crate::backend::BackendDevice;
 use crate::cpu::{CpuDevice, CpuStorage};
 use crate::gpu::{self, AdapterSummary, GpuContext, GpuStorage, KernelTime, MemoryStats};
 use crate::storage::Storage;
-use crate::{Error, Result};
+use crate::{DType, Error, Result};
 use std::fmt;
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -141,6 +141,18 @@ impl Device {
 
     pub fn is_gpu(&self) -> bool {
         !self.is_cpu()
+    }
+
+    /// Whether tensors of `dtype` can live on this device. The CPU holds every dtype; a GPU every
+    /// dtype but `f64` (Metal has no f64, and Vulkan's SHADER_F64 lacks `exp`/`log`/`sin`), which is
+    /// refused there on every path (creation, casts, `to_device`) with an error suggesting `f32`.
+    pub fn supports_dtype(&self, dtype: DType) -> bool {
+        self.is_cpu() || dtype != DType::F64
+    }
+
+    /// The dtypes this device supports ([`Device::supports_dtype`]), in [`DType::ALL`]'s order.
+    pub fn dtypes(&self) -> Vec<DType> {
+        DType::ALL.into_iter().filter(|&d| self.supports_dtype(d)).collect()
     }
 
     /// Short name used in messages: `cpu`, `gpu:0`.

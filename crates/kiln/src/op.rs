@@ -128,10 +128,16 @@ pub enum BinaryOp {
     And,
     /// Bool only.
     Or,
+    /// Floor division (NumPy `floor_divide`, Python `//`): exact for integers (division by zero gives
+    /// 0, as in NumPy), `floor` of the true quotient for floats by NumPy's `fmod`-based formula.
+    FloorDiv,
+    /// Remainder with the sign of the divisor (NumPy `remainder`, Python `%`): exact (`fmod`-based
+    /// for floats); integer remainder by zero gives 0, as in NumPy.
+    Remainder,
 }
 
 impl BinaryOp {
-    pub const ALL: [BinaryOp; 9] = [
+    pub const ALL: [BinaryOp; 11] = [
         BinaryOp::Add,
         BinaryOp::Sub,
         BinaryOp::Mul,
@@ -141,6 +147,8 @@ impl BinaryOp {
         BinaryOp::Minimum,
         BinaryOp::And,
         BinaryOp::Or,
+        BinaryOp::FloorDiv,
+        BinaryOp::Remainder,
     ];
 
     pub fn name(self) -> &'static str {
@@ -154,6 +162,8 @@ impl BinaryOp {
             BinaryOp::Minimum => "minimum",
             BinaryOp::And => "logical_and",
             BinaryOp::Or => "logical_or",
+            BinaryOp::FloorDiv => "floor_divide",
+            BinaryOp::Remainder => "remainder",
         }
     }
 

@@ -74,6 +74,10 @@ impl Storage {
         two!(op.name(), self, rhs, (a, b) => a.binary(l, b, rl, op))
     }
 
+    pub fn signbit(&self, l: &Layout) -> Result<Storage> {
+        one!("signbit", self, s => s.signbit(l))
+    }
+
     pub fn cmp(&self, l: &Layout, rhs: &Storage, rl: &Layout, op: CmpOp) -> Result<Storage> {
         two!(op.name(), self, rhs, (a, b) => a.cmp(l, b, rl, op))
     }

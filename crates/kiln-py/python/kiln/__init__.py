@@ -53,6 +53,7 @@ from .array_api import *  # noqa: F401,F403
 from .array_api import __all__ as _array_api_all
 from .array_api import __array_namespace_info__  # noqa: F401
 from .backend import Backend, DeviceBuffer, Kernel, KernelResult, UnifiedBuffer  # noqa: F401
+from ._support import supported_dtypes  # noqa: F401
 
 __array_api_version__ = "2023.12"
 
@@ -101,6 +102,7 @@ __all__ = [
     "randn",
     "rope_tables",
     "stack",
+    "supported_dtypes",
     "where",
     "zeros",
     "zeros_like",

@@ -10,8 +10,7 @@ run on a GPU as a WGSL kernel (``kiln._bitwise``); ``sort argsort searchsorted u
 shifts compute on the host with NumPy (a round trip for GPU tensors; ``kiln._sorting``); ``t[key] = v`` is copy-on-write (``kiln._setitem``).
 
 Not covered: the int8, int16, uint16 and uint64 dtypes (NumPy input of them is widened), complex
-dtypes, and the ``linalg`` and ``fft`` extensions. ``floor_divide`` and ``remainder`` of integers
-compute through float32 (exact below 2**24).
+dtypes, and the ``linalg`` and ``fft`` extensions.
 """
 
 import builtins as _b
@@ -360,9 +359,12 @@ def tan(x, /):
 
 
 def sinh(x, /):
-    """Hyperbolic sine (`(e^x - e^-x) / 2`)."""
+    """Hyperbolic sine: `(e + e / (e + 1)) / 2` with `e = expm1(x)` for |x| < 1 (accurate near 0,
+    `sinh(-0.0)` is -0.0), `(e^x - e^-x) / 2` beyond."""
     x = _t(x)
-    return (x.exp() - (-x).exp()) * 0.5
+    e = expm1(x)
+    small = (e + e / (e + 1.0)) * 0.5
+    return _kiln.where(x.abs() < 1.0, small, (x.exp() - (-x).exp()) * 0.5)
 
 
 def cosh(x, /):
@@ -461,11 +463,8 @@ def copysign(x1, x2, /):
 
 
 def signbit(x, /):
-    """True where the sign bit is set (negative numbers, -0.0)."""
-    x = _t(x)
-    if not x.dtype.is_float:
-        return x < 0
-    return (x < 0) | ((x == 0) & ((1.0 / x) < 0))
+    """True where the sign bit is set (negative numbers, -0.0, -inf, NaNs with the sign bit)."""
+    return _t(x).signbit()
 
 
 def all(x, /, *, axis=None, keepdims=False):
@@ -507,9 +506,21 @@ def matrix_transpose(x, /):
 
 
 def vecdot(x1, x2, /, *, axis=-1):
-    """Dot product of vectors along `axis` (broadcasting the rest)."""
+    """Dot product of vectors along `axis` (broadcasting the rest; the two vector lengths must be
+    equal), in the operands' promoted dtype (integers wrap in it, as in NumPy)."""
     a, b = _t(x1), _t(x2, _t(x1))
-    return (a * b).sum(axis=axis)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"[vecdot] needs arrays of rank >= 1, got shapes {a.shape} and {b.shape}")
+    n = _b.min(a.ndim, b.ndim)
+    if not -n <= axis < n or (axis >= 0 and a.ndim != b.ndim):
+        raise ValueError(f"[vecdot] axis {axis} is out of range for shapes {a.shape} and {b.shape}")
+    if a.shape[axis] != b.shape[axis]:
+        raise ValueError(
+            f"[vecdot] the vectors along axis {axis} differ in length: shapes {a.shape} and {b.shape}"
+        )
+    rt = result_type(a, b)
+    out = (a * b).sum(axis=axis)
+    return out if out.dtype == rt else out.astype(rt)
 
 
 def tensordot(x1, x2, /, *, axes=2):

@@ -6,8 +6,8 @@ offers ready kernels. ``UnifiedBuffer`` keeps a NumPy array and a device copy in
 flags. kiln tensors are immutable, so a kernel "writing" an output buffer gives that buffer a new
 device tensor; the API hides this.
 
-float64 input headed for a GPU is converted to float32 with a UserWarning: kiln's GPU backend has no
-float64 (Metal has none at all, and Vulkan's lacks exp/log/sin/tanh).
+float64 input headed for a GPU raises TypeError, as everywhere in kiln: kiln's GPU backend has no
+float64 (Metal has none at all, and Vulkan's lacks exp/log/sin/tanh); convert it to float32 first.
 """
 
 import re
@@ -133,10 +133,12 @@ def _triple(v, name):
     if v is None:
         return None
     if isinstance(v, int):
-        return (v, 1, 1)
+        v = (v,)
     v = tuple(int(i) for i in v)
     if not 1 <= len(v) <= 3:
         raise ValueError(f"[execute_kernel] {name} needs 1 to 3 entries, got {v}")
+    if any(i < 0 for i in v):
+        raise ValueError(f"[execute_kernel] {name} entries must be >= 0, got {v}")
     return v + (1,) * (3 - len(v))
 
 
@@ -210,7 +212,7 @@ class Backend:
             buf.tensor = None
 
     def copy_to_device(self, array):
-        """A device buffer holding a copy of `array` (float64 becomes float32 on a GPU, with a warning)."""
+        """A device buffer holding a copy of `array` (float64 raises TypeError on a GPU)."""
         return DeviceBuffer(_kiln.asarray(np.asarray(array), device=self._dev()))
 
     def copy_to_host(self, buf):

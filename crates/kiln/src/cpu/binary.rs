@@ -8,6 +8,7 @@
 #![allow(clippy::redundant_closure)]
 
 use super::cast::{alloc_out, gather, HalfFloat, BLOCK, SMALL};
+use super::divmod::{divmod_f32, divmod_f64, IntDivMod};
 use super::{math, strided, unsupported, CpuStorage};
 use crate::backend::BackendStorage;
 use crate::op::{BinaryOp, CmpOp};
@@ -229,10 +230,13 @@ trait Arith: WithDType {
     fn sub(self, o: Self) -> Self;
     fn mul(self, o: Self) -> Self;
     fn pow(self, o: Self) -> Self;
+    /// NumPy's `floor_divide` and `remainder` (`divmod.rs`).
+    fn floor_div(self, o: Self) -> Self;
+    fn floor_rem(self, o: Self) -> Self;
 }
 
 macro_rules! float_arith {
-    ($t:ty) => {
+    ($t:ty, $divmod:ident) => {
         impl Arith for $t {
             #[inline(always)]
             fn add(self, o: Self) -> Self {
@@ -250,11 +254,19 @@ macro_rules! float_arith {
             fn pow(self, o: Self) -> Self {
                 self.powf(o)
             }
+            #[inline(always)]
+            fn floor_div(self, o: Self) -> Self {
+                $divmod(self, o).0
+            }
+            #[inline(always)]
+            fn floor_rem(self, o: Self) -> Self {
+                $divmod(self, o).1
+            }
         }
     };
 }
-float_arith!(f32);
-float_arith!(f64);
+float_arith!(f32, divmod_f32);
+float_arith!(f64, divmod_f64);
 
 macro_rules! int_arith {
     ($t:ty, $signed:expr) => {
@@ -293,6 +305,14 @@ macro_rules! int_arith {
                 }
                 acc
             }
+            #[inline(always)]
+            fn floor_div(self, o: Self) -> Self {
+                IntDivMod::floor_div(self, o)
+            }
+            #[inline(always)]
+            fn floor_rem(self, o: Self) -> Self {
+                IntDivMod::floor_rem(self, o)
+            }
         }
     };
 }
@@ -323,6 +343,8 @@ fn num_binary<T: Arith>(a: &[T], al: &Layout, b: &[T], bl: &Layout, op: BinaryOp
         BinaryOp::Pow => run!(T::pow),
         BinaryOp::Maximum => run!(maximum::<T>),
         BinaryOp::Minimum => run!(minimum::<T>),
+        BinaryOp::FloorDiv => run!(T::floor_div),
+        BinaryOp::Remainder => run!(T::floor_rem),
         BinaryOp::Div | BinaryOp::And | BinaryOp::Or => return Err(unsupported(op.name(), T::DTYPE)),
     })
 }
@@ -389,6 +411,8 @@ fn half_op<H: HalfFloat>(a: &[H], al: &Layout, b: &[H], bl: &Layout, op: BinaryO
             |x, y| x / y,
         ),
         BinaryOp::Pow => half_binary(a, al, b, bl, f32::powf),
+        BinaryOp::FloorDiv => half_binary(a, al, b, bl, |x, y| divmod_f32(x, y).0),
+        BinaryOp::Remainder => half_binary(a, al, b, bl, |x, y| divmod_f32(x, y).1),
         BinaryOp::Maximum => half_binary(
             a,
             al,

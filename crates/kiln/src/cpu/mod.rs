@@ -6,12 +6,14 @@ pub(crate) mod alloc;
 mod attention;
 mod binary;
 mod cast;
+mod divmod;
 mod index;
 pub(crate) mod math;
 mod matmul;
 mod norm;
 mod reduce;
 mod rope;
+mod signbit;
 mod softmax;
 pub(crate) mod strided;
 mod swiglu;
@@ -142,6 +144,10 @@ impl BackendStorage for CpuStorage {
 
     fn binary(&self, l: &Layout, rhs: &Self, rl: &Layout, op: BinaryOp) -> Result<Self> {
         binary::binary(self, l, rhs, rl, op)
+    }
+
+    fn signbit(&self, l: &Layout) -> Result<Self> {
+        signbit::signbit(self, l)
     }
 
     fn cmp(&self, l: &Layout, rhs: &Self, rl: &Layout, op: CmpOp) -> Result<Self> {

@@ -37,11 +37,15 @@ fn layer_typed<T: Compute>(x: &[T], l: &Layout, w: &[T], wl: &Layout, b: Option<
     let b = b.map(|(b, bl)| param(b, bl));
     let eps = T::A::from_f64(eps);
     let inv_d = T::A::from_f64(1.0 / d as f64);
+    let dn = T::A::from_f64(d as f64);
     let mut out = strided::zeroed(x.len());
     map_rows::<T>(&x, d, &mut out, d, |_, xr, or| {
-        // Two passes over the row (it is in cache): the mean, then the centred second moment, which
-        // is more accurate than E[x^2] - E[x]^2.
-        let mean = sum_map(xr, |v| v) * inv_d;
+        // Passes over the row (it is in cache): the mean, corrected by the mean of the residuals (the
+        // rounding of a large sum would otherwise leave every v - mean an ulp of the mean away from 0:
+        // a row of equal 1e10 gave b - w instead of b), then the centred second moment, which is more
+        // accurate than E[x^2] - E[x]^2.
+        let m0 = sum_map(xr, |v| v) / dn;
+        let mean = m0 + sum_map(xr, |v| v - m0) / dn;
         let var = sum_map(xr, |v| (v - mean) * (v - mean)) * inv_d;
         let r = T::A::ONE / (var + eps).sqrt();
         match &b {

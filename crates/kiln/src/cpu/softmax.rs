@@ -339,9 +339,11 @@ pub(crate) fn softmax_row<A: Acc>(x: &[A], out: &mut [A], log: bool) {
         return;
     }
     if log {
-        let lse = m + s.ln();
+        // (x - max) - ln(sum), not x - (max + ln(sum)): with a large max, max + ln(sum) rounds away
+        // the ln(sum) ([1e10, 1e10] would give [0, 0] instead of -ln 2).
+        let ls = s.ln();
         for (o, &v) in out.iter_mut().zip(x) {
-            *o = v - lse;
+            *o = (v - m) - ls;
         }
     } else {
         let inv = A::ONE / s;

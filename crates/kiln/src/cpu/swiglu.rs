@@ -13,7 +13,9 @@ const BLOCK: usize = 1 << 14;
 /// `silu(g) * u` with `silu(g) = g / (1 + e^-g)`.
 #[inline(always)]
 fn silu_mul_one<A: Acc>(g: A, u: A) -> A {
-    g / (A::ONE + (A::ZERO - g).exp()) * u
+    // silu(-inf) is -0 (its limit, as in `silu` and on the GPU), not -inf / inf = NaN.
+    let s = if g == A::NEG_INF { A::from_f64(-0.0) } else { g / (A::ONE + (A::ZERO - g).exp()) };
+    s * u
 }
 
 fn acc_block<T: Compute>(x: &[T]) -> Cow<'_, [T::A]> {

@@ -32,6 +32,7 @@ fn vectorised(push: &mut impl FnMut(String, String), dt: DType) {
             }
         }
     }
+    push(format!("vec_signbit:c:{dt}"), ewv::source("c", &[dt], DType::Bool, &ew::signbit_body(dt), FUNCS));
     for op in CmpOp::ALL {
         push(
             format!("vec_cmp_{}:cc:{dt}", op.name()),
@@ -77,6 +78,9 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
                     pw::source(v, &[dt, dt], DType::Bool, &ew::cmp_body(op), ""),
                 );
             }
+        }
+        if dt != DType::I64 {
+            push(format!("signbit:g:{dt}"), ew::source("g", &[dt], DType::Bool, &ew::signbit_body(dt), FUNCS));
         }
         for v in ["ccc", "gsg"] {
             push(format!("where:{v}:{dt}"), pw::source(v, &[DType::Bool, dt, dt], dt, pw::WHERE_BODY, ""));

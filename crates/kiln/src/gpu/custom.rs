@@ -69,3 +69,32 @@ pub(crate) fn custom_kernel(
         .map(|(s, (shape, _))| Tensor::from_storage(Storage::Gpu(s), shape.clone(), device))
         .collect())
 }
+
+/// Checks that `source` declares a `@group(0)` binding for each of the `outputs + inputs` buffers:
+/// wgpu accepts a shader that binds fewer than the layout holds, so a tensor passed for a binding the
+/// shader lacks would be ignored without a word. Run once per kernel, before it is compiled; a
+/// source that does not parse is left to the compiler's error.
+pub(crate) fn check_bindings(source: &str, entry: &str, outputs: usize, inputs: usize) -> Result<()> {
+    let Ok(module) = wgpu::naga::front::wgsl::parse_str(source) else { return Ok(()) };
+    let mut declared: Vec<u32> = module
+        .global_variables
+        .iter()
+        .filter_map(|(_, g)| g.binding.as_ref().filter(|b| b.group == 0).map(|b| b.binding))
+        .collect();
+    declared.sort_unstable();
+    declared.dedup();
+    let missing: Vec<usize> = (0..outputs + inputs).filter(|&b| !declared.contains(&(b as u32))).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let role = |b: usize| if b < outputs { format!("output {b}") } else { format!("input {}", b - outputs) };
+    Err(Error::arg(
+        "custom_kernel",
+        format!(
+            "{outputs} output(s) and {inputs} input(s) given for entry point `{entry}`, but the shader declares \
+             @group(0) bindings {declared:?}: nothing is bound to {} (outputs take bindings 0..{outputs}, \
+             inputs the ones after)",
+            missing.iter().map(|&b| format!("binding {b} ({})", role(b))).collect::<Vec<_>>().join(", ")
+        ),
+    ))
+}

@@ -91,6 +91,14 @@ impl BackendStorage for GpuStorage {
             .run()
     }
 
+    fn signbit(&self, l: &Layout) -> Result<Self> {
+        if self.dtype == DType::I64 {
+            return on_host(&[(self, l)], |h, hl| h[0].signbit(&hl[0]));
+        }
+        let body = elementwise::signbit_body(self.dtype);
+        self.ew("signbit".into(), vec![(self, l)], DType::Bool, body).run()
+    }
+
     fn cmp(&self, l: &Layout, rhs: &Self, rl: &Layout, op: CmpOp) -> Result<Self> {
         self.same_ctx(op.name(), rhs)?;
         if self.dtype == DType::I64 {

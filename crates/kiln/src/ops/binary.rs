@@ -128,6 +128,24 @@ impl Tensor {
         self.binary(rhs, BinaryOp::Pow)
     }
 
+    /// Floor division `self // rhs` (NumPy `floor_divide`, Python's `//`) in the promoted dtype.
+    /// Integers divide exactly (no float round trip), rounding toward -inf; division by zero gives 0
+    /// and `MIN // -1` wraps to `MIN`, as in NumPy. Floats follow NumPy: `(a - fmod(a, b)) / b`
+    /// rounded to the nearest integer toward the true floor, so the result agrees with
+    /// [`Tensor::remainder`]; `x // 0` is `x / 0` (+-inf, NaN for 0 // 0). f16 and bf16 compute in f32
+    /// and round once.
+    pub fn floor_div(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.binary(rhs, BinaryOp::FloorDiv)
+    }
+
+    /// Remainder `self % rhs` with the sign of `rhs` (NumPy `remainder`, Python's `%`) in the
+    /// promoted dtype: exact integer arithmetic (`x % 0` gives 0, as in NumPy); floats from the exact
+    /// `fmod` (a zero result takes the sign of `rhs`; `x % 0` and `inf % y` are NaN); f16 and bf16
+    /// computed in f32 and rounded once.
+    pub fn remainder(&self, rhs: &Tensor) -> Result<Tensor> {
+        self.binary(rhs, BinaryOp::Remainder)
+    }
+
     /// Elementwise maximum; NaN in either operand gives NaN (NumPy `maximum`).
     pub fn maximum(&self, rhs: &Tensor) -> Result<Tensor> {
         self.binary(rhs, BinaryOp::Maximum)

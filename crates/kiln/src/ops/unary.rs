@@ -49,6 +49,14 @@ impl Tensor {
         self.unary(UnaryOp::Abs)
     }
 
+    /// Whether the sign bit of each element is set (NumPy `signbit`), as a bool tensor: true for
+    /// negative numbers, `-0.0`, `-inf` and NaNs with the sign bit (`signbit(-nan)` is true); for
+    /// integers `x < 0`, false for unsigned and bool tensors.
+    pub fn signbit(&self) -> Result<Tensor> {
+        let s = self.storage().signbit(self.layout())?;
+        Ok(Tensor::from_storage(s, self.shape().clone(), self.device()))
+    }
+
     /// -1, 0 or 1 by the sign of `x`; zeros keep their sign, NaN stays NaN.
     pub fn sign(&self) -> Result<Tensor> {
         self.unary(UnaryOp::Sign)

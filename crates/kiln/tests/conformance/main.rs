@@ -16,6 +16,7 @@ mod matmul_coop;
 mod nn;
 mod quant;
 mod reduce;
+mod regressions;
 mod rope;
 mod unary;
 mod views;

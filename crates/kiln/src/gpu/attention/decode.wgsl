@@ -78,7 +78,21 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
         if (gr < group * tq) { lim[x] = min(visible(gr % tq, tq, tk, causal), kstop); }
         kend = max(kend, lim[x]);
     }
-    if (kbeg >= kend) { return; }
+    if (kbeg >= kend) {
+        // No row of the chunk sees a key of this split: partial rows of it are never read (the combine
+        // reads only the splits holding a visible key); final rows see no key at all and are zeros.
+        if (!partial) {
+            for (var e = t; e < R * DV4; e += 128u) {
+                let x = e / DV4; let c = 4u * (e % DV4);
+                let gr = rc * R + x;
+                if (gr < group * tq && c < dv) {
+                    let h = hk * group + gr / tq;
+                    store4(((b * hq + h) * tq + gr % tq) * dv + c, vec4<f32>(0.0), min(4u, dv - c));
+                }
+            }
+        }
+        return;
+    }
 
     let kbase = p[21] + b * p[22] + hk * p[23]; let kst = p[24]; let kse = p[25];
     let vbase = p[26] + b * p[27] + hk * p[28]; let vst = p[29]; let vse = p[30];

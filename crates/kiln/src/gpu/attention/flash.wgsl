@@ -73,7 +73,18 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     let kbeg = s * p[12];
     let kstop = min(kbeg + p[12], tk);
     let kend = min(kstop, visible(min(q0 + 63u, tq - 1u), tq, tk, causal));
-    if (kbeg >= kend) { return; }
+    if (kbeg >= kend) {
+        // No row of the block sees a key of this split. A split's partial rows are then never read
+        // (the combine reads only the splits holding a visible key); final rows see no key at all
+        // and are zeros, written here like every other output element.
+        if (!partial) {
+            for (var e = t; e < 16u * DVC; e += 128u) {
+                let row = q0 + e / (DVC / 4u); let c = dvc * DVC + 4u * (e % (DVC / 4u));
+                if (row < tq && c < dv) { store4((bh * tq + row) * dv + c, vec4<f32>(0.0), min(4u, dv - c)); }
+            }
+        }
+        return;
+    }
     // Tiles from j0 on need masking: some key is past the first row's limit or the split's end.
     let lim_first = min(visible(q0, tq, tk, causal), kstop);
 

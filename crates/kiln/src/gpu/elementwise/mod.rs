@@ -15,6 +15,16 @@ pub(crate) fn binary_body(op: BinaryOp, dt: DType) -> String {
     format!("let a = ld0(at0(e)); let b = ld1(at1(e)); return {};", binary_expr(op, ct(dt)))
 }
 
+/// The sign bit of each element: the top bit of the f32 value (f16/bf16 widen with their sign, NaNs
+/// included), `x < 0` for i32; unsigned types and bool have none.
+pub(crate) fn signbit_body(dt: DType) -> String {
+    match ct(dt) {
+        "f32" => "return bitcast<u32>(ld0(at0(e))) >> 31u;".into(),
+        "i32" => "return select(0u, 1u, ld0(at0(e)) < 0);".into(),
+        _ => "let x = ld0(at0(e)); return 0u;".into(),
+    }
+}
+
 pub(crate) fn cmp_body(op: CmpOp) -> String {
     format!("let a = ld0(at0(e)); let b = ld1(at1(e)); return select(0u, 1u, {});", cmp_expr(op))
 }
@@ -77,10 +87,13 @@ fn powf_(a: f32, b: f32) -> f32 {
         let odd = floor(b) == b && floor(b * 0.5) != b * 0.5;
         return select(mag, -mag, odd && (bitcast<u32>(a) >> 31u) == 1u);
     }
+    // C's pow for the rest: (-1)^+-inf is 1 (exp2(inf * 0) would be NaN); a negative base needs an
+    // integer power (+-inf count as even) except -inf, whose powers are +-0 or +-inf.
+    if (a == -1.0 && abs(b) == inf_f32()) { return 1.0; }
     let r = exp2(b * log2(abs(a)));
     if (a < 0.0) {
-        if (floor(b) != b) { return nan_f32(); }
-        if (floor(b * 0.5) != b * 0.5) { return -r; }
+        if (floor(b) != b && a != -inf_f32()) { return nan_f32(); }
+        if (floor(b) == b && floor(b * 0.5) != b * 0.5) { return -r; }
     }
     return r;
 }
@@ -95,6 +108,59 @@ fn powu_(a: u32, b: u32) -> u32 {
     while (k > 0u) { if ((k & 1u) == 1u) { r *= base; } base *= base; k = k >> 1u; }
     return r;
 }
+// Floor division and remainder as NumPy (cpu/divmod.rs): integers exactly, a zero divisor giving 0
+// and MIN // -1 giving MIN; floats from the exact fmod by long division (each step subtracts b
+// scaled to the running remainder's binade, exact by Sterbenz's lemma; at most ~280 steps).
+fn fmod_(a: f32, b: f32) -> f32 {
+    let y = abs(b);
+    var r = abs(a);
+    if (is_nan(a) || is_nan(b) || r == inf_f32() || y == 0.0) { return nan_f32(); }
+    if (r < y) { return a; }
+    let ey = frexp(y).exp;
+    // Each step halves r at least; the bound only guards against a driver flushing subnormals.
+    for (var i = 0u; i < 300u && r >= y; i++) {
+        var t = ldexp(y, frexp(r).exp - ey);
+        if (t > r) { t = t * 0.5; }
+        r = r - t;
+    }
+    return select(r, -r, a < 0.0);
+}
+fn sign_xor_(a: f32, b: f32) -> u32 { return (bitcast<u32>(a) ^ bitcast<u32>(b)) & 0x80000000u; }
+fn divmod_(a: f32, b: f32) -> vec2<f32> {
+    var m = fmod_(a, b);
+    if (b == 0.0) {
+        // a / 0 written out (IEEE: +-inf, NaN for 0 / 0 and NaN / 0).
+        let q = select(bitcast<f32>(0x7f800000u | sign_xor_(a, b)), nan_f32(), a == 0.0 || is_nan(a));
+        return vec2<f32>(q, m);
+    }
+    // `!(x == 0.0)`, not `x != 0.0`: a NaN must take the nonzero branch whatever comparison the
+    // shader compiler picks (lavapipe's `NaN != 0` was false).
+    var div = (a - m) / b;
+    if (!(m == 0.0)) {
+        if ((b < 0.0) != (m < 0.0)) { m += b; div -= 1.0; }
+    } else {
+        m = select(0.0, -0.0, b < 0.0);
+    }
+    var fd = bitcast<f32>(sign_xor_(a, b));
+    if (!(div == 0.0)) {
+        fd = floor(div);
+        if (div - fd > 0.5) { fd += 1.0; }
+    }
+    return vec2<f32>(fd, m);
+}
+fn floordiv_i_(a: i32, b: i32) -> i32 {
+    if (b == 0) { return 0; }
+    if (b == -1) { return -a; }
+    let q = a / b;
+    return select(q, q - 1, a - q * b != 0 && ((a - q * b < 0) != (b < 0)));
+}
+fn rem_i_(a: i32, b: i32) -> i32 {
+    if (b == 0 || b == -1) { return 0; }
+    let r = a - (a / b) * b;
+    return select(r, r + b, r != 0 && ((r < 0) != (b < 0)));
+}
+fn floordiv_u_(a: u32, b: u32) -> u32 { if (b == 0u) { return 0u; } return a / b; }
+fn rem_u_(a: u32, b: u32) -> u32 { if (b == 0u) { return 0u; } return a - (a / b) * b; }
 fn maxf_(a: f32, b: f32) -> f32 { if (is_nan(a)) { return a; } if (is_nan(b)) { return b; } return max(a, b); }
 fn minf_(a: f32, b: f32) -> f32 { if (is_nan(a)) { return a; } if (is_nan(b)) { return b; } return min(a, b); }
 fn log_(x: f32) -> f32 { if (x == 0.0) { return -inf_f32(); } if (x < 0.0) { return nan_f32(); } return log(x); }
@@ -168,6 +234,18 @@ pub(crate) fn binary_expr(op: BinaryOp, t: &str) -> String {
             "f32" => "powf_(a, b)",
             "i32" => "powi_(a, b)",
             _ => "powu_(a, b)",
+        }
+        .into(),
+        BinaryOp::FloorDiv => match t {
+            "f32" => "divmod_(a, b).x",
+            "i32" => "floordiv_i_(a, b)",
+            _ => "floordiv_u_(a, b)",
+        }
+        .into(),
+        BinaryOp::Remainder => match t {
+            "f32" => "divmod_(a, b).y",
+            "i32" => "rem_i_(a, b)",
+            _ => "rem_u_(a, b)",
         }
         .into(),
         BinaryOp::Maximum => if t == "f32" { "maxf_(a, b)" } else { "max(a, b)" }.into(),

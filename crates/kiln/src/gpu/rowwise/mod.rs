@@ -352,7 +352,13 @@ impl Variant {
             for (u, s) in &slots {
                 b += &format!("        sv += x{u}_{s};\n");
             }
-            b += &format!("        mean = red_sum(hsum(sv){ids}) / kf;\n    }}\n    var ss = vec4<f32>(0.0);\n");
+            // The mean, corrected by the mean of the residuals: a rounded sum leaves the first
+            // estimate an ulp away from a row of equal large values, whose x - mean must be 0.
+            b += &format!("        mean = red_sum(hsum(sv){ids}) / kf;\n        var sr = vec4<f32>(0.0);\n");
+            for (u, s) in &slots {
+                b += &format!("        sr += select(vec4<f32>(0.0), x{u}_{s} - mean, k{u}_{s});\n");
+            }
+            b += &format!("        mean += red_sum(hsum(sr){ids}) / kf;\n    }}\n    var ss = vec4<f32>(0.0);\n");
             for (u, s) in &slots {
                 b += &format!(
                     "    let d{u}_{s} = select(vec4<f32>(0.0), x{u}_{s} - mean, k{u}_{s});\n    ss += d{u}_{s} * d{u}_{s};\n"
@@ -392,7 +398,12 @@ impl Variant {
                     "            cn += hsum(select(vec4<f32>(0.0), vec4<f32>(1.0), k{s}));\n            cs += hsum(x{s});\n"
                 );
             }
-            b += "            let cm = cs / cn;\n            var c2 = 0.0;\n";
+            // The chunk mean, corrected by its residuals (see the register path above).
+            b += "            var cm = cs / cn;\n            var cr = 0.0;\n";
+            for s in 0..nv {
+                b += &format!("            cr += hsum(select(vec4<f32>(0.0), x{s} - cm, k{s}));\n");
+            }
+            b += "            cm += cr / cn;\n            var c2 = 0.0;\n";
             for s in 0..nv {
                 b += &format!(
                     "            let d{s} = select(vec4<f32>(0.0), x{s} - cm, k{s});\n            c2 += hsum(d{s} * d{s});\n"

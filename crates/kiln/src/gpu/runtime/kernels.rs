@@ -95,6 +95,7 @@ impl Pipelines {
         if let Some(k) = self.cache.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return Ok(k.clone());
         }
+        super::custom::check_bindings(src, entry, outputs, inputs)?;
         let kernel = Arc::new(self.compile(ctx, &format!("custom:{entry}"), outputs, inputs, src, entry)?);
         self.cache.write().unwrap_or_else(|e| e.into_inner()).insert(key, kernel.clone());
         Ok(kernel)

@@ -60,7 +60,7 @@ fn inf_f32() -> f32 { return bitcast<f32>(0x7f800000u); }
 fn is_nan(x: f32) -> bool { return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u; }
 fn bf16_bits(v: f32) -> u32 {
     let b = bitcast<u32>(v);
-    if (is_nan(v)) { return 0x7fc0u; }
+    if (is_nan(v)) { return ((b >> 16u) & 0x8000u) | 0x7fc0u; } // a quiet NaN keeping its sign, as on the CPU
     return (b + 0x7fffu + ((b >> 16u) & 1u)) >> 16u;
 }
 "#;
