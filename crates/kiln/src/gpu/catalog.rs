@@ -80,7 +80,7 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
             }
         }
         if dt != DType::I64 {
-            push(format!("signbit:g:{dt}"), ew::source("g", &[dt], DType::Bool, &ew::signbit_body(dt), FUNCS));
+            push(format!("signbit:g:{dt}"), pw::source("g", &[dt], DType::Bool, &ew::signbit_body(dt), ""));
         }
         for v in ["ccc", "gsg"] {
             push(format!("where:{v}:{dt}"), pw::source(v, &[DType::Bool, dt, dt], dt, pw::WHERE_BODY, ""));

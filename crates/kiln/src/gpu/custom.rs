@@ -26,7 +26,9 @@ pub(crate) fn custom_kernel(
     if params.len() > super::runtime::kernels::PARAM_WORDS {
         return Err(Error::arg("custom_kernel", format!("{} parameter words given, at most 64 fit", params.len())));
     }
-    let kernel = ctx.pipelines.get_custom(ctx, source, entry, outputs.len(), inputs.len())?;
+    let kernel = ctx.pipelines.get_custom(ctx, source, entry, (outputs.len(), inputs.len()), || {
+        check_bindings(source, entry, outputs.len(), inputs.len())
+    })?;
     let ins: Vec<Tensor> = inputs
         .iter()
         .map(|t| {

@@ -96,7 +96,7 @@ impl BackendStorage for GpuStorage {
             return on_host(&[(self, l)], |h, hl| h[0].signbit(&hl[0]));
         }
         let body = elementwise::signbit_body(self.dtype);
-        self.ew("signbit".into(), vec![(self, l)], DType::Bool, body).run()
+        Elementwise::new("signbit", vec![(self, l)], DType::Bool, body).run()
     }
 
     fn cmp(&self, l: &Layout, rhs: &Self, rl: &Layout, op: CmpOp) -> Result<Self> {

@@ -82,20 +82,21 @@ impl Pipelines {
         self.cache.read().unwrap_or_else(|e| e.into_inner()).len()
     }
 
-    /// A user kernel, cached by its full source, entry point and binding counts.
+    /// A user kernel, cached by its full source, entry point and binding counts; `check` runs once,
+    /// before the first compile (the caller's validation of the source).
     pub(crate) fn get_custom(
         &self,
         ctx: &Gpu,
         src: &str,
         entry: &str,
-        outputs: usize,
-        inputs: usize,
+        (outputs, inputs): (usize, usize),
+        check: impl FnOnce() -> Result<()>,
     ) -> Result<Arc<Kernel>> {
         let key = format!("custom:{entry}:{outputs}:{inputs}:{src}");
         if let Some(k) = self.cache.read().unwrap_or_else(|e| e.into_inner()).get(&key) {
             return Ok(k.clone());
         }
-        super::custom::check_bindings(src, entry, outputs, inputs)?;
+        check()?;
         let kernel = Arc::new(self.compile(ctx, &format!("custom:{entry}"), outputs, inputs, src, entry)?);
         self.cache.write().unwrap_or_else(|e| e.into_inner()).insert(key, kernel.clone());
         Ok(kernel)
