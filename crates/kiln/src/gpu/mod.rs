@@ -51,6 +51,18 @@ use half::{bf16, f16};
 use pool::GpuBuffer;
 use std::sync::Arc;
 
+/// What a fresh buffer holds when poisoning is on, per dtype a value the tested ops do not produce,
+/// so that an element no kernel wrote fails the check: NaN for floats, 0xDEADBEEF for 32- and 64-bit
+/// integers (not -1, which random data hits often), 0xA5 bytes for u8 (165) and bool (neither 0 nor
+/// 1: `to_cpu` reports such a bool as an error).
+pub(crate) fn poison_word(dtype: DType) -> u32 {
+    match dtype {
+        DType::I32 | DType::U32 | DType::I64 => 0xDEAD_BEEF,
+        DType::U8 | DType::Bool => 0xA5A5_A5A5,
+        _ => u32::MAX,
+    }
+}
+
 /// Elements of one dtype in a device buffer.
 pub struct GpuStorage {
     pub(crate) ctx: Arc<GpuContext>,
@@ -66,7 +78,7 @@ impl std::fmt::Debug for GpuStorage {
 }
 
 impl GpuStorage {
-    /// A fresh buffer for `n` elements (filled with all-ones bits when poisoning is on).
+    /// A fresh buffer for `n` elements (filled with [`poison_word`] when poisoning is on).
     pub(crate) fn alloc(ctx: &Arc<GpuContext>, dtype: DType, n: usize) -> Result<GpuStorage> {
         ctx.check()?;
         wgsl::check_dtype("alloc", dtype)?;
@@ -86,7 +98,7 @@ impl GpuStorage {
         let buffer = ctx.pool.alloc(&ctx.device, bytes, max)?;
         let s = GpuStorage { ctx: ctx.clone(), buffer, dtype, len: n };
         if ctx.poison.load(std::sync::atomic::Ordering::Relaxed) && n > 0 {
-            index::fill_words(&s, &[u32::MAX])?;
+            index::fill_words(&s, &[poison_word(dtype)])?;
         }
         Ok(s)
     }
@@ -196,7 +208,17 @@ impl BackendStorage for GpuStorage {
             DType::U32 => CpuStorage::U32(bytemuck::pod_collect_to_vec(&bytes)),
             DType::I64 => CpuStorage::I64(bytemuck::pod_collect_to_vec(&bytes)),
             DType::U8 => CpuStorage::U8(bytes),
-            DType::Bool => CpuStorage::Bool(bytes.iter().map(|&b| b != 0).collect()),
+            DType::Bool => {
+                if self.ctx.poison.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Some(i) = bytes.iter().position(|&b| b > 1) {
+                        return Err(Error::Gpu {
+                            op: "to_cpu",
+                            msg: format!("bool element {i} holds {:#x}: an output no kernel wrote (poisoning is on)", bytes[i]),
+                        });
+                    }
+                }
+                CpuStorage::Bool(bytes.iter().map(|&b| b != 0).collect())
+            }
             DType::F64 => return Err(wgsl::check_dtype("to_cpu", DType::F64).unwrap_err()),
         })
     }
