@@ -154,10 +154,12 @@ fn float_bound(op: BinaryOp, a: f64, b: f64, want: f64, dtype: DType) -> Option<
         BinaryOp::Pow => 8.0 + 4.0 * (b * a.abs().log2()).abs() + 3.0 * b.abs(),
         _ => return None,
     };
+    // The special cases (x^0, 1^y, 0^y, inf^y, x^+-inf) are exact: no budget.
+    let ulps = if ulps.is_finite() { ulps } else { 0.0 };
     Some(match dtype {
         DType::F64 => ulps * ulp_of(want, DType::F64),
         DType::F32 => ulps * ulp_f32(want) + f32::MIN_POSITIVE as f64,
-        _ => ulps * ulp_f32(want) + ulp_of(want, dtype),
+        _ => ulps * ulp_f32(want) + ulp_of(want, dtype) + f32::MIN_POSITIVE as f64,
     })
 }
 

@@ -237,7 +237,6 @@ fn large_reductions(dev: &Device) {
                 let x = tensor_in(&vals, &shape, dtype, kind, dev);
                 let rx = RefArray::new(shape.clone(), vals);
                 let na = norm_axes(&axes, shape.len());
-                let n_red: usize = na.iter().map(|&a| shape[a]).product();
                 let ctx = format!("{dtype} {shape:?} {kind:?} {axes:?}");
                 let s = x.sum(&axes, false).unwrap();
                 assert_sum(&s, &rx, &na, false, &ctx);
