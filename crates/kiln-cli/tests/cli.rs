@@ -128,7 +128,8 @@ fn generate_from_gguf_matches_the_safetensors_folder() {
     let e: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(format!("{fixtures}/expected.json")).unwrap()).unwrap();
     assert_eq!(e["prompt"], "The kiln fires the clay pots");
-    let ids = |key: &str| -> Vec<u32> { e[key].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect() };
+    let ids =
+        |key: &str| -> Vec<u32> { e[key].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect() };
     let all = [ids("prompt_ids"), ids("generated_ids")].concat();
     assert_eq!(all.len(), 9 + 12);
     let tokenizer = kiln_llm::Tokenizer::from_file(std::path::Path::new(&tok)).unwrap();

@@ -90,8 +90,19 @@ fn chat_that_fills_the_context_is_an_error() {
 
 #[test]
 fn llm_bench_reports_the_model_and_the_runs_asked_for() {
-    let args =
-        ["llm-bench", "--model", FIXTURE, "--device", "cpu", "--prefill", "16", "--contexts", "8,24", "--decode-tokens", "3"];
+    let args = [
+        "llm-bench",
+        "--model",
+        FIXTURE,
+        "--device",
+        "cpu",
+        "--prefill",
+        "16",
+        "--contexts",
+        "8,24",
+        "--decode-tokens",
+        "3",
+    ];
     let o = kiln(&args, "");
     assert!(o.status.success(), "stderr: {}", text(&o.stderr));
     let v: Value = serde_json::from_slice(&o.stdout).expect("llm-bench prints JSON");

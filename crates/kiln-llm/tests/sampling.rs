@@ -80,7 +80,9 @@ fn temperature_reshapes_the_distribution() {
 
 #[test]
 fn top_k_keeps_the_k_most_likely() {
-    for (k, keep) in [(1, vec![3]), (2, vec![3, 2]), (3, vec![3, 2, 1]), (0, vec![0, 1, 2, 3, 4]), (9, vec![0, 1, 2, 3, 4])] {
+    for (k, keep) in
+        [(1, vec![3]), (2, vec![3, 2]), (3, vec![3, 2, 1]), (0, vec![0, 1, 2, 3, 4]), (9, vec![0, 1, 2, 3, 4])]
+    {
         let f = frequencies(params(1.0, Some(k), None), &L, N, 9);
         assert_matches(&f, &expected(&L, 1.0, &keep), N, &format!("top_k {k}"));
     }
@@ -90,13 +92,8 @@ fn top_k_keeps_the_k_most_likely() {
 fn top_p_keeps_the_smallest_set_reaching_p() {
     // Probabilities at T = 1: token 3: 0.386, 2: 0.289, 1: 0.193, 0: 0.096, 4: 0.035; cumulative
     // 0.386, 0.675, 0.868, 0.965, 1.
-    let cases = [
-        (0.3, vec![3]),
-        (0.5, vec![3, 2]),
-        (0.8, vec![3, 2, 1]),
-        (0.9, vec![3, 2, 1, 0]),
-        (1.0, vec![0, 1, 2, 3, 4]),
-    ];
+    let cases =
+        [(0.3, vec![3]), (0.5, vec![3, 2]), (0.8, vec![3, 2, 1]), (0.9, vec![3, 2, 1, 0]), (1.0, vec![0, 1, 2, 3, 4])];
     for (top_p, keep) in cases {
         let f = frequencies(params(1.0, None, Some(top_p)), &L, N, 10);
         assert_matches(&f, &expected(&L, 1.0, &keep), N, &format!("top_p {top_p}"));
@@ -109,7 +106,11 @@ fn top_p_keeps_the_smallest_set_reaching_p() {
 #[test]
 fn repeat_penalty_divides_positive_and_multiplies_negative_logits() {
     for dev in common::devices() {
-        let pen = |penalty: f32, last_n: usize| SamplingParams { repeat_penalty: penalty, repeat_last_n: last_n, ..Default::default() };
+        let pen = |penalty: f32, last_n: usize| SamplingParams {
+            repeat_penalty: penalty,
+            repeat_last_n: last_n,
+            ..Default::default()
+        };
         // Greedy with a penalty: 2.0 / 2 = 1.0 falls below 1.9.
         let mut s = Sampler::new(pen(2.0, 64), 0).unwrap();
         assert_eq!(s.sample(&logits(&[2.0, 1.9, -1.0], &dev), &[0]).unwrap(), 1, "{dev}");

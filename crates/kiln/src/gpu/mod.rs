@@ -213,7 +213,10 @@ impl BackendStorage for GpuStorage {
                     if let Some(i) = bytes.iter().position(|&b| b > 1) {
                         return Err(Error::Gpu {
                             op: "to_cpu",
-                            msg: format!("bool element {i} holds {:#x}: an output no kernel wrote (poisoning is on)", bytes[i]),
+                            msg: format!(
+                                "bool element {i} holds {:#x}: an output no kernel wrote (poisoning is on)",
+                                bytes[i]
+                            ),
                         });
                     }
                 }

@@ -24,9 +24,7 @@ fn round_to(x: f64, dtype: crate::DType) -> f64 {
 /// `[1.e+08 1.e+00]`, `[ 1.0e-05 -2.5e-07]`, `[1.e-100 1.e+000]`.
 fn scientific(values: &[f64], dtype: crate::DType) -> Vec<String> {
     let digits = |v: f64| {
-        (0..8usize)
-            .find(|&p| format!("{v:.p$e}").parse::<f64>().is_ok_and(|x| round_to(x, dtype) == v))
-            .unwrap_or(8)
+        (0..8usize).find(|&p| format!("{v:.p$e}").parse::<f64>().is_ok_and(|x| round_to(x, dtype) == v)).unwrap_or(8)
     };
     let finite = values.iter().copied().filter(|v| v.is_finite());
     let prec = finite.clone().map(digits).max().unwrap_or(0);

@@ -76,12 +76,16 @@ fn ref_sdpa_bounded(
                 // the sums add one rounding per key and per block rescale (blocks of 16 keys at least).
                 let dmax = errs[..visible].iter().fold(0.0f64, |a, &e| a.max(e));
                 let chain = (visible as f64 + 4.0 * visible.div_ceil(16) as f64 + 4.0) * u;
-                let rel: Vec<f64> =
-                    scores[..visible].iter().zip(&errs).map(|(s, e)| e + dmax + (5.0 + 2.0 * (s - m).abs()) * u).collect();
+                let rel: Vec<f64> = scores[..visible]
+                    .iter()
+                    .zip(&errs)
+                    .map(|(s, e)| e + dmax + (5.0 + 2.0 * (s - m).abs()) * u)
+                    .collect();
                 let den: f64 = w.iter().zip(&rel).map(|(wj, r)| wj / sum * r).sum::<f64>() + chain;
                 let ob = &mut bound[((bi * hq + h) * tq + i) * dv..][..dv];
                 for (c, (bo, &oc)) in ob.iter_mut().zip(o.iter()).enumerate() {
-                    let num: f64 = (0..visible).map(|j| w[j] / sum * v.data[(kb + j) * dv + c].abs() * (rel[j] + chain)).sum();
+                    let num: f64 =
+                        (0..visible).map(|j| w[j] / sum * v.data[(kb + j) * dv + c].abs() * (rel[j] + chain)).sum();
                     *bo = stored_bound(dtype, oc, 2.0 * (num + oc.abs() * den) + visible as f64 * flush_floor(dtype));
                 }
             }
@@ -452,7 +456,8 @@ fn sdpa_bound_catches_wrong(dev: &Device) {
 }
 
 backend_tests!(
-    sdpa_bound_catches_wrong,    sdpa_matches_reference,
+    sdpa_bound_catches_wrong,
+    sdpa_matches_reference,
     sdpa_shapes,
     sdpa_nan_propagation,
     sdpa_nan_rows,

@@ -188,16 +188,16 @@ fn float_mismatches(op: BinaryOp, got: &Tensor, ra: &RefArray, rb: &RefArray) ->
                 None => {
                     let flushed = dtype == DType::F32 && stored.abs() < f32::MIN_POSITIVE as f64 && gv == 0.0;
                     let sign_matters = matches!(op, BinaryOp::Add | BinaryOp::Sub | BinaryOp::Mul);
-                    let same_zero = stored != 0.0 || !sign_matters || gv.is_sign_negative() == stored.is_sign_negative();
+                    let same_zero =
+                        stored != 0.0 || !sign_matters || gv.is_sign_negative() == stored.is_sign_negative();
                     (gv == stored && same_zero) || flushed
                 }
                 Some(bd) => {
                     if stored.is_infinite() || gv.is_infinite() {
                         gv == stored || (gv.is_finite() && (gv - want).abs() <= bd)
                     } else {
-                        let zero_sign = want != 0.0
-                            || op != BinaryOp::Div
-                            || gv.is_sign_negative() == want.is_sign_negative();
+                        let zero_sign =
+                            want != 0.0 || op != BinaryOp::Div || gv.is_sign_negative() == want.is_sign_negative();
                         (gv - want).abs() <= bd && zero_sign
                     }
                 }
@@ -387,7 +387,13 @@ fn division_by_zero(dev: &Device) {
         let neg0 = tensor(&[3.0], &[1], dtype, dev).div(&tensor(&[f64::NEG_INFINITY], &[1], dtype, dev)).unwrap();
         assert!(neg0.to_f64_vec().unwrap()[0].is_sign_negative(), "{dtype} 3 / -inf is -0");
         let s = tensor(&[2.0, -2.0, 0.0], &[3], dtype, dev).div_scalar(0.0).unwrap();
-        assert_close_tol(&s, &RefArray::new(vec![3], vec![f64::INFINITY, f64::NEG_INFINITY, f64::NAN]), 0.0, 0.0, "div_scalar(0)");
+        assert_close_tol(
+            &s,
+            &RefArray::new(vec![3], vec![f64::INFINITY, f64::NEG_INFINITY, f64::NAN]),
+            0.0,
+            0.0,
+            "div_scalar(0)",
+        );
     }
     for dtype in INTS {
         let a = round_to(&[5.0, 0.0, 7.0, 1.0], dtype);
@@ -403,7 +409,8 @@ fn division_by_zero(dev: &Device) {
 /// compute dtype.
 fn binary_mixed_dtypes(dev: &Device) {
     use DType::*;
-    let pairs = [(I32, F16), (U8, I32), (U32, I32), (F16, BF16), (Bool, F32), (U8, U32), (I64, BF16), (Bool, I32), (F32, F64)];
+    let pairs =
+        [(I32, F16), (U8, I32), (U32, I32), (F16, BF16), (Bool, F32), (U8, U32), (I64, BF16), (Bool, I32), (F32, F64)];
     for (pi, (da, db)) in pairs.into_iter().enumerate() {
         if !dev.is_cpu() && (da == F64 || db == F64) {
             continue;
@@ -480,8 +487,11 @@ fn binary_scalars(dev: &Device) {
                     assert_eq!(got.dtype(), compute, "{ctx}: dtype");
                     let ra = RefArray::new(vec![257], round_to(&round_to(&va, promoted), compute));
                     let rb = RefArray::new(vec![], round_to(&round_to(&vs, sdtype), compute));
-                    let bad =
-                        if compute.is_float() { float_mismatches(op, &got, &ra, &rb) } else { int_mismatches(op, &got, &ra, &rb) };
+                    let bad = if compute.is_float() {
+                        float_mismatches(op, &got, &ra, &rb)
+                    } else {
+                        int_mismatches(op, &got, &ra, &rb)
+                    };
                     assert!(bad.is_empty(), "{ctx}: {}", bad.join("; "));
                 }
             }

@@ -55,7 +55,6 @@ pub fn wrap(v: i128, dtype: DType) -> i128 {
     }
 }
 
-
 /// Unit roundoff (half an ulp of 1) of storing a value in `dtype`.
 pub fn unit_roundoff(dtype: DType) -> f64 {
     match dtype {

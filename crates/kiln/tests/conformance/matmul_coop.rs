@@ -67,7 +67,15 @@ fn reference(a: &[f64], b: &[f64], batch: usize, m: usize, k: usize, n: usize) -
 
 /// Checks an f16 product against the reference of `a`, `b` within the accumulation bound.
 #[allow(clippy::too_many_arguments)]
-fn assert_product(got: &Tensor, a: &[f64], b: &[f64], batch: usize, shape: Vec<usize>, (m, k, n): (usize, usize, usize), ctx: &str) {
+fn assert_product(
+    got: &Tensor,
+    a: &[f64],
+    b: &[f64],
+    batch: usize,
+    shape: Vec<usize>,
+    (m, k, n): (usize, usize, usize),
+    ctx: &str,
+) {
     let want = reference(a, b, batch, m, k, n);
     let (aa, ab): (Vec<f64>, Vec<f64>) = (a.iter().map(|v| v.abs()).collect(), b.iter().map(|v| v.abs()).collect());
     let abs = reference(&aa, &ab, batch, m, k, n);
@@ -207,8 +215,10 @@ fn coop_emulated() {
     // a sample on the others (each operand variant is its own kernel).
     let all: Vec<_> = SHAPES.iter().chain(&BIG).copied().collect();
     run_cases(&dev, Mode { tile: CoopTile::Small, emulate: Some(16) }, &VIEWS, &all, true);
-    run_cases(&dev, Mode { tile: CoopTile::Large, emulate: Some(16) }, &VIEWS[..1], &[BIG[1]], false);
-    run_cases(&dev, Mode { tile: CoopTile::Wide, emulate: Some(16) }, &VIEWS[1..2], &[BIG[1]], false);
+    // The large and wide presets (what `coop_on_device` runs on real tensor cores) on the K-major and
+    // M/N-major staging variants, over several tiles with ragged edges.
+    run_cases(&dev, Mode { tile: CoopTile::Large, emulate: Some(16) }, &VIEWS[..4], &[BIG[1]], false);
+    run_cases(&dev, Mode { tile: CoopTile::Wide, emulate: Some(16) }, &VIEWS[..4], &[BIG[1]], false);
     run_cases(&dev, Mode { tile: CoopTile::Small, emulate: Some(8) }, &VIEWS[2..3], &[SHAPES[1], (300, 40, 70)], false);
     run_cases(&dev, Mode { tile: CoopTile::Large, emulate: Some(8) }, &VIEWS[4..5], &[BIG[1]], false);
 }

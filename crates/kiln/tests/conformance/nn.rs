@@ -500,7 +500,8 @@ fn softmax_bound_catches_wrong(dev: &Device) {
             // A normaliser that missed the last block of columns: 1024 of them, or half for log_softmax
             // (bf16 cannot tell log_softmax values near -12 apart by the 0.03 that 1024 columns shift).
             let drop = if log { k / 2 } else { 1024 };
-            let part = RefArray::new(vec![rows, k - drop], vals.chunks(k).flat_map(|g| g[..k - drop].to_vec()).collect());
+            let part =
+                RefArray::new(vec![rows, k - drop], vals.chunks(k).flat_map(|g| g[..k - drop].to_vec()).collect());
             let lse_part = ref_softmax(&part, 1, true);
             let dropped: Vec<f64> = (0..rows * k)
                 .map(|i| {

@@ -275,7 +275,8 @@ fn check_int(op: UnaryOp, x: &Tensor, vals: &[f64], ctx: &str) {
 fn for_each_input(dev: &Device, dtype: DType, seed: u64, mut f: impl FnMut(&Tensor, &[f64], &str)) {
     for (si, &shape) in SHAPES.iter().enumerate() {
         let n = shape.iter().product();
-        let raw = if dtype.is_float() { float_values(n, seed + si as u64) } else { int_values(n, dtype, seed + si as u64) };
+        let raw =
+            if dtype.is_float() { float_values(n, seed + si as u64) } else { int_values(n, dtype, seed + si as u64) };
         let vals = round_to(&raw, dtype);
         for kind in ALL_LAYOUTS {
             if kind == Layouts::Transposed && shape.len() < 2 {
