@@ -12,7 +12,7 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
-use support::interp::{self, Finding, Mode};
+use support::interp::{self, Mode};
 
 const STEPS: usize = 48;
 
