@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The bounded CI fuzz run (issue 12): installs cargo-fuzz if missing, builds the `ops` target with
 # libFuzzer instrumentation (stable toolchain with RUSTC_BOOTSTRAP=1, as cargo-fuzz needs nightly
-# flags), then fuzzes for FUZZ_SECONDS (default 60) on the CPU in the safe mode, whose findings are all
-# fixed or listed as known (docs/RELIABILITY.md). A crash fails the step and leaves its input in
-# fuzz/artifacts/ops/. Measured on the 2-core dev machine: see docs/RELIABILITY.md.
+# flags), then fuzzes for FUZZ_SECONDS (default 60) on both backends in lockstep (the CPU and the GPU,
+# lavapipe in CI, with output poisoning; KILN_FUZZ_GPU=0 for the CPU alone) with NaN and infinities
+# among the inputs (KILN_FUZZ_MODE=nonfinite), whose findings are all fixed or listed as known
+# (docs/RELIABILITY.md). A crash fails the step and leaves its input in fuzz/artifacts/ops/. Measured
+# on the 2-core dev machine: see docs/RELIABILITY.md.
 set -euo pipefail
 cd "$(dirname "$0")"
 export RUSTC_BOOTSTRAP=1
@@ -13,6 +15,7 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked
 fi
 cargo fuzz build -O ops
+export KILN_FUZZ_GPU="${KILN_FUZZ_GPU:-1}" KILN_FUZZ_MODE="${KILN_FUZZ_MODE:-nonfinite}"
 mkdir -p corpus/ops
 cargo fuzz run -O ops corpus/ops -- \
   -max_total_time="${FUZZ_SECONDS:-60}" -max_len=2048 -timeout=20 -rss_limit_mb=4096 -print_final_stats=1

@@ -15,7 +15,8 @@ export KILN_REQUIRE_GPU=1 KILN_REQUIRE_COOP=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/gpu.txt" 2>&1
 .devbin/kiln info > "$OUT/info.txt" 2>&1
 if [ "$what" = all ] || [ "$what" = tests ]; then
-    .devbin/conformance --test-threads 4 > "$OUT/conformance.txt" 2>&1; echo "conformance rc=$?" >> "$OUT/conformance.txt"
+    # --include-ignored: `coop_on_device` is ignored by default (it needs cooperative matrices).
+    .devbin/conformance --include-ignored --test-threads 4 > "$OUT/conformance.txt" 2>&1; echo "conformance rc=$?" >> "$OUT/conformance.txt"
     .devbin/gpu_runtime --test-threads 1 > "$OUT/gpu_runtime.txt" 2>&1; echo "gpu_runtime rc=$?" >> "$OUT/gpu_runtime.txt"
     for f in conformance gpu_runtime; do grep -E "^test result|FAILED|panicked" "$OUT/$f.txt" | head -20; tail -n 1 "$OUT/$f.txt"; done
 fi

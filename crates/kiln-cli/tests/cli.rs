@@ -124,7 +124,18 @@ fn generate_from_gguf_matches_the_safetensors_folder() {
         stdout(&o)
     };
     let want = run(&["--model", fixtures]);
-    assert!(want.len() > "The kiln fires the clay pots".len(), "{want:?}");
+    // The text of transformers' greedy continuation (its token ids in expected.json).
+    let e: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{fixtures}/expected.json")).unwrap()).unwrap();
+    assert_eq!(e["prompt"], "The kiln fires the clay pots");
+    let ids =
+        |key: &str| -> Vec<u32> { e[key].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect() };
+    let all = [ids("prompt_ids"), ids("generated_ids")].concat();
+    assert_eq!(all.len(), 9 + 12);
+    let tokenizer = kiln_llm::Tokenizer::from_file(std::path::Path::new(&tok)).unwrap();
+    let text = tokenizer.decode(&all, true).unwrap();
+    assert!(text.starts_with("The kiln fires the clay pots"), "{text:?}");
+    assert_eq!(want, format!("{text}\n"), "transformers' ids {all:?}");
     assert_eq!(run(&["--model", &gguf]), want);
     assert_eq!(run(&["--model", &gguf, "--tokenizer", &tok]), want);
     let o = kiln(&["generate", "--model", &format!("{fixtures}/tokenizer.json.gguf"), "--prompt", "x"]);

@@ -40,6 +40,13 @@ UNARY = {
 }
 
 
+def _stored(values, dtype):
+    """An f64 reference rounded to the output dtype, as kiln stores it (an f16 exp above 11.09 is
+    inf, not the f64 value)."""
+    with np.errstate(over="ignore"):
+        return np.asarray(values).astype(dtype).astype(np.float64)
+
+
 @pytest.mark.parametrize("name", sorted(UNARY))
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_unary(device, rng, name, dtype):
@@ -49,9 +56,10 @@ def test_unary(device, rng, name, dtype):
         x = np.abs(x) + 0.1
     x = x.astype(dtype)
     t = kiln.asarray(x, device=device)
-    assert_close(getattr(t, name)(), ref(x.astype(np.float64)), dtype, kind)
+    expected = _stored(ref(x.astype(np.float64)), dtype)
+    assert_close(getattr(t, name)(), expected, dtype, kind)
     # A non-contiguous view (the transpose) gives the transposed result.
-    assert_close(getattr(t.T, name)(), ref(x.astype(np.float64)).T, dtype, kind)
+    assert_close(getattr(t.T, name)(), expected.T, dtype, kind)
 
 
 @pytest.mark.parametrize("name", ["exp", "log", "sqrt", "tanh", "sigmoid", "relu", "abs", "floor"])
@@ -169,8 +177,8 @@ def test_binary_nan(device):
         with np.errstate(all="ignore"):
             assert_close(getattr(ta, name)(tb), getattr(np, {"add": "add", "mul": "multiply"}.get(name, name))(a, b))
     np.testing.assert_array_equal(np.asarray(ta == ta), a == a)
-    if device.is_gpu and not (ta != ta).tolist()[0]:
-        pytest.xfail("kiln core GPU bug (reported): ne(NaN, NaN) gives False on this adapter")
+    # NaN is unequal to itself on every backend (kiln writes `ne` as !(a == b) for that reason): a
+    # regression here is a failure, not an expected one.
     np.testing.assert_array_equal(np.asarray(ta != ta), a != a)
 
 

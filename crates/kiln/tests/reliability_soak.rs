@@ -12,16 +12,17 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
-use support::interp::{self, Finding, Mode};
+use support::interp::{self, Mode};
 
 const STEPS: usize = 48;
 
-/// `KILN_SOAK_MODE=full` adds huge sizes and NaN/Inf (hand runs; see docs/RELIABILITY.md).
+/// `KILN_SOAK_MODE=full` adds huge sizes and NaN/Inf (hand runs; see docs/RELIABILITY.md);
+/// `KILN_SOAK_MODE=nonfinite` NaN/Inf only.
 fn mode() -> Mode {
-    if std::env::var("KILN_SOAK_MODE").is_ok_and(|m| m == "full") {
-        Mode::Full
-    } else {
-        Mode::Safe
+    match std::env::var("KILN_SOAK_MODE").as_deref() {
+        Ok("full") => Mode::Full,
+        Ok("nonfinite") => Mode::NonFinite,
+        _ => Mode::Safe,
     }
 }
 
@@ -32,6 +33,10 @@ fn program(seed: u64) -> Vec<u8> {
 }
 
 fn soak(devices: &[Device], programs: usize, seed0: u64) {
+    soak_in(devices, programs, seed0, mode())
+}
+
+fn soak_in(devices: &[Device], programs: usize, seed0: u64, mode: Mode) {
     let _dog = support::Watchdog::new("the reliability soak", Duration::from_secs(600));
     let start = Instant::now();
     let (mut calls, mut ok, mut known) = (0, 0, 0);
@@ -40,7 +45,7 @@ fn soak(devices: &[Device], programs: usize, seed0: u64) {
     for p in 0..programs {
         let seed = seed0 + p as u64;
         let bytes = program(seed);
-        let report = match catch_unwind(AssertUnwindSafe(|| interp::run(&bytes, devices, mode(), STEPS))) {
+        let report = match catch_unwind(AssertUnwindSafe(|| interp::run(&bytes, devices, mode, STEPS))) {
             Ok(r) => r,
             Err(e) => {
                 let msg =
@@ -52,7 +57,7 @@ fn soak(devices: &[Device], programs: usize, seed0: u64) {
         calls += report.calls;
         ok += report.ok;
         for f in report.findings {
-            if matches!(f, Finding::Mismatch { .. }) && interp::KNOWN_MISMATCHES.contains(&f.what().as_str()) {
+            if interp::is_known(&f, mode) {
                 known += 1;
                 eprintln!("known (program {seed}): {f:?}");
             } else {
@@ -83,4 +88,11 @@ fn random_programs_on_the_cpu_never_panic_and_name_their_op() {
 fn random_programs_agree_between_cpu_and_gpu() {
     let Some(gpu) = support::gpu() else { return };
     soak(&[Device::cpu(), gpu], support::env_count("KILN_SOAK_PROGRAMS", 3000) / 3, 100_000);
+}
+
+/// The same with NaN, infinities and -0 among the inputs (`Mode::NonFinite`), on both backends.
+#[test]
+fn random_programs_with_nan_and_inf_agree_between_cpu_and_gpu() {
+    let Some(gpu) = support::gpu() else { return };
+    soak_in(&[Device::cpu(), gpu], support::env_count("KILN_SOAK_PROGRAMS", 3000) / 6, 200_000, Mode::NonFinite);
 }

@@ -128,7 +128,8 @@ pub(crate) fn tanh_f32(x: f32) -> f32 {
     let large = 1.0 - 2.0 / (exp_f32(2.0 * a) + 1.0);
     let large = large.copysign(x);
     if a < 0.625 {
-        small
+        // With the sign of x: for x = -0 the sum above is +0 (-0 * -0 + -0), tanh(-0) is -0.
+        small.copysign(x)
     } else {
         large
     }

@@ -89,8 +89,9 @@ impl CpuStorage {
     /// `n` elements of `value` converted to `dtype`; an `Err` when the memory cannot be had.
     pub(crate) fn full(n: usize, dtype: DType, value: f64) -> Result<CpuStorage> {
         fn fill<T: WithDType>(n: usize, value: f64) -> Result<CpuStorage> {
-            // Zero is all-zero bits in every dtype: take zeroed pages, with no pass over them.
-            let v = if value == 0.0 {
+            // Zero is all-zero bits in every dtype: take zeroed pages, with no pass over them (not
+            // for -0.0, whose float bits are not zero).
+            let v = if value == 0.0 && value.is_sign_positive() {
                 alloc::try_zeroed("full", n)?
             } else {
                 alloc::try_filled("full", n, T::from_f64(value))?

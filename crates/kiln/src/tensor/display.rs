@@ -7,7 +7,51 @@ use std::fmt;
 const THRESHOLD: usize = 1000;
 const EDGE: usize = 3;
 
-fn format_values(values: &[f64], is_float: bool, is_bool: bool) -> Vec<String> {
+/// `x` rounded to `dtype` (to test whether a decimal string identifies a value of that dtype).
+fn round_to(x: f64, dtype: crate::DType) -> f64 {
+    use crate::DType;
+    match dtype {
+        DType::F32 => x as f32 as f64,
+        DType::F16 => half::f16::from_f64(x).to_f64(),
+        DType::BF16 => half::bf16::from_f64(x).to_f64(),
+        _ => x,
+    }
+}
+
+/// NumPy's scientific notation (its default float mode, "maxprec" with precision 8): each value needs
+/// the fewest fraction digits (at most 8) that identify it in its dtype; all are printed with the most
+/// any needs, and the exponents with as many digits as the widest (at least 2):
+/// `[1.e+08 1.e+00]`, `[ 1.0e-05 -2.5e-07]`, `[1.e-100 1.e+000]`.
+fn scientific(values: &[f64], dtype: crate::DType) -> Vec<String> {
+    let digits = |v: f64| {
+        (0..8usize).find(|&p| format!("{v:.p$e}").parse::<f64>().is_ok_and(|x| round_to(x, dtype) == v)).unwrap_or(8)
+    };
+    let finite = values.iter().copied().filter(|v| v.is_finite());
+    let prec = finite.clone().map(digits).max().unwrap_or(0);
+    let split = |v: f64| {
+        let s = format!("{v:.prec$e}");
+        let (m, e) = s.split_once('e').map(|(m, e)| (m.to_string(), e.parse::<i32>().unwrap_or(0))).unwrap_or_default();
+        (m, e)
+    };
+    let exp_digits = finite.map(|v| split(v).1.unsigned_abs().to_string().len()).max().unwrap_or(2).max(2);
+    values
+        .iter()
+        .map(|&v| {
+            if v.is_nan() {
+                "nan".into()
+            } else if v.is_infinite() {
+                if v > 0.0 { "inf" } else { "-inf" }.into()
+            } else {
+                let (m, e) = split(v);
+                let dot = if prec == 0 { "." } else { "" };
+                format!("{m}{dot}e{}{:0exp_digits$}", if e < 0 { '-' } else { '+' }, e.unsigned_abs())
+            }
+        })
+        .collect()
+}
+
+fn format_values(values: &[f64], dtype: crate::DType) -> Vec<String> {
+    let (is_float, is_bool) = (dtype.is_float(), dtype == crate::DType::Bool);
     if is_bool {
         return values.iter().map(|&v| if v != 0.0 { "True".into() } else { "False".into() }).collect();
     }
@@ -18,6 +62,9 @@ fn format_values(values: &[f64], is_float: bool, is_bool: bool) -> Vec<String> {
     let max = finite.iter().fold(0.0f64, |m, v| m.max(v.abs()));
     let min_nz = finite.iter().filter(|v| **v != 0.0).fold(f64::INFINITY, |m, v| m.min(v.abs()));
     let sci = max >= 1e8 || (min_nz.is_finite() && min_nz < 1e-4);
+    if sci {
+        return scientific(values, dtype);
+    }
     let all_int = finite.iter().all(|v| v.fract() == 0.0);
     values
         .iter()
@@ -30,12 +77,6 @@ fn format_values(values: &[f64], is_float: bool, is_bool: bool) -> Vec<String> {
                 } else {
                     "-inf".into()
                 }
-            } else if sci {
-                // Rust prints `1.0000e8`; NumPy and PyTorch print `1.0000e+08`.
-                let s = format!("{v:.4e}");
-                let (mantissa, exp) = s.split_once('e').expect("{:e} has an exponent");
-                let exp: i32 = exp.parse().expect("{:e} exponent is an integer");
-                format!("{mantissa}e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs())
             } else if all_int {
                 format!("{v}.")
             } else {
@@ -96,7 +137,7 @@ impl fmt::Display for Tensor {
             Err(e) => return write!(f, "<tensor: {e}>"),
         };
         let dt = self.dtype();
-        let strings = format_values(&values, dt.is_float(), dt == crate::DType::Bool);
+        let strings = format_values(&values, dt);
         let summarise = self.elem_count() > THRESHOLD;
         // Width from the entries that will be printed (all of them is close enough and simpler).
         let width = strings.iter().map(|s| s.len()).max().unwrap_or(0);

@@ -3,10 +3,15 @@
 //! `kiln::composed::sdpa`, and the KV cache (step-by-step decode equals full attention; old views
 //! stay valid).
 //!
-//! Tolerance factor 8 over the dtype's: a softmax over up to 100 keys and two dot products of up to
-//! 128 terms accumulated in f32.
+//! Tolerances: per output element a bound from the arithmetic (`ref_sdpa_bounded`): each score's dot
+//! product error `(d + 2) u sum|q k| |scale|`, exp's error `(3 + 2|s - max|) u`, the normaliser's sum
+//! and the online rescaling of key blocks, carried through the weighted sum of values; u of f32 (every
+//! float dtype but f64 accumulates in f32), then the rounding to the output dtype.
+//! `sdpa_bound_catches_wrong` shows that an all-zero output, one that dropped the last 1000 of 5000
+//! keys and a shifted one fail it.
 
 use crate::backend_tests;
+use crate::bounds::*;
 use crate::common::*;
 use kiln::{composed, DType, Device, KvCache, Tensor};
 
@@ -14,11 +19,28 @@ use kiln::{composed, DType, Device, KvCache, Tensor};
 /// the weighted sum of values; a query with no visible key gets zeros. Flat indexing: the long cases
 /// run it over a million score entries.
 fn ref_sdpa(q: &RefArray, k: &RefArray, v: &RefArray, causal: bool, scale: Option<f64>) -> RefArray {
+    ref_sdpa_bounded(q, k, v, causal, scale, DType::F32).0
+}
+
+/// The reference and, per output element, its error bound for a kernel computing in the compute type
+/// of `dtype` and storing `dtype` (see the module docs; twice the first-order terms, for the
+/// second-order ones).
+fn ref_sdpa_bounded(
+    q: &RefArray,
+    k: &RefArray,
+    v: &RefArray,
+    causal: bool,
+    scale: Option<f64>,
+    dtype: DType,
+) -> (RefArray, RefArray) {
+    let u = acc_roundoff(dtype);
     let (b, hq, tq, d) = (q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
     let (hkv, tk, dv) = (k.shape[1], k.shape[2], v.shape[3]);
     let scale = scale.unwrap_or(if d == 0 { 1.0 } else { 1.0 / (d as f64).sqrt() });
     let mut out = vec![0.0; b * hq * tq * dv];
+    let mut bound = vec![subnormal_half_spacing(dtype); b * hq * tq * dv];
     let mut scores = vec![0.0; tk];
+    let mut errs = vec![0.0; tk];
     for bi in 0..b {
         for h in 0..hq {
             let kh = h / (hq / hkv);
@@ -32,6 +54,8 @@ fn ref_sdpa(q: &RefArray, k: &RefArray, v: &RefArray, causal: bool, scale: Optio
                 for (j, s) in scores[..visible].iter_mut().enumerate() {
                     let kr = &k.data[(kb + j) * d..][..d];
                     *s = qr.iter().zip(kr).map(|(a, b)| a * b).sum::<f64>() * scale;
+                    let abs = qr.iter().zip(kr).map(|(a, b)| (a * b).abs()).sum::<f64>() * scale.abs();
+                    errs[j] = (d as f64 + 2.0) * u * abs + flush_floor(dtype);
                 }
                 let m = scores[..visible].iter().fold(f64::NEG_INFINITY, |a, &s| {
                     if a.is_nan() || s.is_nan() {
@@ -48,10 +72,31 @@ fn ref_sdpa(q: &RefArray, k: &RefArray, v: &RefArray, causal: bool, scale: Optio
                     o.iter_mut().zip(vr).for_each(|(a, &x)| *a += wj * x);
                 }
                 o.iter_mut().for_each(|a| *a /= sum);
+                // Relative error of each weight: its score's and the max's, exp's, the subtraction's;
+                // the sums add one rounding per key and per block rescale (blocks of 16 keys at least).
+                let dmax = errs[..visible].iter().fold(0.0f64, |a, &e| a.max(e));
+                let chain = (visible as f64 + 4.0 * visible.div_ceil(16) as f64 + 4.0) * u;
+                let rel: Vec<f64> = scores[..visible]
+                    .iter()
+                    .zip(&errs)
+                    .map(|(s, e)| e + dmax + (5.0 + 2.0 * (s - m).abs()) * u)
+                    .collect();
+                let den: f64 = w.iter().zip(&rel).map(|(wj, r)| wj / sum * r).sum::<f64>() + chain;
+                let ob = &mut bound[((bi * hq + h) * tq + i) * dv..][..dv];
+                for (c, (bo, &oc)) in ob.iter_mut().zip(o.iter()).enumerate() {
+                    let num: f64 =
+                        (0..visible).map(|j| w[j] / sum * v.data[(kb + j) * dv + c].abs() * (rel[j] + chain)).sum();
+                    *bo = stored_bound(dtype, oc, 2.0 * (num + oc.abs() * den) + visible as f64 * flush_floor(dtype));
+                }
             }
         }
     }
-    RefArray::new(vec![b, hq, tq, dv], out)
+    (RefArray::new(vec![b, hq, tq, dv], out), RefArray::new(vec![b, hq, tq, dv], bound))
+}
+
+/// Checks an attention output against the reference and bound of [`ref_sdpa_bounded`].
+fn assert_sdpa(got: &Tensor, (want, bound): &(RefArray, RefArray), ctx: &str) {
+    assert_bounded(got, want, &bound.data, ctx);
 }
 
 /// (b, hq, hkv, tq, tk, d, dv, causal, scale)
@@ -97,7 +142,7 @@ fn sdpa_matches_reference(dev: &Device) {
     for dtype in supported(dev, &FLOATS) {
         for (ci, c) in CASES.iter().enumerate() {
             let inp = inputs(c, dtype, 700 + 10 * ci as u64);
-            let expected = ref_sdpa(&inp.q, &inp.k, &inp.v, c.7, c.8);
+            let expected = ref_sdpa_bounded(&inp.q, &inp.k, &inp.v, c.7, c.8, dtype);
             for kind in ALL_LAYOUTS {
                 let (q, k, v) = (
                     to_tensor(&inp.q, dtype, kind, dev),
@@ -105,7 +150,7 @@ fn sdpa_matches_reference(dev: &Device) {
                     to_tensor(&inp.v, dtype, kind, dev),
                 );
                 let got = q.sdpa(&k, &v, c.7, c.8).unwrap();
-                assert_close(&got, &expected, 8.0, &format!("sdpa case {c:?} {kind:?}"));
+                assert_sdpa(&got, &expected, &format!("sdpa case {c:?} {kind:?}"));
             }
             // Mixed layouts: transposed queries, stepped keys, contiguous values.
             let (q, k, v) = (
@@ -113,7 +158,7 @@ fn sdpa_matches_reference(dev: &Device) {
                 to_tensor(&inp.k, dtype, Layouts::Stepped, dev),
                 to_tensor(&inp.v, dtype, Layouts::Contiguous, dev),
             );
-            assert_close(&q.sdpa(&k, &v, c.7, c.8).unwrap(), &expected, 8.0, &format!("sdpa mixed layouts {c:?}"));
+            assert_sdpa(&q.sdpa(&k, &v, c.7, c.8).unwrap(), &expected, &format!("sdpa mixed layouts {c:?}"));
         }
     }
 }
@@ -126,16 +171,16 @@ fn sdpa_nan_propagation(dev: &Device) {
         let mut inp = inputs(&c, dtype, 900);
         inp.k.data[5 * 4 + 2] = f64::NAN; // key 5, feature 2
         inp.q.data[(6 + 1) * 4] = f64::NAN; // head 1, query 1
-        let expected = ref_sdpa(&inp.q, &inp.k, &inp.v, true, None);
-        assert!(expected.data.iter().any(|v| v.is_nan()) && expected.data.iter().any(|v| !v.is_nan()));
+        let expected = ref_sdpa_bounded(&inp.q, &inp.k, &inp.v, true, None, dtype);
+        assert!(expected.0.data.iter().any(|v| v.is_nan()) && expected.0.data.iter().any(|v| !v.is_nan()));
         let (q, k, v) = (
             to_tensor(&inp.q, dtype, Layouts::Contiguous, dev),
             to_tensor(&inp.k, dtype, Layouts::Contiguous, dev),
             to_tensor(&inp.v, dtype, Layouts::Contiguous, dev),
         );
-        assert_close(&q.sdpa(&k, &v, true, None).unwrap(), &expected, 8.0, "sdpa nan causal");
-        let expected = ref_sdpa(&inp.q, &inp.k, &inp.v, false, None);
-        assert_close(&q.sdpa(&k, &v, false, None).unwrap(), &expected, 8.0, "sdpa nan full");
+        assert_sdpa(&q.sdpa(&k, &v, true, None).unwrap(), &expected, "sdpa nan causal");
+        let expected = ref_sdpa_bounded(&inp.q, &inp.k, &inp.v, false, None, dtype);
+        assert_sdpa(&q.sdpa(&k, &v, false, None).unwrap(), &expected, "sdpa nan full");
     }
 }
 
@@ -188,17 +233,16 @@ fn sdpa_shapes(dev: &Device) {
     for dtype in supported(dev, &[DType::F32, DType::F16, DType::BF16]) {
         for (ci, c) in SHAPES.iter().enumerate() {
             let inp = inputs(c, dtype, 1500 + 10 * ci as u64);
-            let expected = ref_sdpa(&inp.q, &inp.k, &inp.v, c.7, c.8);
-            // Sums of up to 5000 terms in f32: twice the tolerance of the short cases.
+            let expected = ref_sdpa_bounded(&inp.q, &inp.k, &inp.v, c.7, c.8, dtype);
             let ctx = |what: &str| format!("sdpa {c:?} {dtype} {what}");
             let q = to_tensor(&inp.q, dtype, Layouts::Contiguous, dev);
             let (k, v) = (
                 to_tensor(&inp.k, dtype, Layouts::Contiguous, dev),
                 to_tensor(&inp.v, dtype, Layouts::Contiguous, dev),
             );
-            assert_close(&q.sdpa(&k, &v, c.7, c.8).unwrap(), &expected, 16.0, &ctx("contiguous"));
+            assert_sdpa(&q.sdpa(&k, &v, c.7, c.8).unwrap(), &expected, &ctx("contiguous"));
             let (k, v) = (cache_view(&inp.k, dtype, dev), cache_view(&inp.v, dtype, dev));
-            assert_close(&q.sdpa(&k, &v, c.7, c.8).unwrap(), &expected, 16.0, &ctx("cache views"));
+            assert_sdpa(&q.sdpa(&k, &v, c.7, c.8).unwrap(), &expected, &ctx("cache views"));
             if dtype == DType::F32 {
                 // Element-wise loads: every other element of a wider buffer.
                 let (q, k, v) = (
@@ -206,7 +250,7 @@ fn sdpa_shapes(dev: &Device) {
                     to_tensor(&inp.k, dtype, Layouts::Stepped, dev),
                     to_tensor(&inp.v, dtype, Layouts::Stepped, dev),
                 );
-                assert_close(&q.sdpa(&k, &v, c.7, c.8).unwrap(), &expected, 16.0, &ctx("stepped"));
+                assert_sdpa(&q.sdpa(&k, &v, c.7, c.8).unwrap(), &expected, &ctx("stepped"));
             }
         }
     }
@@ -229,10 +273,10 @@ fn sdpa_nan_rows(dev: &Device) {
             inp.v.data[nan_value * dv + 2] = f64::NAN;
             inp.q.data[(tq + nan_query) * d] = f64::NAN; // head 1
             for causal in [true, false] {
-                let expected = ref_sdpa(&inp.q, &inp.k, &inp.v, causal, None);
-                assert!(expected.data.iter().any(|v| v.is_nan()));
+                let expected = ref_sdpa_bounded(&inp.q, &inp.k, &inp.v, causal, None, dtype);
+                assert!(expected.0.data.iter().any(|v| v.is_nan()));
                 if causal && tq > 1 {
-                    assert!(expected.data.iter().any(|v| !v.is_nan()));
+                    assert!(expected.0.data.iter().any(|v| !v.is_nan()));
                 }
                 let (q, k, v) = (
                     to_tensor(&inp.q, dtype, Layouts::Contiguous, dev),
@@ -240,7 +284,7 @@ fn sdpa_nan_rows(dev: &Device) {
                     to_tensor(&inp.v, dtype, Layouts::Contiguous, dev),
                 );
                 let got = q.sdpa(&k, &v, causal, None).unwrap();
-                assert_close(&got, &expected, 16.0, &format!("sdpa nan {c:?} causal {causal} {dtype}"));
+                assert_sdpa(&got, &expected, &format!("sdpa nan {c:?} causal {causal} {dtype}"));
             }
         }
     }
@@ -316,7 +360,8 @@ fn kv_cache_decode_equals_full_attention(dev: &Device) {
     let c: Case = (2, 4, 2, 11, 11, 8, 6, true, None);
     for dtype in supported(dev, &FLOATS) {
         let inp = inputs(&c, dtype, 1300);
-        let full = ref_sdpa(&inp.q, &inp.k, &inp.v, true, None);
+        let (full, fb) = ref_sdpa_bounded(&inp.q, &inp.k, &inp.v, true, None, dtype);
+        let part = |t, n| (ref_narrow(&full, t, n), ref_narrow(&fb, t, n));
         for kind in ALL_LAYOUTS {
             let mut cache = KvCache::new(11);
             assert!(cache.is_empty());
@@ -330,13 +375,13 @@ fn kv_cache_decode_equals_full_attention(dev: &Device) {
             let (k0, v0) = cache.append(&kt.narrow(2, 0, 4).unwrap(), &vt.narrow(2, 0, 4).unwrap()).unwrap();
             assert_eq!((k0.dims(), v0.dims(), cache.len()), (&[2, 2, 4, 8][..], &[2, 2, 4, 6][..], 4));
             let out = qt.narrow(2, 0, 4).unwrap().sdpa(&k0, &v0, true, None).unwrap();
-            assert_close(&out, &ref_narrow(&full, 0, 4), 8.0, &format!("kv prefill {kind:?}"));
+            assert_sdpa(&out, &part(0, 4), &format!("kv prefill {kind:?}"));
             let mut held = vec![(k0, v0, 4)];
             for t in 4..11 {
                 let (ck, cv) = cache.append(&kt.narrow(2, t, 1).unwrap(), &vt.narrow(2, t, 1).unwrap()).unwrap();
                 assert_eq!(cache.len(), t + 1);
                 let out = qt.narrow(2, t, 1).unwrap().sdpa(&ck, &cv, true, None).unwrap();
-                assert_close(&out, &ref_narrow(&full, t, 1), 8.0, &format!("kv decode step {t} {kind:?}"));
+                assert_sdpa(&out, &part(t, 1), &format!("kv decode step {t} {kind:?}"));
                 held.push((ck, cv, t + 1));
             }
             // Every view handed out still holds exactly its prefix of keys and values.
@@ -392,7 +437,26 @@ fn kv_cache_errors(dev: &Device) {
     assert_eq!(v2.dims(), &[1, 2, 2, 3]);
 }
 
+/// The bound is tight enough to catch broken kernels where the old tolerance (the dtype's times 16)
+/// was not: for bf16 and f32 decode over 5000 keys an all-zero output, one that dropped the last
+/// 1000 keys (a lost split) and one shifted by an element fail, while the device's result passes.
+fn sdpa_bound_catches_wrong(dev: &Device) {
+    for dtype in supported(dev, &[DType::BF16, DType::F16, DType::F32]) {
+        for c in [(1, 8, 2, 1, 5000, 128, 128, true, None), (1, 2, 1, 3, 1030, 64, 64, false, None)] {
+            let inp = inputs(&c, dtype, 2100);
+            let expected = ref_sdpa_bounded(&inp.q, &inp.k, &inp.v, c.7, c.8, dtype);
+            let keep = c.4 - c.4 / 5;
+            let dropped = ref_sdpa(&inp.q, &ref_narrow(&inp.k, 0, keep), &ref_narrow(&inp.v, 0, keep), false, c.8);
+            let ctx = format!("sdpa {c:?} {dtype}");
+            assert_catches_wrong(&expected.0.data, &expected.1.data, &dropped.data, &ctx);
+            let t = |r: &RefArray| to_tensor(r, dtype, Layouts::Contiguous, dev);
+            assert_sdpa(&t(&inp.q).sdpa(&t(&inp.k), &t(&inp.v), c.7, c.8).unwrap(), &expected, &ctx);
+        }
+    }
+}
+
 backend_tests!(
+    sdpa_bound_catches_wrong,
     sdpa_matches_reference,
     sdpa_shapes,
     sdpa_nan_propagation,

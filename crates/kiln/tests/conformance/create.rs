@@ -261,11 +261,20 @@ fn display_like_numpy(dev: &Device) {
 }
 
 fn display_scientific_like_numpy(dev: &Device) {
-    // NumPy and PyTorch both write the exponent with a sign and at least two digits (1.0000e+08).
-    let t = tensor(&[1e8, 1.0], &[2], DType::F32, dev);
-    assert_eq!(t.to_string(), "[1.0000e+08 1.0000e+00]");
-    let t = tensor(&[1e-5, -2.5e-7], &[2], DType::F32, dev);
-    assert_eq!(t.to_string(), "[ 1.0000e-05 -2.5000e-07]");
+    // What NumPy 2 prints for the same arrays (default print options): the fewest digits that
+    // identify each value in its dtype, padded to the most any element needs; the exponent with a
+    // sign and at least two digits, all as wide as the widest.
+    let show = |v: &[f64], dt: DType| tensor(v, &[v.len()], dt, dev).to_string();
+    assert_eq!(show(&[1e8, 1.0], DType::F32), "[1.e+08 1.e+00]");
+    assert_eq!(show(&[1e-5, -2.5e-7], DType::F32), "[ 1.0e-05 -2.5e-07]");
+    assert_eq!(show(&[1.5e8, 1.0, 0.0], DType::F32), "[1.5e+08 1.0e+00 0.0e+00]");
+    // 0.1 is one digit in f32 (NumPy float32 prints 1.e-01), not 1.00000001e-01.
+    assert_eq!(show(&[0.1, 1e-5], DType::F32), "[1.e-01 1.e-05]");
+    assert_eq!(show(&[f64::NAN, 1e8, f64::NEG_INFINITY], DType::F32), "[   nan 1.e+08   -inf]");
+    if dev.is_cpu() {
+        assert_eq!(show(&[1.23456789e9, -1.0], DType::F64), "[ 1.23456789e+09 -1.00000000e+00]");
+        assert_eq!(show(&[1e-100, 1.0], DType::F64), "[1.e-100 1.e+000]");
+    }
 }
 
 backend_tests!(

@@ -553,8 +553,19 @@ fn sdpa_scale_is_checked(dev: &Device) {
     for bad in [1e300, f64::INFINITY, f64::NAN, -1e39] {
         assert_err(q.sdpa(&q, &q, false, Some(bad)), &["sdpa", "scale"]);
     }
-    let o = q.sdpa(&q, &q, false, Some(1e3)).unwrap().to_vec::<f32>().unwrap();
-    assert!(o.iter().all(|x| x.is_finite()), "{o:?}");
+    // A large finite scale: the f64 softmax of the scaled scores (almost one-hot) times the values.
+    let qv = q.to_f64_vec().unwrap();
+    let row = |i: usize| &qv[i * 4..i * 4 + 4];
+    let mut want = Vec::new();
+    for i in 0..2 {
+        let s: Vec<f64> = (0..2).map(|j| 1e3 * row(i).iter().zip(row(j)).map(|(a, b)| a * b).sum::<f64>()).collect();
+        let m = s[0].max(s[1]);
+        let w: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+        want.extend((0..4).map(|c| (w[0] * row(0)[c] + w[1] * row(1)[c]) / (w[0] + w[1])));
+    }
+    let o = q.sdpa(&q, &q, false, Some(1e3)).unwrap();
+    // Scores of magnitude ~1e3 carry an absolute error ~1e3 * 8 * 2^-24 into the weights.
+    assert_close_tol(&o, &RefArray::new(vec![1, 1, 2, 4], want), 1e-3, 1e-3, "sdpa scale 1e3");
 }
 
 backend_tests!(

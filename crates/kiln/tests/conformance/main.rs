@@ -1,6 +1,7 @@
 //! The conformance suite: every op against a plain f64 reference on random inputs, for every backend
 //! (see `backend_tests!` in `common.rs`).
 
+mod bounds;
 mod common;
 
 mod attention;

@@ -1,6 +1,10 @@
-//! Matrix products against a plain f64 triple loop. Float tolerances are the dtype's times `sqrt(k)`
-//! (k = contracted length; inputs are normals, so results grow like sqrt(k)); integers are exact.
+//! Matrix products against a plain f64 triple loop of the same rounded inputs. Floats: per output
+//! element the dot product's accumulation bound `k u sum|a||b|` (u of f32, the type every float but
+//! f64 accumulates in; `bounds::sum_bound`) plus the rounding to the output dtype;
+//! `matmul_bound_catches_wrong` shows an all-zero, dropped-block or shifted result fails it.
+//! Integers are exact.
 use crate::backend_tests;
+use crate::bounds::*;
 use crate::common::*;
 use kiln::{DType, Device, Tensor};
 
@@ -54,12 +58,43 @@ fn mm_values(n: usize, dtype: DType, seed: u64) -> Vec<f64> {
     }
 }
 
+/// Per-element bounds of a product with reference `want`, `abs` = the product of |a| and |b| (the
+/// sums of |a_ip b_pj|) and contracted length `k`.
+fn dot_bounds(dtype: DType, k: usize, want: &RefArray, abs: &RefArray) -> Vec<f64> {
+    want.data.iter().zip(&abs.data).map(|(&w, &a)| sum_bound(dtype, k, a, w)).collect()
+}
+
+/// Checks a product against its reference (exact for integers, within [`dot_bounds`] for floats).
+fn assert_product(got: &Tensor, want: &RefArray, abs: &RefArray, k: usize, ctx: &str) {
+    if got.dtype().is_float() {
+        assert_bounded(got, want, &dot_bounds(got.dtype(), k, want, abs), ctx);
+    } else {
+        assert_exact(got, want, ctx);
+    }
+}
+
 fn check(a: &Tensor, b: &Tensor, ra: &RefArray, rb: &RefArray, ctx: &str) {
     let got = a.matmul(b).unwrap();
     let expected = ref_matmul(ra, rb);
+    let abs = ref_matmul(&ra.map(f64::abs), &rb.map(f64::abs));
     let k = *ra.shape.last().unwrap();
     assert_eq!(got.dtype(), a.dtype().promote(b.dtype()), "{ctx}");
-    assert_close(&got, &expected, (k.max(1) as f64).sqrt(), ctx);
+    assert_product(&got, &expected, &abs, k, ctx);
+}
+
+/// The triple loop for larger shapes (`ref_matmul` is too slow there): (a b, |a| |b|).
+fn direct_matmul(va: &[f64], vb: &[f64], m: usize, k: usize, n: usize) -> (RefArray, RefArray) {
+    let (mut want, mut abs) = (vec![0.0; m * n], vec![0.0; m * n]);
+    for r in 0..m {
+        for p in 0..k {
+            let x = va[r * k + p];
+            for c in 0..n {
+                want[r * n + c] += x * vb[p * n + c];
+                abs[r * n + c] += (x * vb[p * n + c]).abs();
+            }
+        }
+    }
+    (RefArray::new(vec![m, n], want), RefArray::new(vec![m, n], abs))
 }
 
 fn matmul_2d(dev: &Device) {
@@ -126,18 +161,8 @@ fn matmul_tile_edges(dev: &Device) {
                 let a = tensor_in(&va, &[m, k], dtype, ka, dev);
                 let b = tensor_in(&vb, &[k, n], dtype, kb, dev);
                 let ctx = format!("{dtype} ({m}, {k}) @ ({k}, {n}) {ka:?} {kb:?}");
-                // A direct triple loop: `ref_matmul` is too slow for these sizes.
-                let mut want = vec![0.0; m * n];
-                for (r, row) in want.chunks_mut(n).enumerate() {
-                    for p in 0..k {
-                        let x = va[r * k + p];
-                        for (c, o) in row.iter_mut().enumerate() {
-                            *o += x * vb[p * n + c];
-                        }
-                    }
-                }
-                let got = a.matmul(&b).unwrap();
-                assert_close(&got, &RefArray::new(vec![m, n], want), (k as f64).sqrt(), &ctx);
+                let (want, abs) = direct_matmul(&va, &vb, m, k, n);
+                assert_product(&a.matmul(&b).unwrap(), &want, &abs, k, &ctx);
             }
         }
     }
@@ -166,8 +191,10 @@ fn matmul_tile_edges(dev: &Device) {
         let x = tensor(&vx, &[3, 300], dtype, dev);
         let w = tensor(&vw, &[130, 300], dtype, dev);
         let wt = RefArray::new(vec![300, 130], (0..300 * 130).map(|i| vw[(i % 130) * 300 + i / 130]).collect());
-        let want = ref_matmul(&RefArray::new(vec![3, 300], vx), &wt);
-        assert_close(&x.linear(&w, None).unwrap(), &want, 300f64.sqrt(), &format!("{dtype} linear 3x300 @ 130x300^T"));
+        let rx = RefArray::new(vec![3, 300], vx);
+        let want = ref_matmul(&rx, &wt);
+        let abs = ref_matmul(&rx.map(f64::abs), &wt.map(f64::abs));
+        assert_product(&x.linear(&w, None).unwrap(), &want, &abs, 300, &format!("{dtype} linear 3x300 @ 130x300^T"));
     }
     // Empty products and K = 0 on the float paths.
     for dtype in supported(dev, &[DType::F16, DType::F32]) {
@@ -248,7 +275,9 @@ fn matmul_empty_and_special(dev: &Device) {
         let vb = round_to(&mm_values(65, dtype, 10), dtype);
         let d = tensor(&va, &[65], dtype, dev).dot(&tensor(&vb, &[65], dtype, dev)).unwrap();
         let expected: f64 = va.iter().zip(&vb).map(|(x, y)| x * y).sum();
-        assert_close(&d, &RefArray::new(vec![], vec![expected]), 65f64.sqrt(), &format!("{dtype} dot"));
+        let abs: f64 = va.iter().zip(&vb).map(|(x, y)| (x * y).abs()).sum();
+        let (want, abs) = (RefArray::new(vec![], vec![expected]), RefArray::new(vec![], vec![abs]));
+        assert_product(&d, &want, &abs, 65, &format!("{dtype} dot"));
     }
 }
 
@@ -276,13 +305,19 @@ fn linear(dev: &Device) {
         let w = tensor(&vw, &[4, 5], dtype, dev);
         let b = tensor(&vb, &[4], dtype, dev);
         let wt = RefArray::new(vec![5, 4], (0..20).map(|i| vw[(i % 4) * 5 + i / 4]).collect());
-        let xw = ref_matmul(&RefArray::new(vec![2, 3, 5], vx), &wt);
-        assert_close(&x.linear(&w, None).unwrap(), &xw, 5f64.sqrt(), &format!("{dtype} linear"));
+        let rx = RefArray::new(vec![2, 3, 5], vx);
+        let xw = ref_matmul(&rx, &wt);
+        let abs = ref_matmul(&rx.map(f64::abs), &wt.map(f64::abs));
+        assert_product(&x.linear(&w, None).unwrap(), &xw, &abs, 5, &format!("{dtype} linear"));
+        // The bias is one more term of the sum (k + 1 terms), possibly after a rounding of x w to
+        // the dtype (one more stored rounding of |x w|).
         let mut xwb = xw.clone();
-        for (i, v) in xwb.data.iter_mut().enumerate() {
+        let mut absb = abs.clone();
+        for (i, (v, a)) in xwb.data.iter_mut().zip(absb.data.iter_mut()).enumerate() {
             *v += vb[i % 4];
+            *a += vb[i % 4].abs() + abs.data[i] * unit_roundoff(dtype) / acc_roundoff(dtype) / 6.0;
         }
-        assert_close(&x.linear(&w, Some(&b)).unwrap(), &xwb, 2.0 * 5f64.sqrt(), &format!("{dtype} linear + bias"));
+        assert_product(&x.linear(&w, Some(&b)).unwrap(), &xwb, &absb, 6, &format!("{dtype} linear + bias"));
     }
 }
 
@@ -303,7 +338,29 @@ fn matmul_errors(dev: &Device) {
     assert_err(t(&[2, 5], f).linear(&t(&[4, 5], f), Some(&t(&[5], f))), &["linear", "(5,)", "(4, 5)"]);
 }
 
+/// The bound is tight enough to catch broken kernels where the old `sqrt(k)`-scaled tolerance was
+/// not (bf16 at k = 4099 had rtol 1.02, so zeros passed): an all-zero product, one missing the last
+/// 64 terms of k (a dropped tile) and one shifted by a column fail, while the device's result passes.
+fn matmul_bound_catches_wrong(dev: &Device) {
+    for dtype in supported(dev, &[DType::BF16, DType::F16, DType::F32]) {
+        for &(m, k, n) in &[(1usize, 4099usize, 40usize), (65, 129, 67), (13, 1030, 9)] {
+            let va = round_to(&random_values(m * k, dtype, 31), dtype);
+            let vb = round_to(&random_values(k * n, dtype, 32), dtype);
+            let (want, abs) = direct_matmul(&va, &vb, m, k, n);
+            let bounds = dot_bounds(dtype, k, &want, &abs);
+            let drop = 64.min(k / 2);
+            let ka: Vec<f64> = (0..m * (k - drop)).map(|i| va[(i / (k - drop)) * k + i % (k - drop)]).collect();
+            let (dropped, _) = direct_matmul(&ka, &vb[..(k - drop) * n], m, k - drop, n);
+            let ctx = format!("{dtype} ({m}, {k}) @ ({k}, {n})");
+            assert_catches_wrong(&want.data, &bounds, &dropped.data, &ctx);
+            let got = tensor(&va, &[m, k], dtype, dev).matmul(&tensor(&vb, &[k, n], dtype, dev)).unwrap();
+            assert_bounded(&got, &want, &bounds, &ctx);
+        }
+    }
+}
+
 backend_tests!(
+    matmul_bound_catches_wrong,
     matmul_2d,
     matmul_large,
     matmul_tile_edges,

@@ -1,7 +1,11 @@
-//! Reductions against plain f64 loops. Tolerances: sums and means use the dtype's tolerance times
-//! `sqrt(n)` (n = reduced elements), products times `n`; max/min/argmax/argmin are exact; var/std
-//! use 4 * sqrt(n).
+//! Reductions against plain f64 loops. Float sums, means, products, var and std are checked against
+//! bounds from their accumulation (`bounds.rs`: n u sum|x| for a sum of n terms accumulated in f32
+//! or f64, (n - 1) u |p| for a product, the two-pass variance's error from its mean and its sum of
+//! squares), plus the rounding to the output dtype; `sum_bounds_catch_wrong` shows that all-zero,
+//! dropped-block and shifted results fail them. Integer sums and products, max/min/argmax/argmin are
+//! exact.
 use crate::backend_tests;
+use crate::bounds::*;
 use crate::common::*;
 use kiln::{DType, Device, Tensor};
 
@@ -83,6 +87,72 @@ fn r_arg(g: &[f64], max: bool) -> f64 {
     best as f64
 }
 
+/// Checks a sum of `rx` over `axes`: exact for integers, within the accumulation bound for floats.
+fn assert_sum(got: &Tensor, rx: &RefArray, axes: &[usize], keepdim: bool, ctx: &str) {
+    let want = ref_reduce(rx, axes, keepdim, &r_sum);
+    if !got.dtype().is_float() {
+        return assert_exact(got, &want, ctx);
+    }
+    let abs = ref_reduce(rx, axes, keepdim, &|g| g.iter().map(|v| v.abs()).sum());
+    let n: usize = axes.iter().map(|&a| rx.shape[a]).product();
+    let b: Vec<f64> = want.data.iter().zip(&abs.data).map(|(&w, &a)| sum_bound(got.dtype(), n, a, w)).collect();
+    assert_bounded(got, &want, &b, ctx);
+}
+
+/// Bound of a product of `n` factors: each multiply rounds once in the compute type.
+fn prod_bound(dtype: DType, n: usize, want: f64) -> f64 {
+    stored_bound(dtype, want, n as f64 * (acc_roundoff(dtype) * want.abs() + flush_floor(dtype)))
+}
+
+/// Checks a product of `rx` over `axes`: exact for integers, within [`prod_bound`] for floats.
+fn assert_prod(got: &Tensor, rx: &RefArray, axes: &[usize], keepdim: bool, ctx: &str) {
+    let want = ref_reduce(rx, axes, keepdim, &r_prod);
+    if !got.dtype().is_float() {
+        return assert_exact(got, &want, ctx);
+    }
+    let n: usize = axes.iter().map(|&a| rx.shape[a]).product();
+    let b: Vec<f64> = want.data.iter().map(|&w| prod_bound(got.dtype(), n, w)).collect();
+    assert_bounded(got, &want, &b, ctx);
+}
+
+/// Error bound of the mean of `g` computed in the compute type of `dtype` (the output dtype): the
+/// sum's bound divided by n, one rounding of the division, then the stored rounding.
+fn mean_bound(g: &[f64], dtype: DType) -> f64 {
+    let n = g.len() as f64;
+    let abs: f64 = g.iter().map(|v| v.abs()).sum();
+    let m = r_mean(g);
+    let acc = n * acc_roundoff(dtype) * abs / n + acc_roundoff(dtype) * m.abs() + n * flush_floor(dtype);
+    stored_bound(dtype, m, acc)
+}
+
+/// Error bound of the two-pass variance (divisor n - c): the mean's error dm shifts every deviation
+/// (2 dm sum|d| + n dm^2), and the sum of n squares accumulates (n + 2) u sum d^2; then the
+/// division's rounding and the stored rounding.
+fn var_bound(g: &[f64], c: usize, dtype: DType) -> f64 {
+    let n = g.len();
+    let div = n.saturating_sub(c) as f64;
+    let m = r_mean(g);
+    let dm = n as f64 * acc_roundoff(dtype) * g.iter().map(|v| v.abs()).sum::<f64>() / n as f64
+        + acc_roundoff(dtype) * m.abs();
+    let s1: f64 = g.iter().map(|v| (v - m).abs()).sum();
+    let s2: f64 = g.iter().map(|v| (v - m) * (v - m)).sum();
+    let u = acc_roundoff(dtype);
+    let acc = (2.0 * dm * s1 + n as f64 * dm * dm + (n as f64 + 2.0) * u * s2) / div
+        + u * s2 / div
+        + n as f64 * flush_floor(dtype);
+    stored_bound(dtype, s2 / div, acc)
+}
+
+/// Error bound of the standard deviation from the variance's: |sqrt(a) - sqrt(b)| <= |a - b| / sqrt(b)
+/// and <= sqrt(|a - b|), then the square root's rounding and the stored rounding.
+fn std_bound(g: &[f64], c: usize, dtype: DType) -> f64 {
+    let v = r_var(g, c);
+    let dv = var_bound(g, c, dtype);
+    let s = v.sqrt();
+    let acc = if s > 0.0 { (dv / s).min(dv.sqrt()) } else { dv.sqrt() };
+    stored_bound(dtype, s, acc + 2.0 * acc_roundoff(dtype) * s)
+}
+
 fn all_dtypes() -> Vec<DType> {
     let mut v = FLOATS.to_vec();
     v.extend(INTS);
@@ -91,14 +161,19 @@ fn all_dtypes() -> Vec<DType> {
 }
 
 /// Values for prod tests: small magnitudes so products neither overflow nor vanish (ints in
-/// [-3, 3], exact in f64 for up to 33 factors; floats in [0.5, 1.5] with a random sign).
+/// [-3, 3], exact in f64 for up to 33 factors; floats 1 - 2^-7, 1 or 1 + 2^-7 (exact in every float
+/// dtype, their logs nearly symmetric) with a random sign, so that products of 70,001 factors stay
+/// within about e^+-6 of 1 and an all-zero result cannot pass).
 fn prod_values(n: usize, dtype: DType, seed: u64) -> Vec<f64> {
     let v = random_values(n, dtype, seed);
     match dtype {
         DType::Bool => v,
         DType::U8 | DType::U32 => v.iter().map(|x| x.rem_euclid(4.0)).collect(),
         DType::I32 | DType::I64 => v.iter().map(|x| x.rem_euclid(7.0) - 3.0).collect(),
-        _ => v.iter().map(|x| (0.5 + x.abs().fract()) * x.signum()).collect(),
+        _ => v
+            .iter()
+            .map(|x| [1.0 - 1.0 / 128.0, 1.0, 1.0 + 1.0 / 128.0][(x.abs() * 1e3) as usize % 3] * x.signum())
+            .collect(),
     }
 }
 
@@ -122,12 +197,7 @@ fn sum_prod_max_min(dev: &Device) {
                         let s = x.sum(&axes, keepdim).unwrap();
                         let sum_dtype = if dtype.is_float() { dtype } else { DType::I64 };
                         assert_eq!(s.dtype(), sum_dtype, "sum {ctx}");
-                        assert_close(
-                            &s,
-                            &ref_reduce(&rx, &na, keepdim, &r_sum),
-                            (n_red as f64).sqrt(),
-                            &format!("sum {ctx}"),
-                        );
+                        assert_sum(&s, &rx, &na, keepdim, &format!("sum {ctx}"));
                         let mx = x.max(&axes, keepdim).unwrap();
                         assert_eq!(mx.dtype(), dtype);
                         assert_exact(&mx, &ref_reduce(&rx, &na, keepdim, &r_max), &format!("max {ctx}"));
@@ -136,8 +206,7 @@ fn sum_prod_max_min(dev: &Device) {
                         if dtype.is_float() || n_red <= 33 {
                             let p = px.prod(&axes, keepdim).unwrap();
                             assert_eq!(p.dtype(), sum_dtype, "prod {ctx}");
-                            let expected = ref_reduce(&rp, &na, keepdim, &r_prod);
-                            assert_close(&p, &expected, n_red as f64, &format!("prod {ctx}"));
+                            assert_prod(&p, &rp, &na, keepdim, &format!("prod {ctx}"));
                         }
                     }
                 }
@@ -145,11 +214,11 @@ fn sum_prod_max_min(dev: &Device) {
                 let s = x.sum_all().unwrap();
                 assert_eq!(s.rank(), 0);
                 let all: Vec<usize> = (0..shape.len()).collect();
-                assert_close(&s, &ref_reduce(&rx, &all, false, &r_sum), (n as f64).sqrt(), "sum_all");
+                assert_sum(&s, &rx, &all, false, "sum_all");
                 assert_exact(&x.max_all().unwrap(), &ref_reduce(&rx, &all, false, &r_max), "max_all");
                 assert_exact(&x.min_all().unwrap(), &ref_reduce(&rx, &all, false, &r_min), "min_all");
                 if dtype.is_float() || n <= 33 {
-                    assert_close(&px.prod_all().unwrap(), &ref_reduce(&rp, &all, false, &r_prod), n as f64, "prod_all");
+                    assert_prod(&px.prod_all().unwrap(), &rp, &all, false, "prod_all");
                 }
             }
         }
@@ -172,10 +241,9 @@ fn large_reductions(dev: &Device) {
                 let x = tensor_in(&vals, &shape, dtype, kind, dev);
                 let rx = RefArray::new(shape.clone(), vals);
                 let na = norm_axes(&axes, shape.len());
-                let n_red: usize = na.iter().map(|&a| shape[a]).product();
                 let ctx = format!("{dtype} {shape:?} {kind:?} {axes:?}");
                 let s = x.sum(&axes, false).unwrap();
-                assert_close(&s, &ref_reduce(&rx, &na, false, &r_sum), (n_red as f64).sqrt(), &ctx);
+                assert_sum(&s, &rx, &na, false, &ctx);
                 assert_exact(&x.max(&axes, true).unwrap(), &ref_reduce(&rx, &na, true, &r_max), &ctx);
                 assert_exact(&x.min(&axes, false).unwrap(), &ref_reduce(&rx, &na, false, &r_min), &ctx);
                 if na.len() == 1 {
@@ -221,11 +289,10 @@ fn nan_and_inf(dev: &Device) {
             for axes in [vec![1], vec![0], vec![0, 1]] {
                 let na = norm_axes(&axes, 2);
                 let ctx = format!("{dtype} {kind:?} {axes:?}");
-                let factor = 40f64.sqrt();
-                assert_close(&x.sum(&axes, false).unwrap(), &ref_reduce(&rx, &na, false, &r_sum), factor, &ctx);
+                assert_sum(&x.sum(&axes, false).unwrap(), &rx, &na, false, &ctx);
                 assert_exact(&x.max(&axes, false).unwrap(), &ref_reduce(&rx, &na, false, &r_max), &ctx);
                 assert_exact(&x.min(&axes, false).unwrap(), &ref_reduce(&rx, &na, false, &r_min), &ctx);
-                assert_close(&x.prod(&axes, false).unwrap(), &ref_reduce(&rx, &na, false, &r_prod), 120.0, &ctx);
+                assert_prod(&x.prod(&axes, false).unwrap(), &rx, &na, false, &ctx);
                 if na.len() == 1 {
                     for max in [true, false] {
                         let a = if max { x.argmax(axes[0], false) } else { x.argmin(axes[0], false) }.unwrap();
@@ -240,9 +307,8 @@ fn nan_and_inf(dev: &Device) {
 /// Sum, max and min (argmax and argmin for one axis) of `x` over `axes` against the reference.
 fn check_reductions(x: &Tensor, rx: &RefArray, axes: &[usize], ctx: &str) {
     let ia: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
-    let n_red: usize = axes.iter().map(|&a| rx.shape[a]).product();
     let s = x.sum(&ia, false).unwrap();
-    assert_close(&s, &ref_reduce(rx, axes, false, &r_sum), (n_red as f64).sqrt(), &format!("sum {ctx}"));
+    assert_sum(&s, rx, axes, false, &format!("sum {ctx}"));
     assert_exact(&x.max(&ia, false).unwrap(), &ref_reduce(rx, axes, false, &r_max), &format!("max {ctx}"));
     assert_exact(&x.min(&ia, true).unwrap(), &ref_reduce(rx, axes, true, &r_min), &format!("min {ctx}"));
     if let [a] = axes {
@@ -253,10 +319,12 @@ fn check_reductions(x: &Tensor, rx: &RefArray, axes: &[usize], ctx: &str) {
     }
 }
 
-/// Values for the boundary tests: normals, rounded on odd seeds so ties are common (argmax and
-/// argmin must keep the first index across lanes, chunks and passes).
+/// Values for the boundary tests: normals plus 1, rounded on odd seeds so ties are common (argmax
+/// and argmin must keep the first index across lanes, chunks and passes). The mean of 1 keeps a sum
+/// of 70,001 terms far from zero next to its accumulation bound (n u sum|x|), so a kernel that drops
+/// a block or returns zeros fails.
 fn boundary_values(n: usize, dtype: DType, seed: u64) -> Vec<f64> {
-    let v = random_values(n, dtype, seed);
+    let v: Vec<f64> = random_values(n, dtype, seed).iter().map(|x| x + 1.0).collect();
     let v = if seed % 2 == 1 { v.iter().map(|x| x.round()).collect() } else { v };
     round_to(&v, dtype)
 }
@@ -320,14 +388,8 @@ fn prod_boundary_sizes(dev: &Device) {
             let x = tensor(&vals, shape, dtype, dev);
             for axes in [vec![1usize], vec![0], vec![0, 1]] {
                 let ia: Vec<isize> = axes.iter().map(|&a| a as isize).collect();
-                let n_red: usize = axes.iter().map(|&a| shape[a]).product();
-                let expected = ref_reduce(&rx, &axes, false, &r_prod);
-                assert_close(
-                    &x.prod(&ia, false).unwrap(),
-                    &expected,
-                    n_red as f64,
-                    &format!("prod {dtype} {shape:?} {axes:?}"),
-                );
+                let ctx = format!("prod {dtype} {shape:?} {axes:?}");
+                assert_prod(&x.prod(&ia, false).unwrap(), &rx, &axes, false, &ctx);
             }
         }
     }
@@ -421,30 +483,28 @@ fn mean_var_std(dev: &Device) {
                 let out_dtype = if dtype.is_float() { dtype } else { DType::F32 };
                 for axes in axis_sets(shape.len()) {
                     let na = norm_axes(&axes, shape.len());
-                    let n_red: usize = na.iter().map(|&a| shape[a]).product();
-                    let f = (n_red as f64).sqrt();
+                    let od = out_dtype;
                     for keepdim in [false, true] {
                         let ctx = format!("{dtype} {shape:?} {kind:?} axes {axes:?} keepdim {keepdim}");
                         let m = x.mean(&axes, keepdim).unwrap();
                         assert_eq!(m.dtype(), out_dtype, "mean {ctx}");
-                        assert_close(&m, &ref_reduce(&rx, &na, keepdim, &r_mean), f, &format!("mean {ctx}"));
+                        let mb = ref_reduce(&rx, &na, keepdim, &|g| mean_bound(g, od)).data;
+                        assert_bounded(&m, &ref_reduce(&rx, &na, keepdim, &r_mean), &mb, &format!("mean {ctx}"));
                         for c in [0, 1] {
                             let v = x.var(&axes, keepdim, c).unwrap();
                             assert_eq!(v.dtype(), out_dtype);
                             let rv = ref_reduce(&rx, &na, keepdim, &|g| r_var(g, c));
-                            assert_close(&v, &rv, 4.0 * f, &format!("var({c}) {ctx}"));
+                            let vb = ref_reduce(&rx, &na, keepdim, &|g| var_bound(g, c, od)).data;
+                            assert_bounded(&v, &rv, &vb, &format!("var({c}) {ctx}"));
                             let s = x.std(&axes, keepdim, c).unwrap();
-                            assert_close(&s, &rv.map(f64::sqrt), 4.0 * f, &format!("std({c}) {ctx}"));
+                            let sb = ref_reduce(&rx, &na, keepdim, &|g| std_bound(g, c, od)).data;
+                            assert_bounded(&s, &rv.map(f64::sqrt), &sb, &format!("std({c}) {ctx}"));
                         }
                     }
                 }
                 let all: Vec<usize> = (0..shape.len()).collect();
-                assert_close(
-                    &x.mean_all().unwrap(),
-                    &ref_reduce(&rx, &all, false, &r_mean),
-                    (n as f64).sqrt(),
-                    "mean_all",
-                );
+                let mb = ref_reduce(&rx, &all, false, &|g| mean_bound(g, out_dtype)).data;
+                assert_bounded(&x.mean_all().unwrap(), &ref_reduce(&rx, &all, false, &r_mean), &mb, "mean_all");
             }
         }
     }
@@ -584,7 +644,58 @@ fn reduce_errors(dev: &Device) {
     assert_err(s.argmin(0, false), &["argmin", "rank 0"]);
 }
 
+/// The bounds above are tight enough to catch broken kernels: at the sizes where the old
+/// `sqrt(n)`-scaled tolerances passed an all-zero result (bf16 sums of ~4000 terms, var/std of 129
+/// bf16 values, products of 70,001 factors), an all-zero result, one missing a block of terms and
+/// one shifted by a row all fail, while the device's own result passes.
+fn sum_bounds_catch_wrong(dev: &Device) {
+    let rows = 8;
+    for dtype in supported(dev, &[DType::BF16, DType::F16, DType::F32]) {
+        for (n, shifted_mean) in [(4097usize, true), (4097, false), (3907, false)] {
+            let raw = random_values(rows * n, dtype, 77 + n as u64);
+            let raw: Vec<f64> = if shifted_mean { raw.iter().map(|x| x + 1.0).collect() } else { raw };
+            let vals = round_to(&raw, dtype);
+            let rx = RefArray::new(vec![rows, n], vals.clone());
+            let want = ref_reduce(&rx, &[1], false, &r_sum);
+            let abs = ref_reduce(&rx, &[1], false, &|g| g.iter().map(|v| v.abs()).sum());
+            let b: Vec<f64> = want.data.iter().zip(&abs.data).map(|(&w, &a)| sum_bound(dtype, n, a, w)).collect();
+            let dropped: Vec<f64> = vals.chunks(n).map(|g| g[..n - 256].iter().sum()).collect();
+            let ctx = format!("sum of {n} {dtype} (mean {})", shifted_mean as u8);
+            assert_catches_wrong(&want.data, &b, &dropped, &ctx);
+            assert_sum(&tensor(&vals, &[rows, n], dtype, dev).sum(&[1], false).unwrap(), &rx, &[1], false, &ctx);
+        }
+        let n = 129;
+        let vals = round_to(&random_values(rows * n, dtype, 5), dtype);
+        let x = tensor(&vals, &[rows, n], dtype, dev);
+        let rx = RefArray::new(vec![rows, n], vals.clone());
+        for c in [0, 1] {
+            let ctx = format!("var({c}) of {n} {dtype}");
+            let want = ref_reduce(&rx, &[1], false, &|g| r_var(g, c));
+            let b = ref_reduce(&rx, &[1], false, &|g| var_bound(g, c, dtype)).data;
+            let dropped: Vec<f64> = vals.chunks(n).map(|g| r_var(&g[..n - 32], c)).collect();
+            assert_catches_wrong(&want.data, &b, &dropped, &ctx);
+            assert_bounded(&x.var(&[1], false, c).unwrap(), &want, &b, &ctx);
+            let ctx = format!("std({c}) of {n} {dtype}");
+            let want = want.map(f64::sqrt);
+            let b = ref_reduce(&rx, &[1], false, &|g| std_bound(g, c, dtype)).data;
+            let dropped: Vec<f64> = dropped.iter().map(|v| v.sqrt()).collect();
+            assert_catches_wrong(&want.data, &b, &dropped, &ctx);
+            assert_bounded(&x.std(&[1], false, c).unwrap(), &want, &b, &ctx);
+        }
+        let (prows, n) = (4, 70001);
+        let vals = round_to(&prod_values(prows * n, dtype, 9), dtype);
+        let rx = RefArray::new(vec![prows, n], vals.clone());
+        let want = ref_reduce(&rx, &[1], false, &r_prod);
+        let b: Vec<f64> = want.data.iter().map(|&w| prod_bound(dtype, n, w)).collect();
+        let dropped: Vec<f64> = vals.chunks(n).map(|g| g[..n - 256].iter().product()).collect();
+        let ctx = format!("prod of {n} {dtype}");
+        assert_catches_wrong(&want.data, &b, &dropped, &ctx);
+        assert_prod(&tensor(&vals, &[prows, n], dtype, dev).prod(&[1], false).unwrap(), &rx, &[1], false, &ctx);
+    }
+}
+
 backend_tests!(
+    sum_bounds_catch_wrong,
     sum_prod_max_min,
     large_reductions,
     reduce_boundary_sizes,

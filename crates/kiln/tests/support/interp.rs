@@ -12,8 +12,9 @@
 //! `Ok` and the other `Err`, that is a disagreement too. Findings are returned, not asserted, so the
 //! caller can tell known ones (owned by another change) from new ones.
 //!
-//! `Mode::Safe` keeps to arguments whose failures are all fixed; `Mode::Full` adds sizes whose
-//! product overflows `usize`, huge allocations and NaN/Inf inputs (the hand-run fuzz uses it).
+//! `Mode::Safe` keeps to arguments whose failures are all fixed; `Mode::NonFinite` adds NaN, +-inf,
+//! -0 and f16's largest value to the inputs (CI's fuzz and soak run it); `Mode::Full` adds sizes whose
+//! product overflows `usize`, huge allocations and the far ranges too (the hand-run fuzz uses it).
 
 #![allow(dead_code)]
 
@@ -25,6 +26,8 @@ use kiln::{DType, Device, Error, KvCache, RopeLayout, Tensor};
 pub enum Mode {
     /// Small sizes and finite values: the set the CI soak asserts on.
     Safe,
+    /// Small sizes with NaN, infinities, -0 and +-65504 among the values.
+    NonFinite,
     /// Also huge and overflowing sizes, NaN and infinities.
     Full,
 }
@@ -119,6 +122,21 @@ const HUGE_DIMS: [usize; 6] = [1 << 20, 1 << 31, 1 << 32, usize::MAX / 2, usize:
 const AXES: [isize; 12] = [0, 1, 2, 3, -1, -2, -3, -4, 4, 5, -5, isize::MIN];
 const SAFE_VALUES: [f64; 16] = [0.0, 1.0, -1.0, 2.0, -2.0, 0.5, -0.5, 3.0, -3.0, 4.0, 0.25, 7.0, -7.0, 1.5, 6.0, -0.0];
 const SPECIAL_VALUES: [f64; 8] = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e38, -1e38, 65504.0, 1e-40, 1e300];
+/// The non-finite values of `Mode::NonFinite`: none outside the documented accuracy ranges (sin/cos
+/// of 1e38) or in the subnormals a GPU may flush.
+const NONFINITE_VALUES: [f64; 6] = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 65504.0, -65504.0];
+
+/// Mismatches known in `Mode::NonFinite` only, owned by another change: issue 21's pow special cases
+/// (`(-inf)^y` and `(-1)^+-inf` give NaN on the GPU). Remove once that fix is merged.
+pub const KNOWN_NONFINITE_MISMATCHES: &[&str] = &["binary:Pow", "binary_scalar:Pow"];
+
+/// Whether `f` is a known mismatch in `mode` (counted and printed, not asserted).
+pub fn is_known(f: &Finding, mode: Mode) -> bool {
+    let what = f.what();
+    matches!(f, Finding::Mismatch { .. })
+        && (KNOWN_MISMATCHES.contains(&what.as_str())
+            || (mode != Mode::Safe && KNOWN_NONFINITE_MISMATCHES.contains(&what.as_str())))
+}
 const IDS: [f64; 12] = [0.0, 1.0, 2.0, 3.0, 0.0, 1.0, -1.0, 5.0, 100.0, -100.0, 2147483647.0, 1099511627776.0];
 const SCALARS: [f64; 10] = [0.0, 1.0, -1.0, 2.0, 0.5, -3.0, 10.0, 1e-5, -0.0, 3.0];
 
@@ -144,10 +162,14 @@ impl Args {
         if huge {
             n[0] = src.pick(&HUGE_DIMS);
         }
-        let special = mode == Mode::Full && src.u8().is_multiple_of(4);
+        let special = mode != Mode::Safe && src.u8().is_multiple_of(4);
         let value = |src: &mut Src| {
             if special && src.u8().is_multiple_of(3) {
-                src.pick(&SPECIAL_VALUES)
+                if mode == Mode::Full {
+                    src.pick(&SPECIAL_VALUES)
+                } else {
+                    src.pick(&NONFINITE_VALUES)
+                }
             } else {
                 src.pick(&SAFE_VALUES)
             }

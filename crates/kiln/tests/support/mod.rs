@@ -10,13 +10,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The GPU, or `None` (with a note) when there is no adapter; with `KILN_REQUIRE_GPU=1` a missing
+/// The GPU with output poisoning on (unwritten elements read back as NaN, 0xDEADBEEF or an invalid
+/// bool), or `None` (with a note) when there is no adapter; with `KILN_REQUIRE_GPU=1` a missing
 /// adapter is a failure.
 pub fn gpu() -> Option<Device> {
     match Device::gpu() {
-        Ok(d) => Some(d),
+        Ok(d) => {
+            d.set_poison(true);
+            Some(d)
+        }
         Err(e) => {
-            assert!(std::env::var("KILN_REQUIRE_GPU").is_err(), "KILN_REQUIRE_GPU=1 but no GPU: {e}");
+            assert!(!std::env::var("KILN_REQUIRE_GPU").is_ok_and(|v| v == "1"), "KILN_REQUIRE_GPU=1 but no GPU: {e}");
             eprintln!("no GPU, GPU part skipped: {e}");
             None
         }

@@ -45,7 +45,9 @@ fn tanh_(x: f32) -> f32 {
     let small = ((((-5.7049887e-3 * z + 2.0639089e-2) * z - 5.3739716e-2) * z + 1.3331442e-1) * z - 3.3333282e-1) * z * x + x;
     let large = 1.0 - 2.0 / (exp(2.0 * a) + 1.0);
     if (is_nan(x)) { return x; }
-    return select(select(-large, large, x >= 0.0), small, a < 0.625);
+    // small with the sign of x (copysign): for x = -0 the polynomial sum is +0, tanh(-0) is -0.
+    let small_s = bitcast<f32>((bitcast<u32>(small) & 0x7fffffffu) | (bitcast<u32>(x) & 0x80000000u));
+    return select(select(-large, large, x >= 0.0), small_s, a < 0.625);
 }
 fn erfc_abs_(a: f32) -> f32 {
     let t = 1.0 / (1.0 + 0.5 * a);
@@ -66,7 +68,8 @@ fn erfc_(x: f32) -> f32 {
 // product with k < 2^16): Vulkan and Metal promise sin/cos accuracy only inside [-pi, pi], and NVIDIA's
 // sin(1e5) is 0.0429 where the CPU's is 0.0357. Accurate to ~1e-6 for |x| <= 1e5; +-inf and NaN give NaN.
 fn reduce_2pi_(x: f32) -> f32 { let k = round(x * 0.15915494309189535); return (x - k * 6.28125) - k * 1.9353071795864769e-3; }
-fn sin_(x: f32) -> f32 { return sin(reduce_2pi_(x)); }
+// sin(+-0) is x itself (the reduction turns -0 into +0).
+fn sin_(x: f32) -> f32 { return select(sin(reduce_2pi_(x)), x, x == 0.0); }
 fn cos_(x: f32) -> f32 { return cos(reduce_2pi_(x)); }
 // relu on the bits: NVIDIA's compiler turns select(x, 0, x < 0) into max(x, 0), which drops NaN
 // (relu(NaN) gave 0 on the H100, NaN on the CPU). Negative means sign bit set, not -0, not NaN.
@@ -176,7 +179,8 @@ pub(crate) fn unary_expr(op: UnaryOp, t: &str) -> String {
         UnaryOp::Abs => if u { "x" } else { "abs(x)" }.into(),
         UnaryOp::Sign => {
             if f {
-                "select(sign(x), x, is_nan(x))"
+                // sign(+-0) is +-0 (x itself), as on the CPU; WGSL's sign(-0) may be +0.
+                "select(sign(x), x, is_nan(x) || x == 0.0)"
             } else if u {
                 "select(0u, 1u, x > 0u)"
             } else {

@@ -292,7 +292,20 @@ impl GpuStorage {
             DType::U32 => CpuStorage::U32(bytemuck::pod_collect_to_vec(&bytes)),
             DType::I64 => CpuStorage::I64(bytemuck::pod_collect_to_vec(&bytes)),
             DType::U8 => CpuStorage::U8(bytes),
-            DType::Bool => CpuStorage::Bool(bytes.iter().map(|&b| b != 0).collect()),
+            DType::Bool => {
+                if self.ctx.poison.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Some(i) = bytes.iter().position(|&b| b > 1) {
+                        return Err(Error::Gpu {
+                            op: "to_cpu",
+                            msg: format!(
+                                "bool element {i} holds {:#x}: an output no kernel wrote (poisoning is on)",
+                                bytes[i]
+                            ),
+                        });
+                    }
+                }
+                CpuStorage::Bool(bytes.iter().map(|&b| b != 0).collect())
+            }
             DType::F64 => return Err(wgsl::check_dtype("to_cpu", DType::F64).unwrap_err()),
         })
     }

@@ -11,6 +11,18 @@ use crate::{DType, Error, Result};
 const FILL: &str = include_str!("fill.wgsl");
 use std::sync::Arc;
 
+/// What a fresh buffer holds when poisoning is on, per dtype a value the tested ops do not produce,
+/// so that an element no kernel wrote fails the check: NaN for floats, 0xDEADBEEF for 32- and 64-bit
+/// integers (not -1, which random data hits often), 0xA5 bytes for u8 (165) and bool (neither 0 nor
+/// 1: `to_cpu` reports such a bool as an error).
+pub(crate) fn poison_word(dtype: DType) -> u32 {
+    match dtype {
+        DType::I32 | DType::U32 | DType::I64 => 0xDEAD_BEEF,
+        DType::U8 | DType::Bool => 0xA5A5_A5A5,
+        _ => u32::MAX,
+    }
+}
+
 /// Elements of one dtype in a device buffer.
 pub struct GpuStorage {
     pub(crate) ctx: Arc<GpuContext>,
@@ -26,7 +38,7 @@ impl std::fmt::Debug for GpuStorage {
 }
 
 impl GpuStorage {
-    /// A fresh buffer for `n` elements (filled with all-ones bits when poisoning is on).
+    /// A fresh buffer for `n` elements (filled with [`poison_word`] when poisoning is on).
     pub(crate) fn alloc(ctx: &Arc<GpuContext>, dtype: DType, n: usize) -> Result<GpuStorage> {
         ctx.check()?;
         wgsl::check_dtype("alloc", dtype)?;
@@ -46,7 +58,7 @@ impl GpuStorage {
         let buffer = ctx.pool.alloc(&ctx.device, bytes, max)?;
         let s = GpuStorage { ctx: ctx.clone(), buffer, dtype, len: n };
         if ctx.poison.load(std::sync::atomic::Ordering::Relaxed) && n > 0 {
-            s.fill_words(&[u32::MAX])?;
+            s.fill_words(&[poison_word(dtype)])?;
         }
         Ok(s)
     }

@@ -1,0 +1,132 @@
+//! `kiln chat` and `kiln llm-bench` on the tiny Llama fixture (CPU, greedy): chat's answers are the
+//! library's greedy answers to the conversation so far (rendered with the model's chat template),
+//! `/reset` starts over, a full context is an error; llm-bench's JSON describes the model and the
+//! runs it was asked for.
+
+use kiln::{DType, Device};
+use kiln_llm::{generate, GenerateOptions, LoadOptions, Message, ModelDir, SamplingParams};
+use serde_json::Value;
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+const FIXTURE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../kiln-llm/tests/fixtures/llama");
+
+/// Runs `kiln args` with `input` on its stdin.
+fn kiln(args: &[&str], input: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kiln"))
+        .args(args)
+        .env_remove("KILN_DEVICE")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run kiln");
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The greedy answer of the fixture to `messages` (at most `max_tokens`), without its stop token,
+/// computed with kiln-llm directly.
+fn answer(messages: &[Message], max_tokens: usize) -> String {
+    let dir = ModelDir::open(FIXTURE).unwrap();
+    let model = dir.load(&Device::cpu(), LoadOptions { dtype: DType::F32, max_context: 4096, progress: None }).unwrap();
+    let tok = dir.tokenizer().unwrap();
+    let prompt = dir.chat_template().unwrap().render(messages, true).unwrap();
+    let ids = tok.encode(&prompt, false).unwrap();
+    let stops = dir.stop_tokens(&tok).unwrap();
+    let opts = GenerateOptions { max_tokens, sampling: SamplingParams::default(), seed: 0, stop_tokens: stops.clone() };
+    let (out, _) = generate(&model, &mut model.new_cache(), &ids, &opts, |_| Ok(())).unwrap();
+    let reply: Vec<u32> = out.into_iter().filter(|t| !stops.contains(t)).collect();
+    tok.decode(&reply, true).unwrap()
+}
+
+const CHAT: [&str; 7] = ["chat", "--model", FIXTURE, "--device", "cpu", "--max-tokens", "8"];
+
+#[test]
+fn chat_answers_are_the_greedy_answers_to_the_conversation() {
+    let o = kiln(&CHAT, "Hello kiln\nWhat next?\n/exit\nnot read\n");
+    assert!(o.status.success(), "stderr: {}", text(&o.stderr));
+    let first = answer(&[Message::new("user", "Hello kiln")], 8);
+    let second = answer(
+        &[Message::new("user", "Hello kiln"), Message::new("assistant", &first), Message::new("user", "What next?")],
+        8,
+    );
+    assert!(!first.is_empty() || !second.is_empty(), "the fixture should answer something");
+    assert_eq!(text(&o.stdout), format!("{first}\n{second}\n"));
+    // Stats per answer on stderr.
+    assert_eq!(text(&o.stderr).matches("tokens/s (decode)").count(), 2, "{}", text(&o.stderr));
+}
+
+#[test]
+fn chat_reset_starts_over_and_system_messages_count() {
+    let o = kiln(&CHAT, "Hello kiln\n/reset\n\nHello kiln\n");
+    assert!(o.status.success(), "stderr: {}", text(&o.stderr));
+    let a = answer(&[Message::new("user", "Hello kiln")], 8);
+    assert_eq!(text(&o.stdout), format!("{a}\n{a}\n"), "after /reset the same question gets the same answer");
+    let mut args = CHAT.to_vec();
+    args.extend(["--system", "You are a potter."]);
+    let o = kiln(&args, "Hello kiln\n");
+    assert!(o.status.success(), "stderr: {}", text(&o.stderr));
+    let a = answer(&[Message::new("system", "You are a potter."), Message::new("user", "Hello kiln")], 8);
+    assert_eq!(text(&o.stdout), format!("{a}\n"));
+}
+
+#[test]
+fn chat_that_fills_the_context_is_an_error() {
+    let mut args = CHAT.to_vec();
+    args.extend(["--max-context", "8"]);
+    let o = kiln(&args, "a message longer than eight tokens for the tiny context\n");
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(err.contains("kiln chat") && err.contains("context"), "{err}");
+    let o = kiln(&["chat", "--model", FIXTURE, "--device", "cpu", "--temperature", "-1"], "");
+    assert!(!o.status.success());
+    assert!(text(&o.stderr).contains("--temperature"), "{}", text(&o.stderr));
+}
+
+#[test]
+fn llm_bench_reports_the_model_and_the_runs_asked_for() {
+    let args = [
+        "llm-bench",
+        "--model",
+        FIXTURE,
+        "--device",
+        "cpu",
+        "--prefill",
+        "16",
+        "--contexts",
+        "8,24",
+        "--decode-tokens",
+        "3",
+    ];
+    let o = kiln(&args, "");
+    assert!(o.status.success(), "stderr: {}", text(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("llm-bench prints JSON");
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{FIXTURE}/config.json")).unwrap()).unwrap();
+    assert_eq!(v["engine"], "kiln");
+    assert_eq!(v["dtype"], "f32");
+    assert_eq!(v["layers"], config["num_hidden_layers"]);
+    assert_eq!(v["hidden"], config["hidden_size"]);
+    assert_eq!(v["vocab"], config["vocab_size"]);
+    assert!(v["weight_bytes"].as_u64().unwrap() > 0);
+    assert_eq!(v["prefill"]["tokens"], 16);
+    let secs = v["prefill"]["secs"].as_f64().unwrap();
+    assert!(secs > 0.0 && (v["prefill"]["tokens_per_sec"].as_f64().unwrap() - 16.0 / secs).abs() < 1e-6 * 16.0 / secs);
+    let decode = v["decode"].as_array().unwrap();
+    assert_eq!(decode.iter().map(|d| d["context"].as_u64().unwrap()).collect::<Vec<_>>(), vec![8, 24]);
+    for d in decode {
+        assert_eq!(d["steps"], 3);
+        let s = d["secs"].as_f64().unwrap();
+        assert!(s > 0.0 && (d["tokens_per_sec"].as_f64().unwrap() - 3.0 / s).abs() < 1e-6 * 3.0 / s, "{d}");
+    }
+    assert!(v["decode_profile"].is_null(), "no GPU profile on the CPU");
+    // Runs that do not fit the context are refused before any work.
+    let o = kiln(&["llm-bench", "--model", FIXTURE, "--device", "cpu", "--max-context", "32", "--prefill", "16"], "");
+    assert!(!o.status.success());
+    assert!(text(&o.stderr).contains("the runs need"), "{}", text(&o.stderr));
+}
