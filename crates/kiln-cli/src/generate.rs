@@ -6,8 +6,7 @@ use clap::Args;
 use kiln::quant::QuantType;
 use kiln::{DType, Device, DeviceRequest};
 use kiln_llm::{
-    ChatTemplate, GenerateOptions, GenerateStats, GgufModel, LlamaConfig, LoadOptions, MemoryEstimate, Message, Model,
-    ModelDir, SamplingParams, TokenStream, Tokenizer,
+    GenerateOptions, GenerateStats, LoadOptions, Message, Model, ModelSource, SamplingParams, TokenStream, Tokenizer,
 };
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
@@ -19,11 +18,11 @@ pub struct ModelArgs {
     /// Hugging Face model folder (config.json, model.safetensors[.index.json], tokenizer.json) or a
     /// GGUF file (llama.cpp's format: llama/qwen2, f32/f16/bf16/Q8_0/Q4_0/Q4_K/Q6_K tensors).
     #[arg(long, value_name = "DIR|FILE.gguf")]
-    model: PathBuf,
+    pub(crate) model: PathBuf,
     /// A Hugging Face tokenizer.json to use instead of the model's own (needed for GGUF files whose
     /// tokenizer kiln cannot build from the metadata: other than `gpt2` BPE and `llama` SentencePiece).
     #[arg(long, value_name = "FILE")]
-    tokenizer: Option<PathBuf>,
+    pub(crate) tokenizer: Option<PathBuf>,
     /// Device to run on: cpu, gpu, gpu:N or auto.
     #[arg(long, default_value = "auto", value_parser = crate::parse_device)]
     device: DeviceRequest,
@@ -131,72 +130,24 @@ fn parse_dtype(s: &str) -> Result<DType, String> {
     }
 }
 
-/// Where the model comes from: a Hugging Face folder or a GGUF file.
-enum Source {
-    Dir(ModelDir),
-    Gguf(GgufModel),
-}
-
-impl Source {
-    fn open(path: &std::path::Path) -> Result<Source, String> {
-        let is_gguf = path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
-        Ok(if is_gguf {
-            Source::Gguf(GgufModel::open(path).map_err(|e| e.to_string())?)
-        } else {
-            Source::Dir(ModelDir::open(path).map_err(|e| e.to_string())?)
-        })
+/// `--tokenizer FILE` if given, else the model's own.
+pub(crate) fn tokenizer_of(dir: &ModelSource, file: Option<&PathBuf>) -> Result<Tokenizer, String> {
+    match file {
+        Some(f) => Tokenizer::from_file(f),
+        None => dir.tokenizer(),
     }
-    fn config(&self) -> &LlamaConfig {
-        match self {
-            Source::Dir(d) => &d.config,
-            Source::Gguf(g) => &g.config,
-        }
-    }
-    fn estimate(&self, dtype: DType, max_context: usize) -> MemoryEstimate {
-        match self {
-            Source::Dir(d) => d.estimate(dtype, max_context),
-            Source::Gguf(g) => g.estimate(dtype, max_context),
-        }
-    }
-    fn load(&self, device: &Device, opts: LoadOptions) -> kiln_llm::Result<Model> {
-        match self {
-            Source::Dir(d) => d.load(device, opts),
-            Source::Gguf(g) => g.load(device, opts),
-        }
-    }
-    /// `--tokenizer FILE` if given, else the model's own.
-    fn tokenizer(&self, file: Option<&PathBuf>) -> Result<Tokenizer, String> {
-        match (file, self) {
-            (Some(f), _) => Tokenizer::from_file(f),
-            (None, Source::Dir(d)) => d.tokenizer(),
-            (None, Source::Gguf(g)) => g.tokenizer(),
-        }
-        .map_err(|e| e.to_string())
-    }
-    fn stop_tokens(&self, tok: &Tokenizer) -> Result<Vec<u32>, String> {
-        match self {
-            Source::Dir(d) => d.stop_tokens(tok).map_err(|e| e.to_string()),
-            Source::Gguf(g) => Ok(g.stop_tokens()),
-        }
-    }
-    fn chat_template(&self) -> Result<ChatTemplate, String> {
-        match self {
-            Source::Dir(d) => d.chat_template(),
-            Source::Gguf(g) => g.chat_template(),
-        }
-        .map_err(|e| e.to_string())
-    }
+    .map_err(|e| e.to_string())
 }
 
 /// Opens the device, prints the model and the memory estimate, checks it fits and loads the weights
 /// (with a progress bar for large models).
-fn open(args: &ModelArgs) -> Result<(Source, Model), String> {
+pub(crate) fn open(args: &ModelArgs) -> Result<(ModelSource, Model), String> {
     let device = args.device.open().map_err(|e| format!("cannot open device: {e}"))?;
-    let dir = Source::open(&args.model)?;
+    let dir = ModelSource::open(&args.model).map_err(|e| e.to_string())?;
     let c = dir.config();
     let dtype = args.dtype.unwrap_or(match (&dir, c.saved_dtype) {
-        (Source::Gguf(_), _) if device.is_gpu() => DType::F16,
-        (Source::Dir(_), Some(d @ (DType::F16 | DType::BF16))) if device.is_gpu() => d,
+        (ModelSource::Gguf(_), _) if device.is_gpu() => DType::F16,
+        (ModelSource::Dir(_), Some(d @ (DType::F16 | DType::BF16))) if device.is_gpu() => d,
         _ => DType::F32,
     });
     let est = dir.estimate(dtype, args.max_context);
@@ -271,9 +222,9 @@ pub fn generate(args: GenerateArgs) -> ExitCode {
 fn run_generate(args: GenerateArgs) -> Result<(), String> {
     kiln_llm::Sampler::new(args.sampling.params(), 0).map_err(|e| e.to_string())?;
     let (dir, model) = open(&args.model)?;
-    let tok = dir.tokenizer(args.model.tokenizer.as_ref())?;
+    let tok = tokenizer_of(&dir, args.model.tokenizer.as_ref())?;
     let prompt = tok.encode(&args.prompt, true).map_err(|e| e.to_string())?;
-    let stop_tokens = if args.ignore_eos { vec![] } else { dir.stop_tokens(&tok)? };
+    let stop_tokens = if args.ignore_eos { vec![] } else { dir.stop_tokens(&tok).map_err(|e| e.to_string())? };
     let opts = GenerateOptions {
         max_tokens: args.max_tokens,
         sampling: args.sampling.params(),
@@ -308,9 +259,9 @@ pub fn chat(args: ChatArgs) -> ExitCode {
 fn run_chat(args: ChatArgs) -> Result<(), String> {
     kiln_llm::Sampler::new(args.sampling.params(), 0).map_err(|e| e.to_string())?;
     let (dir, model) = open(&args.model)?;
-    let tok = dir.tokenizer(args.model.tokenizer.as_ref())?;
-    let template = dir.chat_template()?;
-    let stop_tokens = dir.stop_tokens(&tok)?;
+    let tok = tokenizer_of(&dir, args.model.tokenizer.as_ref())?;
+    let template = dir.chat_template().map_err(|e| e.to_string())?;
+    let stop_tokens = dir.stop_tokens(&tok).map_err(|e| e.to_string())?;
     let mut messages: Vec<Message> = args.system.iter().map(|s| Message::new("system", s)).collect();
     let mut cache = model.new_cache();
     // The tokens whose keys and values are in the cache: a new turn reuses them when the new prompt

@@ -4,10 +4,12 @@
 //! - `kiln bench [--device cpu|gpu|auto] [--json] [--filter SUBSTR] [--quick] [--runs N]`: times a
 //!   fixed set of ops and reports throughput against the machine's limits.
 //! - `kiln generate`, `kiln chat`, `kiln llm-bench`: Llama-family models (src/generate.rs).
+//! - `kiln serve`: an OpenAI-compatible HTTP server (src/serve.rs, crates/kiln-serve).
 
 mod bench;
 mod generate;
 mod info;
+mod serve;
 mod sysinfo;
 
 use clap::{Args, Parser, Subcommand};
@@ -38,6 +40,8 @@ enum Command {
     Chat(generate::ChatArgs),
     /// Time prefill and decode of a model at given context lengths (JSON on stdout).
     LlmBench(generate::LlmBenchArgs),
+    /// Serve a model over an OpenAI-compatible HTTP API (continuous batching).
+    Serve(serve::ServeArgs),
 }
 
 #[derive(Args, Debug)]
@@ -109,5 +113,6 @@ fn main() -> ExitCode {
         Command::Generate(args) => generate::generate(args),
         Command::Chat(args) => generate::chat(args),
         Command::LlmBench(args) => generate::llm_bench(args),
+        Command::Serve(args) => serve::serve(args),
     }
 }

@@ -11,6 +11,7 @@ mod edge_cases;
 mod index;
 mod int64;
 mod join;
+mod kv_pool;
 mod matmul;
 mod matmul_coop;
 mod nn;
