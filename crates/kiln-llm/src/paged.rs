@@ -24,12 +24,22 @@ impl PagedPool {
     /// dtype and device), allocated now.
     pub fn new(model: &Model, block_size: usize, blocks: usize) -> Result<PagedPool> {
         if block_size == 0 || blocks == 0 || blocks > u32::MAX as usize {
-            return Err(LlmError::Arg(format!("a KV pool needs blocks (got {blocks}) of positions (got {block_size})")));
+            return Err(LlmError::Arg(format!(
+                "a KV pool needs blocks (got {blocks}) of positions (got {block_size})"
+            )));
         }
         let c = &model.config;
         let layers = (0..c.num_layers)
             .map(|_| {
-                KvBlockPool::new(blocks, c.num_kv_heads, block_size, c.head_dim, c.head_dim, model.dtype(), model.device())
+                KvBlockPool::new(
+                    blocks,
+                    c.num_kv_heads,
+                    block_size,
+                    c.head_dim,
+                    c.head_dim,
+                    model.dtype(),
+                    model.device(),
+                )
             })
             .collect::<kiln::Result<Vec<_>>>()?;
         // Popped from the end: block 0 is handed out first.

@@ -152,7 +152,10 @@ impl Common {
     pub fn settings(&self) -> Result<Settings, ApiError> {
         if let Some(n) = self.n {
             if n != 1 {
-                return Err(ApiError::bad_request(format!("n must be 1 (kiln returns one choice), got {n}"), Some("n")));
+                return Err(ApiError::bad_request(
+                    format!("n must be 1 (kiln returns one choice), got {n}"),
+                    Some("n"),
+                ));
             }
         }
         if let Some(b) = self.best_of {
@@ -182,12 +185,20 @@ impl Common {
         }
         let max_tokens = match self.max_completion_tokens.or(self.max_tokens) {
             None => None,
-            Some(m) if m <= 0 => return Err(ApiError::bad_request(format!("max_tokens must be at least 1, got {m}"), Some("max_tokens"))),
+            Some(m) if m <= 0 => {
+                return Err(ApiError::bad_request(
+                    format!("max_tokens must be at least 1, got {m}"),
+                    Some("max_tokens"),
+                ))
+            }
             Some(m) => Some(m as usize),
         };
         let temperature = self.temperature.unwrap_or(1.0);
         if !(temperature.is_finite() && (0.0..=2.0).contains(&temperature)) {
-            return Err(ApiError::bad_request(format!("temperature must be in [0, 2], got {temperature}"), Some("temperature")));
+            return Err(ApiError::bad_request(
+                format!("temperature must be in [0, 2], got {temperature}"),
+                Some("temperature"),
+            ));
         }
         let top_p = match self.top_p {
             Some(p) if !(p > 0.0 && p <= 1.0) => {

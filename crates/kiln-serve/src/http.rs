@@ -70,9 +70,11 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
 
 fn authorize(app: &App, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(key) = &app.api_key else { return Ok(()) };
-    let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    let given =
+        headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
     // Compared in full whatever the first difference (no timing hint about the key).
-    let ok = given.is_some_and(|g| g.len() == key.len() && g.bytes().zip(key.bytes()).fold(0u8, |a, (x, y)| a | (x ^ y)) == 0);
+    let ok = given
+        .is_some_and(|g| g.len() == key.len() && g.bytes().zip(key.bytes()).fold(0u8, |a, (x, y)| a | (x ^ y)) == 0);
     if ok {
         Ok(())
     } else {
@@ -253,7 +255,9 @@ impl Meta {
                 };
                 json!({"index": 0, "delta": delta, "finish_reason": finish, "logprobs": null})
             }
-            Kind::Completion => json!({"index": 0, "text": text.unwrap_or(""), "finish_reason": finish, "logprobs": null}),
+            Kind::Completion => {
+                json!({"index": 0, "text": text.unwrap_or(""), "finish_reason": finish, "logprobs": null})
+            }
         };
         self.envelope(true, json!([choice]))
     }
@@ -292,7 +296,17 @@ struct Output {
 
 impl Output {
     fn new(rx: UnboundedReceiver<Event>, tok: Arc<Tokenizer>, prompt_tokens: usize, stops: Vec<String>) -> Output {
-        Output { rx: Some(rx), tok, prompt_tokens, stops, ids: vec![], printed: 0, text: String::new(), sent: 0, end: None }
+        Output {
+            rx: Some(rx),
+            tok,
+            prompt_tokens,
+            stops,
+            ids: vec![],
+            printed: 0,
+            text: String::new(),
+            sent: 0,
+            end: None,
+        }
     }
 
     /// The next piece of text, or the end. After the end, `None`.
@@ -322,7 +336,8 @@ impl Output {
                     // decoded ids do not end in an incomplete character.
                     self.ids.push(id);
                     let Ok(text) = self.tok.decode(&self.ids, true) else { continue };
-                    if text.ends_with('\u{FFFD}') || text.len() <= self.printed || !text.is_char_boundary(self.printed) {
+                    if text.ends_with('\u{FFFD}') || text.len() <= self.printed || !text.is_char_boundary(self.printed)
+                    {
                         continue;
                     }
                     let from = self.text.len();
@@ -359,8 +374,12 @@ async fn whole(meta: Meta, mut out: Output) -> Result<Response, ApiError> {
             Some(Step::Text(t)) => text.push_str(&t),
             Some(Step::Finished { finish, prompt_tokens, completion_tokens }) => {
                 let choice = match meta.kind {
-                    Kind::Chat => json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish.as_str(), "logprobs": null}),
-                    Kind::Completion => json!({"index": 0, "text": text, "finish_reason": finish.as_str(), "logprobs": null}),
+                    Kind::Chat => {
+                        json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish.as_str(), "logprobs": null})
+                    }
+                    Kind::Completion => {
+                        json!({"index": 0, "text": text, "finish_reason": finish.as_str(), "logprobs": null})
+                    }
                 };
                 let mut body = meta.envelope(false, json!([choice]));
                 body["usage"] = usage(prompt_tokens, completion_tokens);
@@ -399,7 +418,8 @@ fn stream(meta: Meta, out: Output) -> Sse<impl futures_util::Stream<Item = Resul
                 Some(Step::Text(t)) => Some((Ok(data(meta.chunk(Some(&t), None, false))), (meta, out, Phase::Body))),
                 Some(Step::Finished { finish, prompt_tokens, completion_tokens }) => {
                     let ev = data(meta.chunk(None, Some(finish), false));
-                    let next = if meta.include_usage { Phase::Usage(prompt_tokens, completion_tokens) } else { Phase::Done };
+                    let next =
+                        if meta.include_usage { Phase::Usage(prompt_tokens, completion_tokens) } else { Phase::Done };
                     Some((Ok(ev), (meta, out, next)))
                 }
                 Some(Step::Failed(e)) => Some((Ok(data(server_error(e).body())), (meta, out, Phase::Done))),

@@ -74,8 +74,7 @@ pub fn serve(engine: Engine, opts: ServeOptions) -> Result<(), String> {
 
 async fn run(app: Arc<http::App>, opts: &ServeOptions) -> Result<(), String> {
     let addr = format!("{}:{}", opts.host, opts.port);
-    let listener =
-        tokio::net::TcpListener::bind(&addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let listener = tokio::net::TcpListener::bind(&addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let local: SocketAddr = listener.local_addr().map_err(|e| e.to_string())?;
     eprintln!("kiln serve: listening on http://{local}");
     let grace = opts.shutdown_grace;

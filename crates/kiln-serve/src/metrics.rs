@@ -110,14 +110,39 @@ impl Metrics {
         let mut one = |name: &str, kind: &str, help: &str, v: String| {
             let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
         };
-        one("kiln_prompt_tokens_total", "counter", "Prompt tokens of accepted requests.", g(&self.prompt_tokens_total).to_string());
-        one("kiln_completion_tokens_total", "counter", "Tokens generated.", g(&self.completion_tokens_total).to_string());
-        one("kiln_queue_depth", "gauge", "Requests waiting for a place in the batch.", g(&self.queue_depth).to_string());
+        one(
+            "kiln_prompt_tokens_total",
+            "counter",
+            "Prompt tokens of accepted requests.",
+            g(&self.prompt_tokens_total).to_string(),
+        );
+        one(
+            "kiln_completion_tokens_total",
+            "counter",
+            "Tokens generated.",
+            g(&self.completion_tokens_total).to_string(),
+        );
+        one(
+            "kiln_queue_depth",
+            "gauge",
+            "Requests waiting for a place in the batch.",
+            g(&self.queue_depth).to_string(),
+        );
         one("kiln_batch_size", "gauge", "Sequences in the running batch.", g(&self.active).to_string());
         one("kiln_last_step_rows", "gauge", "Sequences in the last forward pass.", g(&self.last_batch).to_string());
         one("kiln_steps_total", "counter", "Batched forward passes.", g(&self.steps_total).to_string());
-        one("kiln_step_sequences_total", "counter", "Sequences over all forward passes (divide by steps for the mean batch).", g(&self.batch_rows_total).to_string());
-        one("kiln_cancelled_total", "counter", "Sequences freed because their client went away.", g(&self.cancelled_total).to_string());
+        one(
+            "kiln_step_sequences_total",
+            "counter",
+            "Sequences over all forward passes (divide by steps for the mean batch).",
+            g(&self.batch_rows_total).to_string(),
+        );
+        one(
+            "kiln_cancelled_total",
+            "counter",
+            "Sequences freed because their client went away.",
+            g(&self.cancelled_total).to_string(),
+        );
         one("kiln_kv_blocks_total", "gauge", "Blocks in the paged KV pool.", g(&self.kv_blocks_total).to_string());
         one("kiln_kv_blocks_used", "gauge", "KV blocks held by sequences.", g(&self.kv_blocks_used).to_string());
         let _ = writeln!(s, "# HELP kiln_time_to_first_token_seconds From arrival to the first generated token.");

@@ -296,11 +296,9 @@ impl Worker {
             self.model.forward_batch(&mut batch)?
         };
         let steps = rows.len();
-        let prompt_rows: usize = inputs.iter().flatten().map(Vec::len).sum::<usize>();
         self.metrics.steps_total.fetch_add(1, Ordering::Relaxed);
         self.metrics.batch_rows_total.fetch_add(steps as u64, Ordering::Relaxed);
         self.metrics.last_batch.store(steps as u64, Ordering::Relaxed);
-        let _ = prompt_rows;
         // Greedy rows share one argmax (one read-back for the whole batch).
         let greedy = argmax_rows(&logits)?;
         let mut done = vec![false; active.len()];

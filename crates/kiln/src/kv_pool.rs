@@ -85,7 +85,10 @@ impl KvBlockPool {
             x.same_device(OP, pool)?;
             x.same_dtype(OP, pool)?;
             if x.rank() != 4 || x.dims()[0] != 1 || x.dims()[1] != pool.dims()[1] || x.dims()[3] != pool.dims()[3] {
-                return Err(Error::shape(OP, format!("expected k (1, h, t, d) and v (1, h, t, dv) of the pool: {}", shapes())));
+                return Err(Error::shape(
+                    OP,
+                    format!("expected k (1, h, t, d) and v (1, h, t, dv) of the pool: {}", shapes()),
+                ));
             }
         }
         let t = k.dims()[2];

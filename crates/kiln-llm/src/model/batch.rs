@@ -27,10 +27,7 @@ impl SeqKv for super::Cache {
         super::Cache::len(self)
     }
     fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
-        let kv = self
-            .layers
-            .get_mut(layer)
-            .ok_or_else(|| LlmError::Arg(format!("cache has no layer {layer}")))?;
+        let kv = self.layers.get_mut(layer).ok_or_else(|| LlmError::Arg(format!("cache has no layer {layer}")))?;
         Ok(kv.append(k, v)?)
     }
 }
@@ -82,9 +79,7 @@ impl Model {
         let mut x = self.embed.embedding(&ids)?; // (T, hidden)
         for (l, layer) in self.layers.iter().enumerate() {
             let h = x.rms_norm(&layer.attn_norm, cfg.rms_norm_eps)?;
-            let heads = |y: &Tensor, n: usize| -> Result<Tensor> {
-                Ok(y.reshape((1, total, n, hd))?.transpose(1, 2)?)
-            };
+            let heads = |y: &Tensor, n: usize| -> Result<Tensor> { Ok(y.reshape((1, total, n, hd))?.transpose(1, 2)?) };
             let rope = |y: Tensor| y.rope_with_tables(&cos, &sin, RopeLayout::HalfSplit);
             let (q, k, v) = match &layer.qkv {
                 Fused::One(lin) => {
@@ -103,7 +98,11 @@ impl Model {
                 let (ks, vs) = s.kv.append(l, &k.narrow(2, start, t)?, &v.narrow(2, start, t)?)?;
                 outs.push(q.narrow(2, start, t)?.sdpa(&ks, &vs, true, None)?); // (1, nh, t, hd)
             }
-            let att = if outs.len() == 1 { outs.pop().expect("one") } else { Tensor::concat(&outs.iter().collect::<Vec<_>>(), 2)? };
+            let att = if outs.len() == 1 {
+                outs.pop().expect("one")
+            } else {
+                Tensor::concat(&outs.iter().collect::<Vec<_>>(), 2)?
+            };
             let att = att.transpose(1, 2)?.reshape((total, nh * hd))?;
             x = layer.o.forward_add(&att, &x)?;
             let h = x.rms_norm(&layer.mlp_norm, cfg.rms_norm_eps)?;
