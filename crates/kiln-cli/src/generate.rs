@@ -8,8 +8,7 @@ use clap::Args;
 use kiln::quant::QuantType;
 use kiln::{DType, Device, DeviceRequest};
 use kiln_llm::{
-    ChatTemplate, GenerateOptions, GenerateStats, GgufModel, LlamaConfig, LoadOptions, MemoryEstimate, Message, Model,
-    ModelDir, SamplingParams, TokenStream, Tokenizer,
+    GenerateOptions, GenerateStats, LoadOptions, Message, Model, ModelSource, SamplingParams, TokenStream, Tokenizer,
 };
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -21,11 +20,11 @@ pub struct ModelArgs {
     /// Hugging Face model folder (config.json, model.safetensors[.index.json], tokenizer.json) or a
     /// GGUF file (llama.cpp's format: llama/qwen2, f32/f16/bf16/Q8_0/Q4_0/Q4_K/Q6_K tensors).
     #[arg(long, value_name = "DIR|FILE.gguf")]
-    model: PathBuf,
+    pub(crate) model: PathBuf,
     /// A Hugging Face tokenizer.json to use instead of the model's own (needed for GGUF files whose
     /// tokenizer kiln cannot build from the metadata: other than `gpt2` BPE and `llama` SentencePiece).
     #[arg(long, value_name = "FILE")]
-    tokenizer: Option<PathBuf>,
+    pub(crate) tokenizer: Option<PathBuf>,
     /// Device to run on: cpu, gpu, gpu:N or auto [default: $KILN_DEVICE, else auto].
     #[arg(long, value_parser = crate::parse_device)]
     device: Option<DeviceRequest>,
@@ -144,78 +143,43 @@ fn parse_dtype(s: &str) -> Result<DType, String> {
     }
 }
 
-/// Where the model comes from: a Hugging Face folder or a GGUF file.
-enum Source {
-    Dir(ModelDir),
-    Gguf(GgufModel),
-}
-
-impl Source {
-    fn open(path: &std::path::Path) -> Result<Source, String> {
-        let is_gguf = path.is_file() && path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
-        Ok(if is_gguf {
-            Source::Gguf(GgufModel::open(path).map_err(|e| e.to_string())?)
-        } else {
-            Source::Dir(ModelDir::open(path).map_err(|e| e.to_string())?)
-        })
+/// `--tokenizer FILE` if given, else the model's own.
+pub(crate) fn tokenizer_of(dir: &ModelSource, file: Option<&PathBuf>) -> Result<Tokenizer, String> {
+    match file {
+        Some(f) => Tokenizer::from_file(f),
+        None => dir.tokenizer(),
     }
-    fn config(&self) -> &LlamaConfig {
-        match self {
-            Source::Dir(d) => &d.config,
-            Source::Gguf(g) => &g.config,
-        }
-    }
-    fn estimate(&self, dtype: DType, max_context: usize) -> MemoryEstimate {
-        match self {
-            Source::Dir(d) => d.estimate(dtype, max_context),
-            Source::Gguf(g) => g.estimate(dtype, max_context),
-        }
-    }
-    fn load(&self, device: &Device, opts: LoadOptions) -> kiln_llm::Result<Model> {
-        match self {
-            Source::Dir(d) => d.load(device, opts),
-            Source::Gguf(g) => g.load(device, opts),
-        }
-    }
-    /// `--tokenizer FILE` if given, else the model's own.
-    fn tokenizer(&self, file: Option<&PathBuf>) -> Result<Tokenizer, String> {
-        match (file, self) {
-            (Some(f), _) => Tokenizer::from_file(f),
-            (None, Source::Dir(d)) => d.tokenizer(),
-            (None, Source::Gguf(g)) => g.tokenizer(),
-        }
-        .map_err(|e| e.to_string())
-    }
-    fn stop_tokens(&self, tok: &Tokenizer) -> Result<Vec<u32>, String> {
-        match self {
-            Source::Dir(d) => d.stop_tokens(tok).map_err(|e| e.to_string()),
-            Source::Gguf(g) => Ok(g.stop_tokens()),
-        }
-    }
-    fn chat_template(&self) -> Result<ChatTemplate, String> {
-        match self {
-            Source::Dir(d) => d.chat_template(),
-            Source::Gguf(g) => g.chat_template(),
-        }
-        .map_err(|e| e.to_string())
-    }
+    .map_err(|e| e.to_string())
 }
 
 /// Opens the device and the model (config, tokenizer metadata, mapped weights): everything but
 /// loading the weights, so that a missing file or a bad argument fails in a moment.
-fn open_source(args: &ModelArgs) -> Result<(Device, Source), String> {
+fn open_source(args: &ModelArgs) -> Result<(Device, ModelSource), String> {
     let device = crate::open_device(args.device)?;
-    let src = Source::open(&args.model)?;
+    let src = ModelSource::open(&args.model).map_err(|e| e.to_string())?;
     Ok((device, src))
+}
+
+/// Opens the device and the model, checks the files and the context, and loads the weights (for
+/// `kiln serve`).
+pub(crate) fn open(args: &ModelArgs) -> Result<(ModelSource, Model), String> {
+    let (device, src) = open_source(args)?;
+    tokenizer_of(&src, args.tokenizer.as_ref())?;
+    let (ctx, note) = limits::context(src.config(), args.max_context);
+    if let Some(note) = note {
+        eprintln!("{note}");
+    }
+    let model = load(args, &device, &src, ctx)?;
+    Ok((src, model))
 }
 
 /// Prints the model and the memory estimate, checks it fits and loads the weights with a KV cache
 /// of `max_context` positions (progress for large models).
-fn load(args: &ModelArgs, device: &Device, dir: &Source, max_context: usize) -> Result<Model, String> {
+fn load(args: &ModelArgs, device: &Device, dir: &ModelSource, max_context: usize) -> Result<Model, String> {
     let c = dir.config();
     let dtype = args.dtype.unwrap_or(match (dir, c.saved_dtype) {
-        (Source::Gguf(_), _) if device.is_gpu() => DType::F16,
-        (Source::Dir(_), Some(d @ (DType::F16 | DType::BF16))) if device.is_gpu() => d,
+        (ModelSource::Gguf(_), _) if device.is_gpu() => DType::F16,
+        (ModelSource::Dir(_), Some(d @ (DType::F16 | DType::BF16))) if device.is_gpu() => d,
         _ => DType::F32,
     });
     let est = dir.estimate(dtype, max_context);
@@ -281,8 +245,8 @@ fn run_generate(args: GenerateArgs) -> Result<(), String> {
     }
     let (device, dir) = open_source(&args.model)?;
     // Every file the run needs and the prompt's length are checked before the weights load.
-    let tok = dir.tokenizer(args.model.tokenizer.as_ref())?;
-    let stop_tokens = if args.ignore_eos { vec![] } else { dir.stop_tokens(&tok)? };
+    let tok = tokenizer_of(&dir, args.model.tokenizer.as_ref())?;
+    let stop_tokens = if args.ignore_eos { vec![] } else { dir.stop_tokens(&tok).map_err(|e| e.to_string())? };
     let prompt = tok.encode(&args.prompt, true).map_err(|e| e.to_string())?;
     let (ctx, note) = limits::context(dir.config(), args.model.max_context);
     if let Some(note) = note {
@@ -329,9 +293,9 @@ fn run_chat(args: ChatArgs) -> Result<(), String> {
     kiln_llm::Sampler::new(args.sampling.params(), 0).map_err(|e| e.to_string())?;
     let (device, dir) = open_source(&args.model)?;
     // Every file the chat needs is checked before the weights load.
-    let tok = dir.tokenizer(args.model.tokenizer.as_ref())?;
-    let template = dir.chat_template()?;
-    let stop_tokens = dir.stop_tokens(&tok)?;
+    let tok = tokenizer_of(&dir, args.model.tokenizer.as_ref())?;
+    let template = dir.chat_template().map_err(|e| e.to_string())?;
+    let stop_tokens = dir.stop_tokens(&tok).map_err(|e| e.to_string())?;
     let (ctx, note) = limits::context(dir.config(), args.model.max_context);
     if let Some(note) = note {
         eprintln!("{note}");

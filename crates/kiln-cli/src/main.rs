@@ -6,12 +6,14 @@
 //! - `kiln generate`, `kiln chat`, `kiln llm-bench`: Llama-family models (src/generate.rs).
 //!
 //! Every command that takes `--device` falls back to `KILN_DEVICE`, then `auto` ([`open_device`]).
+//! - `kiln serve`: an OpenAI-compatible HTTP server (src/serve.rs, crates/kiln-serve).
 
 mod bench;
 mod generate;
 mod info;
 mod limits;
 mod progress;
+mod serve;
 mod sysinfo;
 
 use clap::{Args, Parser, Subcommand};
@@ -42,6 +44,8 @@ enum Command {
     Chat(generate::ChatArgs),
     /// Time prefill and decode of a model at given context lengths (JSON on stdout).
     LlmBench(generate::LlmBenchArgs),
+    /// Serve a model over an OpenAI-compatible HTTP API (continuous batching).
+    Serve(serve::ServeArgs),
 }
 
 #[derive(Args, Debug)]
@@ -160,5 +164,6 @@ fn run(cli: Cli) -> ExitCode {
         Command::Generate(args) => generate::generate(args),
         Command::Chat(args) => generate::chat(args),
         Command::LlmBench(args) => generate::llm_bench(args),
+        Command::Serve(args) => serve::serve(args),
     }
 }

@@ -23,8 +23,10 @@ pub mod generate;
 pub mod gguf;
 pub mod memory;
 pub mod model;
+pub mod paged;
 pub mod rope;
 pub mod sampling;
+pub mod source;
 pub mod tokenizer;
 pub mod weights;
 
@@ -33,8 +35,9 @@ pub use config::{Arch, LlamaConfig, RopeScaling};
 pub use error::{LlmError, Result};
 pub use generate::{generate, GenerateOptions, GenerateStats};
 pub use gguf::GgufModel;
-pub use model::{estimate_memory, Cache, LoadOptions, MemoryEstimate, Model};
+pub use model::{estimate_memory, BatchSeq, Cache, LoadOptions, MemoryEstimate, Model, SeqKv};
 pub use sampling::{Sampler, SamplingParams};
+pub use source::ModelSource;
 pub use tokenizer::{TokenStream, Tokenizer};
 pub use weights::{SafetensorsDir, TensorMeta, WeightSource};
 

@@ -9,6 +9,9 @@ use crate::{LlmError, Result};
 use kiln::quant::{QTensor, QuantType};
 use kiln::{DType, Device, KvCache, RopeLayout, Tensor};
 
+mod batch;
+pub use batch::{BatchSeq, SeqKv};
+
 /// The weight of a linear layer: dense in the model's dtype, or quantized blocks (GGUF files).
 pub(crate) enum Weight {
     Dense(Tensor),

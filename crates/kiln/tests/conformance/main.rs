@@ -12,6 +12,7 @@ mod edge_cases;
 mod index;
 mod int64;
 mod join;
+mod kv_pool;
 mod matmul;
 mod matmul_coop;
 mod nn;

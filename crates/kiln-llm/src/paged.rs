@@ -1,0 +1,145 @@
+//! A paged KV cache for serving many sequences: one [`kiln::KvBlockPool`] per layer (fixed-size
+//! blocks, allocated once), a free list, and per sequence a block table. A sequence gets its blocks
+//! when it is admitted ([`PagedPool::reserve`], for every position it can reach) and gives them back
+//! when dropped, so admission is decided by free blocks and memory never grows past the pool.
+//!
+//! Attention reads a sequence's keys and values through its block table
+//! ([`kiln::KvBlockPool::gather`]: the blocks copied into one contiguous run, then `sdpa`).
+
+use crate::model::{Model, SeqKv};
+use crate::{LlmError, Result};
+use kiln::{KvBlockPool, Tensor};
+use std::sync::{Arc, Mutex};
+
+/// The KV blocks of every layer and the list of free block ids.
+pub struct PagedPool {
+    layers: Vec<KvBlockPool>,
+    block_size: usize,
+    total: usize,
+    free: Arc<Mutex<Vec<u32>>>,
+}
+
+impl PagedPool {
+    /// A pool of `blocks` blocks of `block_size` positions for `model` (its KV heads, head size,
+    /// dtype and device), allocated now.
+    pub fn new(model: &Model, block_size: usize, blocks: usize) -> Result<PagedPool> {
+        if block_size == 0 || blocks == 0 || blocks > u32::MAX as usize {
+            return Err(LlmError::Arg(format!(
+                "a KV pool needs blocks (got {blocks}) of positions (got {block_size})"
+            )));
+        }
+        let c = &model.config;
+        let layers = (0..c.num_layers)
+            .map(|_| {
+                KvBlockPool::new(
+                    blocks,
+                    c.num_kv_heads,
+                    block_size,
+                    c.head_dim,
+                    c.head_dim,
+                    model.dtype(),
+                    model.device(),
+                )
+            })
+            .collect::<kiln::Result<Vec<_>>>()?;
+        // Popped from the end: block 0 is handed out first.
+        let free = (0..blocks as u32).rev().collect();
+        Ok(PagedPool { layers, block_size, total: blocks, free: Arc::new(Mutex::new(free)) })
+    }
+
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    pub fn total_blocks(&self) -> usize {
+        self.total
+    }
+
+    pub fn free_blocks(&self) -> usize {
+        self.free.lock().map_or(0, |f| f.len())
+    }
+
+    pub fn used_blocks(&self) -> usize {
+        self.total - self.free_blocks()
+    }
+
+    /// Bytes the pool holds on its device.
+    pub fn bytes(&self) -> u64 {
+        self.layers
+            .iter()
+            .map(|p| {
+                let (k, v) = p.tensors();
+                ((k.elem_count() + v.elem_count()) * k.dtype().size_in_bytes()) as u64
+            })
+            .sum()
+    }
+
+    /// An empty sequence with blocks for `positions` positions, or `None` when too few are free.
+    pub fn reserve(&self, positions: usize) -> Option<PagedSeq> {
+        let n = positions.div_ceil(self.block_size).max(1);
+        let mut free = self.free.lock().ok()?;
+        if free.len() < n {
+            return None;
+        }
+        let at = free.len() - n;
+        let mut blocks = free.split_off(at);
+        blocks.reverse();
+        Some(PagedSeq {
+            layers: self.layers.clone(),
+            blocks,
+            lens: vec![0; self.layers.len()],
+            free: self.free.clone(),
+        })
+    }
+}
+
+/// One sequence's block table in a [`PagedPool`]; its blocks go back to the pool when dropped.
+pub struct PagedSeq {
+    layers: Vec<KvBlockPool>,
+    blocks: Vec<u32>,
+    /// Positions stored per layer (equal between forward passes).
+    lens: Vec<usize>,
+    free: Arc<Mutex<Vec<u32>>>,
+}
+
+impl PagedSeq {
+    /// The block ids of the sequence, in position order.
+    pub fn block_table(&self) -> &[u32] {
+        &self.blocks
+    }
+
+    /// The most positions the reserved blocks hold.
+    pub fn capacity(&self) -> usize {
+        self.blocks.len() * self.layers.first().map_or(0, KvBlockPool::block_size)
+    }
+}
+
+impl SeqKv for PagedSeq {
+    fn len(&self) -> usize {
+        self.lens.iter().copied().min().unwrap_or(0)
+    }
+
+    fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)> {
+        let pool = self.layers.get(layer).ok_or_else(|| LlmError::Arg(format!("KV pool has no layer {layer}")))?;
+        let at = self.lens[layer];
+        let t = k.dims().get(2).copied().unwrap_or(0);
+        if at + t > self.capacity() {
+            return Err(LlmError::Arg(format!(
+                "the sequence would reach {} positions, its KV blocks hold {}",
+                at + t,
+                self.capacity()
+            )));
+        }
+        pool.write(&self.blocks, at, k, v)?;
+        self.lens[layer] = at + t;
+        Ok(pool.gather(&self.blocks, at + t)?)
+    }
+}
+
+impl Drop for PagedSeq {
+    fn drop(&mut self) {
+        if let Ok(mut free) = self.free.lock() {
+            free.extend(self.blocks.drain(..).rev());
+        }
+    }
+}
