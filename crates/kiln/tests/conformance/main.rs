@@ -13,6 +13,7 @@ mod int64;
 mod join;
 mod matmul;
 mod matmul_coop;
+mod matmul_coop_tiles;
 mod nn;
 mod quant;
 mod reduce;
