@@ -62,6 +62,7 @@ pub(crate) struct Operand {
 ///   `simdgroup_load` takes;
 /// - `H4`: an `array<vec4<f16>>`, written 8 bytes at a time; fragments loaded through a pointer to a
 ///   `vec4<f16>` (stride in vectors), as llama.cpp's Vulkan `mul_mm` does with `f16vec2`. Vulkan only.
+///
 /// (Raw `vec4<u32>` staging loaded as f16 fragments passes naga but NVIDIA's compiler rejects it:
 /// "NVVM compilation failed", then a lost device, on driver 580.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -750,6 +751,7 @@ pub(crate) fn try_matmul_coop(a: &GpuStorage, al: &Layout, b: &GpuStorage, bl: &
 
 /// [`try_matmul_coop`] with a forced preset, an optional size threshold, and `emulate: Some(s)` to
 /// run the emulated kernel with `s x s` tiles instead (any adapter with SHADER_F16).
+#[allow(clippy::too_many_arguments)]
 fn matmul_coop(
     a: &GpuStorage,
     al: &Layout,
@@ -858,6 +860,7 @@ fn matmul_coop(
 }
 
 /// How to stage one operand with extents `mn` (its M or N dim) and `k`, and their strides.
+#[allow(clippy::too_many_arguments)]
 fn operand(
     mn: usize,
     s_mn: usize,
