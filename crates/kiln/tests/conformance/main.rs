@@ -15,6 +15,7 @@ mod join;
 mod kv_pool;
 mod matmul;
 mod matmul_coop;
+mod matmul_coop_tiles;
 mod nn;
 mod quant;
 mod reduce;

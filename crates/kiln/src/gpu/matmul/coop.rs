@@ -13,6 +13,12 @@
 //! `Wide` is the same tile over 8 subgroups of 64x32; `Small` (16x16: 64x64, 4 subgroups of 32x32)
 //! keeps enough workgroups in flight when the output is small. `KILN_COOP=0` turns the path off;
 //! `KILN_COOP_TILE=large|wide|small` forces a preset (for benchmarks).
+//!
+//! On Vulkan (issue 22) tiles are staged as `vec4<f16>` (`Stage::H4`, `KILN_COOP_STAGE=h1|h4`) and
+//! the automatic choice takes 8 subgroups of 4x4 accumulators (256x128 or 128x256 tiles, 16-deep K
+//! slices read two ahead, `deep`), else 8 subgroups of 4x2 (128x128), else the small preset: twice
+//! the rate of the 4-subgroup preset on the H100 (docs/PERFORMANCE.md, session 6). Every choice can be
+//! spelled out with [`CoopSpec`] through [`matmul_coop_spec`] (tests, `examples/coop_sweep.rs`).
 
 use crate::gpu::runtime::kernels::render;
 use crate::gpu::runtime::{GpuContext, GpuStorage};
@@ -51,6 +57,40 @@ pub(crate) struct Operand {
     pub(crate) vec: bool,
 }
 
+/// How operand tiles sit in workgroup memory.
+/// - `H1`: an `array<f16>`, written one half at a time: every backend, the only form Metal's
+///   `simdgroup_load` takes;
+/// - `H4`: an `array<vec4<f16>>`, written 8 bytes at a time; fragments loaded through a pointer to a
+///   `vec4<f16>` (stride in vectors), as llama.cpp's Vulkan `mul_mm` does with `f16vec2`. Vulkan only.
+///
+/// (Raw `vec4<u32>` staging loaded as f16 fragments passes naga but NVIDIA's compiler rejects it:
+/// "NVVM compilation failed", then a lost device, on driver 580.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Stage {
+    H1,
+    H4,
+}
+
+impl Stage {
+    /// Halves per workgroup-memory element.
+    fn unit(self) -> u32 {
+        match self {
+            Stage::H1 => 1,
+            Stage::H4 => 4,
+        }
+    }
+    /// Halves per global read (one chunk).
+    pub(crate) fn chunk(self) -> u32 {
+        4
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Stage::H1 => "h1",
+            Stage::H4 => "h4",
+        }
+    }
+}
+
 /// One specialisation of the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Config {
@@ -66,6 +106,10 @@ pub(crate) struct Config {
     pub(crate) tn: u32,
     /// K slice per stage.
     pub(crate) bk: u32,
+    /// Workgroup-memory layout of the staged tiles.
+    pub(crate) stage: Stage,
+    /// Read slices two ahead into alternating register sets (see the K loop in `source`).
+    pub(crate) deep: bool,
     pub(crate) a: Operand,
     pub(crate) b: Operand,
     /// Cooperative ops replaced by plain WGSL over workgroup memory with the same data layout (a
@@ -83,7 +127,7 @@ impl Config {
             CoopTile::Wide => (2, 4, 4, 2),
             CoopTile::Auto | CoopTile::Large => (2, 2, 4, 4),
         };
-        Config { s, sg, wm, wn, tm, tn, bk: 32, a, b, emulate: false }
+        Config { s, sg, wm, wn, tm, tn, bk: 32, stage: Stage::H1, deep: false, a, b, emulate: false }
     }
 
     fn bm(&self) -> u32 {
@@ -137,7 +181,7 @@ impl Config {
     pub(crate) fn key(&self) -> String {
         let op = |o: Operand| format!("{}{}", if o.k_fast { "k" } else { "mn" }, if o.vec { "x4" } else { "x1" });
         format!(
-            "matmul_coop{}:{s}x{s}:sg{}:{}x{}:{}x{}:bk{}:A={}:B={}",
+            "matmul_coop{}:{s}x{s}:sg{}:{}x{}:{}x{}:bk{}:{}{}:A={}:B={}",
             if self.emulate { "_emulated" } else { "" },
             self.sg,
             self.wm,
@@ -145,6 +189,8 @@ impl Config {
             self.tm,
             self.tn,
             self.bk,
+            self.stage.name(),
+            if self.deep { ":deep" } else { "" },
             op(self.a),
             op(self.b),
             s = self.s
@@ -154,10 +200,16 @@ impl Config {
     /// Whether the tile shapes divide evenly among the invocations (true for every preset).
     fn well_formed(&self) -> bool {
         let wg = self.wg();
+        let w = self.stage.chunk();
         let ok = |(slow, fast): (u32, u32)| {
-            fast.is_multiple_of(4) && wg.is_multiple_of(fast / 4) && (slow * fast / 4).is_multiple_of(wg)
+            fast.is_multiple_of(w) && wg.is_multiple_of(fast / w) && (slow * fast / w).is_multiple_of(wg)
         };
+        // Vector staging needs every fragment to start on a whole element: the tile edges (multiples
+        // of `s`) and the padded rows must be multiples of the element.
+        let unit = self.stage.unit();
         matches!(self.s, 8 | 16)
+            && self.s.is_multiple_of(unit)
+            && PAD.is_multiple_of(unit)
             && self.bk.is_multiple_of(self.s)
             && (self.s * self.s).is_multiple_of(self.sg)
             && ok(self.a_tile())
@@ -173,14 +225,18 @@ pub(crate) fn source(c: &Config) -> String {
     let (a_ts, a_tf) = c.a_tile();
     let (b_ts, b_tf) = c.b_tile();
     let (lda, ldb) = (a_tf + PAD, b_tf + PAD);
-    let (a_chunks, b_chunks) = (a_ts * a_tf / 4 / wg, b_ts * b_tf / 4 / wg);
-    let (a_step, b_step) = (wg / (a_tf / 4), wg / (b_tf / 4));
+    let (w, unit) = (c.stage.chunk(), c.stage.unit());
+    let shift = unit.trailing_zeros();
+    let (a_chunks, b_chunks) = (a_ts * a_tf / w / wg, b_ts * b_tf / w / wg);
+    let (a_step, b_step) = (wg / (a_tf / w), wg / (b_tf / w));
+    let reg = "vec4<f16>";
     let mat = |t: &str, role: &str| format!("coop_mat{s}x{s}<{t}, {role}>");
     // A fragment of `role` at `sa`/`sb[idx]`, stored row-major (`t`) or column-major, rows `ld` apart.
     let frag = |t: bool, role: &str, arr: &str, idx: String, ld: u32| {
         if c.emulate {
             format!("vec3<u32>({idx}, {ld}u, {}u)", t as u32)
         } else {
+            let (idx, ld) = if unit == 1 { (idx, ld) } else { (format!("({idx}) >> {shift}u"), ld / unit) };
             format!("{}<{}>(&{arr}[{idx}], {ld}u)", if t { "coopLoadT" } else { "coopLoad" }, mat("f16", role))
         }
     };
@@ -194,36 +250,54 @@ pub(crate) fn source(c: &Config) -> String {
             accs += &format!("    var c_{i}_{j} = zero;\n");
         }
     }
-    for i in 0..a_chunks {
-        decls += &format!("    var ra_{i}: vec4<f16>;\n");
-    }
-    for i in 0..b_chunks {
-        decls += &format!("    var rb_{i}: vec4<f16>;\n");
+    // Register sets for slices read ahead: one, or two with `deep` (named by set, so that no value is
+    // copied while its load is in flight).
+    let sets = if c.deep { 2 } else { 1 };
+    for set in 0..sets {
+        for i in 0..a_chunks {
+            decls += &format!("    var ra{set}_{i}: {reg};\n");
+        }
+        for i in 0..b_chunks {
+            decls += &format!("    var rb{set}_{i}: {reg};\n");
+        }
     }
 
     // Global (slow, fast) origin of this workgroup's slice for each operand.
     let (a_s0, a_f0) = if c.a.k_fast { ("m0", "k0") } else { ("k0", "m0") };
     let (b_s0, b_f0) = if c.b.k_fast { ("n0", "k0") } else { ("k0", "n0") };
-    let mut load = String::new();
-    for i in 0..a_chunks {
-        load += &format!("        ra_{i} = chunk_a(a_base, {a_s0} + a_s + {}u, {a_f0} + a_f);\n", i * a_step);
-    }
-    for i in 0..b_chunks {
-        load += &format!("        rb_{i} = chunk_b(b_base, {b_s0} + b_s + {}u, {b_f0} + b_f);\n", i * b_step);
-    }
-    let mut store = String::new();
-    for (name, reg, n, step, ld, st, stage) in
-        [("sa", "ra", a_chunks, a_step, lda, "a_st", sa_stage), ("sb", "rb", b_chunks, b_step, ldb, "b_st", sb_stage)]
-    {
-        for i in 0..n {
-            for (j, comp) in ["x", "y", "z", "w"].iter().enumerate() {
-                store += &format!(
-                    "        {name}[so * {stage}u + {st} + {}u] = {reg}_{i}.{comp};\n",
-                    i * step * ld + j as u32
-                );
+    let load = |set: u32| {
+        let mut load = String::new();
+        for i in 0..a_chunks {
+            load += &format!("        ra{set}_{i} = chunk_a(a_base, {a_s0} + a_s + {}u, {a_f0} + a_f);\n", i * a_step);
+        }
+        for i in 0..b_chunks {
+            load += &format!("        rb{set}_{i} = chunk_b(b_base, {b_s0} + b_s + {}u, {b_f0} + b_f);\n", i * b_step);
+        }
+        load
+    };
+    let store = |set: u32| {
+        let mut store = String::new();
+        for (name, reg, n, step, ld, st, stage) in [
+            ("sa", "ra", a_chunks, a_step, lda, "a_st", sa_stage),
+            ("sb", "rb", b_chunks, b_step, ldb, "b_st", sb_stage),
+        ] {
+            for i in 0..n {
+                if unit > 1 {
+                    let off = i * step * ld;
+                    store +=
+                        &format!("        {name}[(so * {stage}u + {st} + {off}u) >> {shift}u] = {reg}{set}_{i};\n");
+                    continue;
+                }
+                for (j, comp) in ["x", "y", "z", "w"].iter().enumerate() {
+                    store += &format!(
+                        "        {name}[so * {stage}u + {st} + {}u] = {reg}{set}_{i}.{comp};\n",
+                        i * step * ld + j as u32
+                    );
+                }
             }
         }
-    }
+        store
+    };
 
     // One K slice: for each s-deep step, the subgroup's B fragments, then each A fragment against them.
     // Row-major tiles are read with coopLoadT: A staged [m][k] (k fast), B staged [k][n] (n fast).
@@ -248,6 +322,45 @@ pub(crate) fn source(c: &Config) -> String {
         compute += "        }\n";
     }
 
+    // The K loop. Plain: slice t+1 is read into registers while slice t is multiplied, then stored
+    // into the other workgroup buffer (one barrier per slice). `deep`: slice t+2 is read while t is
+    // multiplied and t+1 (read one iteration earlier) is stored, so each read has a whole iteration
+    // more to arrive; two slices per loop trip alternate the register sets (an odd slice count runs
+    // one extra slice of zeros past K).
+    let (bk, sas, sbs) = (c.bk, sa_stage, sb_stage);
+    let mut main = format!("    var k0 = 0u;\n{}    var so = 0u;\n{}", load(0), store(0));
+    if c.deep {
+        main += &format!("    k0 = {bk}u;\n{}", load(1));
+    }
+    main += &format!("    workgroupBarrier();\n    let zero = {{{{ZERO}}}};\n{accs}");
+    if c.deep {
+        let half = |cur: u32, ahead: u32| {
+            format!(
+                "        {{\n        let sa0 = {}u;\n        let sb0 = {}u;\n        k0 = (t + {}u) * {bk}u;\n{}{compute}        so = {}u;\n{}        workgroupBarrier();\n        }}\n",
+                cur * sas,
+                cur * sbs,
+                2 + cur,
+                load(cur),
+                1 - cur,
+                store(ahead)
+            )
+        };
+        main += &format!("    for (var t = 0u; t < steps; t += 2u) {{\n{}{}    }}\n", half(0, 1), half(1, 0));
+    } else {
+        main += &format!(
+            "    for (var t = 0u; t < steps; t++) {{
+        let sa0 = (t & 1u) * {sas}u;
+        let sb0 = (t & 1u) * {sbs}u;
+        k0 = (t + 1u) * {bk}u;
+{}{compute}        so = ((t + 1u) & 1u);
+{}        workgroupBarrier();
+    }}
+",
+            load(0),
+            store(0)
+        );
+    }
+
     // Each accumulator tile: every subgroup stores it into its slot of `sc`, then all write them out.
     let ldc = c.ldc();
     let slot = s * ldc;
@@ -269,8 +382,8 @@ pub(crate) fn source(c: &Config) -> String {
     }
 
     // Operand bindings and chunk readers. `base + s * slow_stride + f * fast_stride`.
-    let a = reader(c.a, ("p[0]", "p[5]"), ("p[2]", "p[6]"));
-    let b = reader(c.b, ("p[1]", "p[8]"), ("p[2]", "p[7]"));
+    let a = reader(c.a, c.stage, ("p[0]", "p[5]"), ("p[2]", "p[6]"));
+    let b = reader(c.b, c.stage, ("p[1]", "p[8]"), ("p[2]", "p[7]"));
     let wa = if c.a.k_fast { format!("wm * {}u", c.tm * s * lda) } else { format!("wm * {}u", c.tm * s) };
     let wb = if c.b.k_fast { format!("wn * {}u", c.tn * s * ldb) } else { format!("wn * {}u", c.tn * s) };
     let num = |v: u32| v.to_string();
@@ -280,7 +393,7 @@ pub(crate) fn source(c: &Config) -> String {
             format!("array<f32, {}>()", s * s / c.sg),
             String::new(),
             format!("let sg = li / {sgs}u;\n    let lane = li % {sgs}u;", sgs = c.sg),
-            emulation(s, c.sg),
+            emulation(s, c.sg, c.stage),
         )
     } else {
         (
@@ -294,6 +407,8 @@ pub(crate) fn source(c: &Config) -> String {
     render(
         SOURCE,
         &[
+            // First: the loop holds placeholders of its own.
+            ("MAINLOOP", &main),
             ("ENABLE", &enable),
             ("ZERO", &zero),
             ("SG_PARAM", &sg_param),
@@ -312,8 +427,21 @@ pub(crate) fn source(c: &Config) -> String {
             ("BK", &num(c.bk)),
             ("WMT", &num(c.tm * s)),
             ("WNT", &num(c.tn * s)),
-            ("SA", &num(2 * sa_stage)),
-            ("SB", &num(2 * sb_stage)),
+            ("SA", &num(2 * sa_stage / unit)),
+            ("SB", &num(2 * sb_stage / unit)),
+            (
+                "SE",
+                match c.stage {
+                    Stage::H1 => "f16",
+                    Stage::H4 => "vec4<f16>",
+                },
+            ),
+            ("REG", reg),
+            ("W", &num(w)),
+            ("A1", a.scalar_binding()),
+            ("B1", b.scalar_binding()),
+            ("A_PART", &a.part("a1")),
+            ("B_PART", &b.part("b1")),
             ("SA_STAGE", &num(sa_stage)),
             ("SB_STAGE", &num(sb_stage)),
             ("SC", &num(c.nsg() * s * c.ldc())),
@@ -323,8 +451,8 @@ pub(crate) fn source(c: &Config) -> String {
             ("PUT_PER", &num(c.nsg() * s * s / wg)),
             ("LDA", &num(lda)),
             ("LDB", &num(ldb)),
-            ("A_FC", &num(a_tf / 4)),
-            ("B_FC", &num(b_tf / 4)),
+            ("A_FC", &num(a_tf / w)),
+            ("B_FC", &num(b_tf / w)),
             ("A4", &a.binding),
             ("B4", &b.binding),
             ("A_NS", &a.ns),
@@ -340,10 +468,6 @@ pub(crate) fn source(c: &Config) -> String {
             ("WA", &wa),
             ("WB", &wb),
             ("DECLS", &decls),
-            ("ACCS", &accs),
-            ("LOAD", &load),
-            ("STORE", &store),
-            ("COMPUTE", &compute),
             ("EPILOGUE", &epilogue),
         ],
     )
@@ -353,10 +477,23 @@ pub(crate) fn source(c: &Config) -> String {
 /// row-major)` into `sa`/`sb`, read when multiplied; an accumulator is the `s*s/sg` elements
 /// `lane + sg*q` (row-major) of the tile that this invocation owns. Same memory layouts and the same
 /// row-/column-major meaning as coopLoadT/coopLoad, so everything around them is tested.
-fn emulation(s: u32, sg: u32) -> String {
+fn emulation(s: u32, sg: u32, stage: Stage) -> String {
     let e = s * s / sg;
+    let half = |arr: &str| match stage {
+        Stage::H1 => format!("f32({arr}[i])"),
+        Stage::H4 => format!("f32({arr}[i >> 2u][i & 3u])"),
+    };
+    let (ha, hb) = (half("sa"), half("sb"));
     format!(
         "
+fn emu_sa(i: u32) -> f32 {{
+    return {ha};
+}}
+
+fn emu_sb(i: u32) -> f32 {{
+    return {hb};
+}}
+
 fn emu_at(d: vec3<u32>, r: u32, c: u32) -> u32 {{
     return select(d.x + c * d.y + r, d.x + r * d.y + c, d.z == 1u);
 }}
@@ -371,7 +508,7 @@ fn emu_mma(a: vec3<u32>, b: vec3<u32>, c: array<f32, {e}>, lane: u32) -> array<f
         let col = x % {s}u;
         var acc = r[q];
         for (var k = 0u; k < p[25]; k++) {{
-            acc += f32(sa[emu_at(a, row, k)]) * f32(sb[emu_at(b, k, col)]);
+            acc += emu_sa(emu_at(a, row, k)) * emu_sb(emu_at(b, k, col));
         }}
         r[q] = acc;
     }}
@@ -396,24 +533,40 @@ struct Reader {
     ss: String,
     fs: String,
     vec: bool,
+    stage: Stage,
 }
 
 impl Reader {
-    /// The whole-chunk read of `vec` variants (the fast stride is 1 and `e` a multiple of 4).
+    /// The whole-chunk read of `vec` variants (the fast stride is 1 and `e` a multiple of the chunk).
     fn full(&self, buf: &str) -> String {
+        let w = self.stage.chunk();
         if self.vec {
-            format!("if (f + 4u <= nf) {{ return {buf}[e >> 2u]; }}")
+            format!("if (f + {w}u <= nf) {{ return {buf}[e >> {}u]; }}", w.trailing_zeros())
         } else {
             String::new()
         }
     }
+    /// The element type of the one-at-a-time binding.
+    fn scalar_binding(&self) -> &'static str {
+        "array<f16>"
+    }
+    /// The element-by-element read of a chunk (edges, general strides): zeros past the fast extent.
+    fn part(&self, buf: &str) -> String {
+        format!(
+            "for (var j = 0u; j < 4u; j++) {{
+            if (f + j < nf) {{ v[j] = {buf}[e + j * fs]; }}
+        }}"
+        )
+    }
 }
 
 /// `mn` and `k` are (extent, stride) parameter expressions of the operand's M-or-N dim and K dim.
-fn reader(o: Operand, mn: (&str, &str), k: (&str, &str)) -> Reader {
+fn reader(o: Operand, stage: Stage, mn: (&str, &str), k: (&str, &str)) -> Reader {
     let (slow, fast) = if o.k_fast { (mn, k) } else { (k, mn) };
+    let vec_ty = "array<vec4<f16>>";
     Reader {
-        binding: if o.vec { "array<vec4<f16>>".into() } else { "array<u32>".into() },
+        stage,
+        binding: if o.vec { vec_ty.into() } else { "array<u32>".into() },
         ns: slow.0.into(),
         nf: fast.0.into(),
         ss: slow.1.into(),
@@ -450,8 +603,38 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
         }
         // The emulated kernel (tests on adapters without cooperative matrices).
         let (a, b) = (Operand { k_fast: true, vec: true }, Operand { k_fast: false, vec: false });
-        let c = Config { emulate: true, ..Config::preset(CoopTile::Small, s, 32, a, b) };
-        out.push((c.key(), source(&c)));
+        for stage in [Stage::H1, Stage::H4] {
+            for deep in [false, true] {
+                let c = Config { emulate: true, stage, deep, ..Config::preset(CoopTile::Small, s, 32, a, b) };
+                out.push((c.key(), source(&c)));
+            }
+        }
+    }
+    // Vector staging (Vulkan only, 16x16): every operand staging with each vector form, and the
+    // larger sweep shapes (8 subgroups of 4x4 tiles, 16-deep K slices).
+    for stage in [Stage::H4] {
+        for ak in [true, false] {
+            for bk in [true, false] {
+                for vec in [true, false] {
+                    let (a, b) = (Operand { k_fast: ak, vec }, Operand { k_fast: bk, vec: !vec });
+                    for tile in [CoopTile::Large, CoopTile::Wide, CoopTile::Small] {
+                        let c = Config { stage, ..Config::preset(tile, 16, 32, a, b) };
+                        out.push((c.key(), source(&c)));
+                    }
+                    for (wm, wn) in [(2, 4), (4, 2)] {
+                        let c = Config {
+                            stage,
+                            wm,
+                            wn,
+                            bk: 16,
+                            deep: true,
+                            ..Config::preset(CoopTile::Large, 16, 32, a, b)
+                        };
+                        out.push((c.key(), source(&c)));
+                    }
+                }
+            }
+        }
     }
     out
 }
@@ -489,6 +672,60 @@ fn disabled_by_env() -> bool {
     *OFF.get_or_init(|| std::env::var("KILN_COOP").is_ok_and(|v| v == "0"))
 }
 
+/// The staging used on Vulkan unless `KILN_COOP_STAGE=h1|h4` says otherwise.
+const DEFAULT_STAGE: Stage = Stage::H4;
+/// Whether the automatic choice reads slices two ahead.
+const DEEP: bool = true;
+
+fn stage_from_env() -> Option<Stage> {
+    static STAGE: std::sync::OnceLock<Option<Stage>> = std::sync::OnceLock::new();
+    *STAGE.get_or_init(|| Stage::parse(std::env::var("KILN_COOP_STAGE").ok()?.as_str()))
+}
+
+/// Every choice of the kernel for one run (see [`matmul_coop_spec`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CoopSpec {
+    /// Subgroups along M and N.
+    pub wm: u32,
+    pub wn: u32,
+    /// Accumulator tiles per subgroup along M and N.
+    pub tm: u32,
+    pub tn: u32,
+    /// K slice per stage.
+    pub bk: u32,
+    pub stage: Stage,
+    /// Slices read two ahead (two register sets).
+    pub deep: bool,
+}
+
+impl CoopSpec {
+    /// `WMxWN:TMxTN:BK:STAGE[:deep]`, e.g. `4x2:4x4:16:h4:deep`.
+    pub fn parse(text: &str) -> Option<CoopSpec> {
+        let parts: Vec<&str> = text.split(':').collect();
+        let pair = |p: &str| -> Option<(u32, u32)> {
+            let (x, y) = p.split_once('x')?;
+            Some((x.parse().ok()?, y.parse().ok()?))
+        };
+        let (w, t, bk, st, deep) = match parts[..] {
+            [w, t, bk, st] => (w, t, bk, st, false),
+            [w, t, bk, st, "deep"] => (w, t, bk, st, true),
+            _ => return None,
+        };
+        let ((wm, wn), (tm, tn)) = (pair(w)?, pair(t)?);
+        Some(CoopSpec { wm, wn, tm, tn, bk: bk.parse().ok()?, stage: Stage::parse(st)?, deep })
+    }
+}
+
+impl Stage {
+    pub fn parse(text: &str) -> Option<Stage> {
+        match text {
+            "h1" => Some(Stage::H1),
+            "h4" => Some(Stage::H4),
+            _ => None,
+        }
+    }
+}
+
 fn tile_from_env() -> CoopTile {
     static TILE: std::sync::OnceLock<CoopTile> = std::sync::OnceLock::new();
     *TILE.get_or_init(|| match std::env::var("KILN_COOP_TILE").as_deref() {
@@ -509,11 +746,12 @@ pub(crate) fn try_matmul_coop(a: &GpuStorage, al: &Layout, b: &GpuStorage, bl: &
     if disabled_by_env() {
         return None;
     }
-    matmul_coop(a, al, b, bl, tile_from_env(), true, None)
+    matmul_coop(a, al, b, bl, tile_from_env(), true, None, None)
 }
 
 /// [`try_matmul_coop`] with a forced preset, an optional size threshold, and `emulate: Some(s)` to
 /// run the emulated kernel with `s x s` tiles instead (any adapter with SHADER_F16).
+#[allow(clippy::too_many_arguments)]
 fn matmul_coop(
     a: &GpuStorage,
     al: &Layout,
@@ -522,6 +760,7 @@ fn matmul_coop(
     tile: CoopTile,
     threshold: bool,
     emulate: Option<u32>,
+    spec: Option<CoopSpec>,
 ) -> Option<Result<GpuStorage>> {
     if a.dtype != DType::F16 || b.dtype != DType::F16 || !Arc::ptr_eq(&a.ctx, &b.ctx) {
         return None;
@@ -559,8 +798,23 @@ fn matmul_coop(
     let (sa, sb) = (al.strides(), bl.strides());
     // Batch strides only step with more than one batch (`collapse` gives [1] for none).
     let bstr = |i: usize| if batch > 1 { &bs[i][..] } else { &[] };
-    let a_op = operand(m, sa[rank - 2], k, sa[rank - 1], al.offset(), bstr(0), a.buffer.size());
-    let b_op = operand(n, sb[rank - 1], k, sb[rank - 2], bl.offset(), bstr(1), b.buffer.size());
+    let ops = |w: usize| {
+        (
+            operand(m, sa[rank - 2], k, sa[rank - 1], al.offset(), bstr(0), a.buffer.size(), w),
+            operand(n, sb[rank - 1], k, sb[rank - 2], bl.offset(), bstr(1), b.buffer.size(), w),
+        )
+    };
+    // Vector staging on Vulkan (Metal's simdgroup loads take only scalar pointers).
+    let vulkan = ctx.summary.backend == "Vulkan" || emulate.is_some();
+    let stage = match spec {
+        Some(sp) => sp.stage,
+        None if !vulkan => Stage::H1,
+        None => stage_from_env().unwrap_or(DEFAULT_STAGE),
+    };
+    if !vulkan && stage != Stage::H1 {
+        return None;
+    }
+    let (a_op, b_op) = ops(stage.chunk() as usize);
     let max = ctx.limits.max_compute_workgroups_per_dimension as usize;
     let tiles = |c: &Config| m.div_ceil(c.bm() as usize) * n.div_ceil(c.bn() as usize);
     let fits_device = |c: &Config| {
@@ -569,7 +823,7 @@ fn matmul_coop(
             && c.wg() <= ctx.limits.max_compute_workgroup_size_x
             && tiles(c) <= max
     };
-    let preset = |t: CoopTile| Config { emulate: emulate.is_some(), ..Config::preset(t, s, sg, a_op, b_op) };
+    let preset = |t: CoopTile| Config { emulate: emulate.is_some(), stage, ..Config::preset(t, s, sg, a_op, b_op) };
     let want = match tile {
         CoopTile::Auto if batch * tiles(&preset(CoopTile::Large)) < LARGE_MIN_TILES => CoopTile::Small,
         CoopTile::Auto => CoopTile::Large,
@@ -581,6 +835,23 @@ fn matmul_coop(
     if tile == CoopTile::Auto {
         candidates.push(preset(CoopTile::Small));
     }
+    // Vulkan, 16x16 (NVIDIA): 8 subgroups per workgroup measured twice as fast as 4 on the H100
+    // (docs/PERFORMANCE.md, session 6), 4x4 accumulators each over 16-deep slices where the output
+    // has enough 256x128 tiles, else 4x2 over 32-deep slices (128x128), else the small preset.
+    if tile == CoopTile::Auto && stage == Stage::H4 && s == 16 {
+        let big = |wm, wn, tm, tn, bk| Config { wm, wn, tm, tn, bk, deep: DEEP, ..preset(CoopTile::Large) };
+        let tall = if m >= n { big(4, 2, 4, 4, 16) } else { big(2, 4, 4, 4, 16) };
+        let mid = big(2, 4, 4, 2, 32);
+        if batch * tiles(&tall) >= LARGE_MIN_TILES / 2 {
+            candidates.insert(0, tall);
+        } else if batch * tiles(&mid) >= LARGE_MIN_TILES / 2 {
+            candidates.insert(0, mid);
+        }
+    }
+    if let Some(sp) = spec {
+        let base = preset(CoopTile::Large);
+        candidates = vec![Config { wm: sp.wm, wn: sp.wn, tm: sp.tm, tn: sp.tn, bk: sp.bk, deep: sp.deep, ..base }];
+    }
     let c = candidates.into_iter().find(|c| c.well_formed() && fits_device(c))?;
     if batch > max {
         return None;
@@ -589,6 +860,7 @@ fn matmul_coop(
 }
 
 /// How to stage one operand with extents `mn` (its M or N dim) and `k`, and their strides.
+#[allow(clippy::too_many_arguments)]
 fn operand(
     mn: usize,
     s_mn: usize,
@@ -597,11 +869,13 @@ fn operand(
     offset: usize,
     batch_strides: &[usize],
     bytes: u64,
+    w: usize,
 ) -> Operand {
     // A dim of extent 1 never steps, so its stride does not matter.
     let unit = |d: usize, s: usize| d == 1 || s == 1;
-    let four = |d: usize, s: usize| d == 1 || s.is_multiple_of(4);
-    let aligned = offset.is_multiple_of(4) && batch_strides.iter().all(|s| s.is_multiple_of(4)) && bytes >= 8;
+    let four = |d: usize, s: usize| d == 1 || s.is_multiple_of(w);
+    let aligned =
+        offset.is_multiple_of(w) && batch_strides.iter().all(|s| s.is_multiple_of(w)) && bytes >= 2 * w as u64;
     if unit(k, s_k) {
         Operand { k_fast: true, vec: aligned && four(mn, s_mn) }
     } else if unit(mn, s_mn) {
@@ -679,6 +953,19 @@ pub fn coop_matmul_support(device: &crate::Device) -> (Vec<String>, Option<u32>)
 /// `s x s` tiles (plain WGSL in place of the cooperative ops) on any adapter with SHADER_F16.
 #[doc(hidden)]
 pub fn matmul_coop_tensors(a: &Tensor, b: &Tensor, tile: CoopTile, emulate: Option<u32>) -> Option<Result<Tensor>> {
+    matmul_coop_spec(a, b, tile, emulate, None)
+}
+
+/// [`matmul_coop_tensors`] with every choice of the kernel spelled out (`spec`: tile shape, K slice,
+/// staging), for sweeps and for tests of each staging form.
+#[doc(hidden)]
+pub fn matmul_coop_spec(
+    a: &Tensor,
+    b: &Tensor,
+    tile: CoopTile,
+    emulate: Option<u32>,
+    spec: Option<CoopSpec>,
+) -> Option<Result<Tensor>> {
     if a.rank() < 2 || b.rank() != a.rank() {
         return Some(Err(Error::arg("matmul_coop", "operands must be matrices of one rank")));
     }
@@ -686,7 +973,7 @@ pub fn matmul_coop_tensors(a: &Tensor, b: &Tensor, tile: CoopTile, emulate: Opti
     let sa = a.storage();
     let sb = if a.shares_storage_with(b) { None } else { Some(b.storage()) };
     let (Storage::Gpu(ga), Storage::Gpu(gb)) = (&*sa, sb.as_deref().unwrap_or(&*sa)) else { return None };
-    let out = matmul_coop(ga, a.layout(), gb, b.layout(), tile, false, emulate)?;
+    let out = matmul_coop(ga, a.layout(), gb, b.layout(), tile, false, emulate, spec)?;
     let mut dims = a.dims().to_vec();
     *dims.last_mut().unwrap() = b.dims()[b.rank() - 1];
     Some(out.map(|s| Tensor::from_storage(Storage::Gpu(s), dims, a.device())))

@@ -19,43 +19,39 @@ enable f16;
 
 @group(0) @binding(0) var<storage, read_write> dst: array<f16>;
 @group(0) @binding(1) var<storage, read> a4: {{A4}};
-@group(0) @binding(2) var<storage, read> a1: array<f16>;
+@group(0) @binding(2) var<storage, read> a1: {{A1}};
 @group(0) @binding(3) var<storage, read> b4: {{B4}};
-@group(0) @binding(4) var<storage, read> b1: array<f16>;
+@group(0) @binding(4) var<storage, read> b1: {{B1}};
 @group(1) @binding(0) var<storage, read> p: array<u32, 64>;
 
 // Two stages of each operand tile, then one {{S}}x{{S}} f32 tile per subgroup for the epilogue.
-var<workgroup> sa: array<f16, {{SA}}>;
-var<workgroup> sb: array<f16, {{SB}}>;
+var<workgroup> sa: array<{{SE}}, {{SA}}>;
+var<workgroup> sb: array<{{SE}}, {{SB}}>;
 var<workgroup> sc: array<f32, {{SC}}>;
 
-// 4 halves of A at slow index `s`, fast index `f` (and the next 3 along fast), zero outside A.
-fn chunk_a(base: u32, s: u32, f: u32) -> vec4<f16> {
+// {{W}} halves of A at slow index `s`, fast index `f` (and the next ones along fast), zero outside A.
+fn chunk_a(base: u32, s: u32, f: u32) -> {{REG}} {
     let ns = {{A_NS}};
     let nf = {{A_NF}};
-    var v = vec4<f16>();
+    var v = {{REG}}();
     if (s < ns && f < nf) {
         let fs = {{A_FS}};
         let e = base + s * {{A_SS}} + f * fs;
         {{A_FULL}}
-        for (var j = 0u; j < 4u; j++) {
-            if (f + j < nf) { v[j] = a1[e + j * fs]; }
-        }
+        {{A_PART}}
     }
     return v;
 }
 
-fn chunk_b(base: u32, s: u32, f: u32) -> vec4<f16> {
+fn chunk_b(base: u32, s: u32, f: u32) -> {{REG}} {
     let ns = {{B_NS}};
     let nf = {{B_NF}};
-    var v = vec4<f16>();
+    var v = {{REG}}();
     if (s < ns && f < nf) {
         let fs = {{B_FS}};
         let e = base + s * {{B_SS}} + f * fs;
         {{B_FULL}}
-        for (var j = 0u; j < 4u; j++) {
-            if (f + j < nf) { v[j] = b1[e + j * fs]; }
-        }
+        {{B_PART}}
     }
     return v;
 }
@@ -115,10 +111,10 @@ fn main(
     let wb = {{WB}};
     // This invocation's chunks of each operand tile: (slow, fast) inside the tile.
     let a_s = li / {{A_FC}}u;
-    let a_f = (li % {{A_FC}}u) * 4u;
+    let a_f = (li % {{A_FC}}u) * {{W}}u;
     let a_st = a_s * {{LDA}}u + a_f;
     let b_s = li / {{B_FC}}u;
-    let b_f = (li % {{B_FC}}u) * 4u;
+    let b_f = (li % {{B_FC}}u) * {{W}}u;
     let b_st = b_s * {{LDB}}u + b_f;
     // Accumulators start as copies of zeroed workgroup memory (portable: a zero-valued coop_mat
     // constructor has no zero-fill guarantee in Metal's simdgroup_matrix).
@@ -126,24 +122,7 @@ fn main(
         sc[i] = 0.0;
     }
 {{DECLS}}
-    var k0 = 0u;
-{{LOAD}}
-    var so = 0u;
-{{STORE}}
-    workgroupBarrier();
-    let zero = {{ZERO}};
-{{ACCS}}
     let steps = (kk + {{BK}}u - 1u) / {{BK}}u;
-    for (var t = 0u; t < steps; t++) {
-        let sa0 = (t & 1u) * {{SA_STAGE}}u;
-        let sb0 = (t & 1u) * {{SB_STAGE}}u;
-        // Read the next slice (zeros past K) while this one is multiplied.
-        k0 = (t + 1u) * {{BK}}u;
-{{LOAD}}
-{{COMPUTE}}
-        so = ((t + 1u) & 1u);
-{{STORE}}
-        workgroupBarrier();
-    }
+{{MAINLOOP}}
 {{EPILOGUE}}
 }

@@ -1,0 +1,102 @@
+//! Sweep of the cooperative-matrix f16 matmul's kernel choices (tile shape, K slice, staging) on the
+//! shapes of issue 22, each checked against the f32 product of the same f16 inputs (relative L2
+//! error; the f16 rounding of the output alone gives ~3e-4) and timed with GPU timestamps (median of
+//! `RUNS` after 0.3 s of back-to-back runs). Also times the default path (`matmul`/`linear`).
+//!
+//! Run: `cargo run --release -p kiln --example coop_sweep [SPEC...]` with SPEC `WMxWN:TMxTN:BK:STAGE`
+//! (e.g. `4x2:4x4:16:h4:deep`); `KILN_SWEEP_CASES=sq4096,lin512` picks cases.
+
+use kiln::gpu::matmul_coop::{matmul_coop_spec, CoopSpec, CoopTile};
+use kiln::{DType, Device, Result, Tensor};
+
+const RUNS: usize = 15;
+
+/// `(name, batch, m, k, n, b_is_weight)`: a weight is stored `(n, k)` and used as its transpose.
+const CASES: [(&str, usize, usize, usize, usize, bool); 6] = [
+    ("sq4096", 1, 4096, 4096, 4096, false),
+    ("sq8192", 1, 8192, 8192, 8192, false),
+    ("lin512x11008", 1, 512, 4096, 11008, true),
+    ("lin2048x4096", 1, 2048, 4096, 4096, true),
+    ("lin2048x14336", 1, 2048, 4096, 14336, true),
+    ("bmm32x2048x128", 32, 2048, 128, 2048, false),
+];
+
+const SPECS: [&str; 10] = [
+    "2x2:4x4:32:h4",
+    "2x2:4x4:32:h4:deep",
+    "2x4:4x2:32:h4",
+    "2x4:4x2:32:h4:deep",
+    "4x2:4x4:16:h4",
+    "4x2:4x4:16:h4:deep",
+    "2x4:4x4:16:h4:deep",
+    "4x4:2x2:16:h4:deep",
+    "4x2:2x4:32:h4:deep",
+    "2x4:4x4:16:h1:deep",
+];
+
+fn median(dev: &Device, f: &dyn Fn() -> Result<Tensor>) -> Result<f64> {
+    dev.keep_busy(0.3, f)?;
+    let mut t: Vec<f64> = (0..RUNS).map(|_| dev.measure(f).map(|m| m.seconds)).collect::<Result<_>>()?;
+    t.sort_by(f64::total_cmp);
+    Ok(t[t.len() / 2])
+}
+
+fn rel_err(got: &Tensor, reference: &Tensor) -> Result<f64> {
+    let d = got.to_dtype(DType::F32)?.sub(reference)?;
+    let num = d.mul(&d)?.sum_all()?.to_scalar::<f32>()? as f64;
+    let den = reference.mul(reference)?.sum_all()?.to_scalar::<f32>()? as f64;
+    Ok((num / den).sqrt())
+}
+
+fn main() -> Result<()> {
+    let dev = Device::gpu()?;
+    println!("device {dev}");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let specs: Vec<String> = if args.is_empty() { SPECS.iter().map(|s| s.to_string()).collect() } else { args };
+    let pick = std::env::var("KILN_SWEEP_CASES").ok();
+    for (name, batch, m, k, n, weight) in CASES {
+        if pick.as_ref().is_some_and(|p| !p.split(',').any(|x| x == name)) {
+            continue;
+        }
+        let flops = 2.0 * (batch * m * k * n) as f64;
+        let shape = |r: usize, c: usize| if batch > 1 { vec![batch, r, c] } else { vec![r, c] };
+        let a = Tensor::randn(0.0, 1.0, shape(m, k), DType::F16, 1, &dev)?;
+        let w = Tensor::randn(0.0, 1.0, if weight { shape(n, k) } else { shape(k, n) }, DType::F16, 2, &dev)?;
+        let b = if weight { w.t()? } else { w.clone() };
+        let reference = a.to_dtype(DType::F32)?.matmul(&b.to_dtype(DType::F32)?)?;
+        let default: Box<dyn Fn() -> Result<Tensor>> =
+            if weight { Box::new(|| a.linear(&w, None)) } else { Box::new(|| a.matmul(&b)) };
+        let err = rel_err(&default()?, &reference)?;
+        let t = median(&dev, &*default)?;
+        println!(
+            "{name:<16} {:<20} {:>9.1} us {:>7.1} TFLOPS  err {err:.2e}",
+            if weight { "linear (default)" } else { "matmul (default)" },
+            t * 1e6,
+            flops / t / 1e12
+        );
+        for sp in &specs {
+            let Some(spec) = CoopSpec::parse(sp) else {
+                println!("{name:<16} {sp:<20} bad spec");
+                continue;
+            };
+            let run = || -> Result<Tensor> {
+                matmul_coop_spec(&a, &b, CoopTile::Auto, None, Some(spec)).unwrap_or_else(|| {
+                    Err(kiln::Error::InvalidArgument { op: "coop_sweep", msg: "the cooperative path refused".into() })
+                })
+            };
+            match run().and_then(|c| rel_err(&c, &reference)) {
+                Err(e) => println!("{name:<16} {sp:<20} error: {e}"),
+                Ok(err) => {
+                    let t = median(&dev, &run)?;
+                    println!(
+                        "{name:<16} {sp:<20} {:>9.1} us {:>7.1} TFLOPS  err {err:.2e}{}",
+                        t * 1e6,
+                        flops / t / 1e12,
+                        if err > 2e-3 { "  WRONG" } else { "" }
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
