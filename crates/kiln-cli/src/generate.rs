@@ -120,13 +120,10 @@ pub struct LlmBenchArgs {
 }
 
 fn parse_quant(s: &str) -> Result<QuantType, String> {
-    QuantType::ALL
-        .into_iter()
-        .find(|q| q.name().eq_ignore_ascii_case(s))
-        .ok_or_else(|| {
-            let names: Vec<String> = QuantType::ALL.iter().map(|q| q.name().to_lowercase()).collect();
-            format!("unknown quantization '{s}': expected one of {}", names.join(", "))
-        })
+    QuantType::ALL.into_iter().find(|q| q.name().eq_ignore_ascii_case(s)).ok_or_else(|| {
+        let names: Vec<String> = QuantType::ALL.iter().map(|q| q.name().to_lowercase()).collect();
+        format!("unknown quantization '{s}': expected one of {}", names.join(", "))
+    })
 }
 
 fn parse_dtype(s: &str) -> Result<DType, String> {

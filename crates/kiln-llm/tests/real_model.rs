@@ -32,11 +32,17 @@ const MARGIN: f32 = 0.25;
 /// The model file, or why it cannot be had.
 fn model_file() -> Result<PathBuf, String> {
     if let Ok(p) = std::env::var("KILN_SMOLLM2_GGUF") {
-        return if Path::new(&p).is_file() { Ok(p.into()) } else { Err(format!("KILN_SMOLLM2_GGUF={p} is not a file")) };
+        return if Path::new(&p).is_file() {
+            Ok(p.into())
+        } else {
+            Err(format!("KILN_SMOLLM2_GGUF={p} is not a file"))
+        };
     }
     let cache = match std::env::var("KILN_CACHE_DIR") {
         Ok(d) => PathBuf::from(d),
-        Err(_) => PathBuf::from(std::env::var("HOME").map_err(|_| "no HOME and no KILN_CACHE_DIR")?).join(".cache/kiln"),
+        Err(_) => {
+            PathBuf::from(std::env::var("HOME").map_err(|_| "no HOME and no KILN_CACHE_DIR")?).join(".cache/kiln")
+        }
     };
     let path = cache.join(FILE);
     if path.is_file() {
@@ -190,7 +196,8 @@ fn smollm2_matches_llama_cpp_on_gpu() {
 }
 
 /// The chat prompt SmolLM2's template gives for one user message (its default system message first).
-const CHAT_PROMPT: &str = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n\
+const CHAT_PROMPT: &str =
+    "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n\
                            <|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n";
 
 /// The tokenizer built from the file's metadata (`smollm` pre-tokenizer: digits one by one) against
@@ -214,7 +221,8 @@ fn smollm2_tokenizer_matches_llama_cpp() {
 fn smollm2_chat_uses_its_template_and_answers() {
     let Some(path) = model_or_skip("smollm2_chat_uses_its_template_and_answers") else { return };
     let g = GgufModel::open(&path).unwrap();
-    let prompt = g.chat_template().unwrap().render(&[Message::new("user", "What is the capital of France?")], true).unwrap();
+    let prompt =
+        g.chat_template().unwrap().render(&[Message::new("user", "What is the capital of France?")], true).unwrap();
     assert_eq!(prompt, CHAT_PROMPT);
     let tok = g.tokenizer().unwrap();
     let model = g.load(&Device::cpu(), LoadOptions { dtype: DType::F32, max_context: 256, progress: None }).unwrap();

@@ -165,7 +165,8 @@ impl Matvec {
     pub(crate) fn source(&self) -> String {
         let (mt, c, f) = (self.mt, self.c, fname(self.qt));
         let (uv, runs) = unit_shape(self.qt);
-        let mins = matches!(self.qt, QuantType::Q4K | QuantType::Q4_1 | QuantType::Q5_1 | QuantType::Q2K | QuantType::Q5K);
+        let mins =
+            matches!(self.qt, QuantType::Q4K | QuantType::Q4_1 | QuantType::Q5_1 | QuantType::Q2K | QuantType::Q5K);
         let (mut setup, mut body, mut reduce, mut finish) =
             (String::new(), String::new(), String::new(), String::new());
         for j in 0..c {

@@ -252,7 +252,8 @@ fn quant_min_k(qt: QuantType, x: &[f32], out: &mut [u8]) {
     }
     let dmin = f16_up(minv.iter().fold(0f32, |a, &v| a.max(v)) / smax as f32);
     let mf = dmin.to_f32();
-    let q_up = |v: f32, unit: f32, top: u8| if unit > 0.0 { ((v / unit).ceil() as i32).clamp(0, top as i32) as u8 } else { 0 };
+    let q_up =
+        |v: f32, unit: f32, top: u8| if unit > 0.0 { ((v / unit).ceil() as i32).clamp(0, top as i32) as u8 } else { 0 };
     let mut mn = [0u8; 16];
     let mut scale = [0f32; 16];
     for j in 0..nsub {

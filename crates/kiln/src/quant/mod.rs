@@ -130,12 +130,9 @@ impl QuantType {
             | QuantType::Q5_0
             | QuantType::Q5_1
             | QuantType::IQ4NL => 32,
-            QuantType::Q4K
-            | QuantType::Q6K
-            | QuantType::Q2K
-            | QuantType::Q3K
-            | QuantType::Q5K
-            | QuantType::IQ4XS => 256,
+            QuantType::Q4K | QuantType::Q6K | QuantType::Q2K | QuantType::Q3K | QuantType::Q5K | QuantType::IQ4XS => {
+                256
+            }
         }
     }
 
