@@ -18,7 +18,8 @@ use std::time::Instant;
 #[derive(Args, Debug)]
 pub struct ModelArgs {
     /// Hugging Face model folder (config.json, model.safetensors[.index.json], tokenizer.json) or a
-    /// GGUF file (llama.cpp's format: llama/qwen2, f32/f16/bf16/Q8_0/Q4_0/Q4_K/Q6_K tensors).
+    /// GGUF file (llama.cpp's format: llama/qwen2; f32/f16/bf16, Q4_0/Q4_1/Q5_0/Q5_1/Q8_0,
+    /// Q2_K..Q6_K, IQ4_NL/IQ4_XS tensors).
     #[arg(long, value_name = "DIR|FILE.gguf")]
     pub(crate) model: PathBuf,
     /// A Hugging Face tokenizer.json to use instead of the model's own (needed for GGUF files whose
@@ -36,7 +37,8 @@ pub struct ModelArgs {
     /// llm-bench: what its runs need].
     #[arg(long, value_parser = parse_positive)]
     max_context: Option<usize>,
-    /// Quantize the dense projections after loading: q8_0, q4_0, q4_k or q6_k (the embedding table
+    /// Quantize the dense projections after loading: q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k,
+    /// q5_k, q6_k, iq4_nl or iq4_xs (the embedding table
     /// stays in --dtype; weights whose input size is not a multiple of the block take Q8_0).
     #[arg(long, value_parser = parse_quant)]
     quantize: Option<QuantType>,
@@ -130,10 +132,10 @@ fn parse_positive(s: &str) -> Result<usize, String> {
 }
 
 fn parse_quant(s: &str) -> Result<QuantType, String> {
-    QuantType::ALL
-        .into_iter()
-        .find(|q| q.name().eq_ignore_ascii_case(s))
-        .ok_or_else(|| format!("unknown quantization '{s}': expected q8_0, q4_0, q4_k or q6_k"))
+    QuantType::ALL.into_iter().find(|q| q.name().eq_ignore_ascii_case(s)).ok_or_else(|| {
+        let names: Vec<String> = QuantType::ALL.iter().map(|q| q.name().to_lowercase()).collect();
+        format!("unknown quantization '{s}': expected one of {}", names.join(", "))
+    })
 }
 
 fn parse_dtype(s: &str) -> Result<DType, String> {

@@ -365,8 +365,9 @@ impl Gguf {
                 Some(q) => GgufTensor::Quant(QTensor::from_raw(bytes, q, shape, device)?),
                 None => {
                     return Err(GgufError::Unsupported(format!(
-                        "tensor {} has ggml type {t}; kiln reads f32, f16, bf16, Q8_0, Q4_0, Q4_K and Q6_K",
-                        info.name
+                        "tensor {} has ggml type {t}; kiln reads f32, f16, bf16, {}",
+                        info.name,
+                        QuantType::ALL.map(|q| q.name()).join(", ")
                     )))
                 }
             },

@@ -129,6 +129,44 @@ fn quantized_tensors_match_gguf_py() {
     }
 }
 
+/// `fixtures/formats.gguf` (`make_formats.py`): random blocks of the newer formats with gguf-py's
+/// dequantisation of them, and gguf-py's quantisation of Q4_1, Q5_0 and Q5_1.
+#[test]
+fn newer_formats_match_gguf_py() {
+    let f = Gguf::open(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/formats.gguf")).unwrap();
+    let devices: Vec<Device> = [Some(Device::cpu()), Device::gpu().ok()].into_iter().flatten().collect();
+    let formats = [
+        ("q4_1", QuantType::Q4_1),
+        ("q5_0", QuantType::Q5_0),
+        ("q5_1", QuantType::Q5_1),
+        ("q2_k", QuantType::Q2K),
+        ("q3_k", QuantType::Q3K),
+        ("q5_k", QuantType::Q5K),
+        ("iq4_nl", QuantType::IQ4NL),
+        ("iq4_xs", QuantType::IQ4XS),
+    ];
+    for dev in &devices {
+        for (name, qt) in formats {
+            let w = quant(f.load(&format!("{name}.w"), dev).unwrap());
+            assert_eq!(w.qtype(), qt);
+            let want = floats(&f.load(&format!("{name}.deq"), dev).unwrap());
+            let got = floats(&GgufTensor::Quant(w));
+            assert_eq!(got.len(), want.len());
+            for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+                // Bit-exact on the CPU; a GPU compiler may fuse a multiply-add.
+                let tol = if dev.is_cpu() { 0.0 } else { 1e-6 * e.abs().max(1e-3) };
+                assert!((g - e).abs() <= tol, "{name} {dev:?} value {i}: {g} vs {e}");
+            }
+        }
+        for (name, qt) in [("q4_1", QuantType::Q4_1), ("q5_0", QuantType::Q5_0), ("q5_1", QuantType::Q5_1)] {
+            let w = quant(f.load(&format!("{name}.qw"), dev).unwrap());
+            let GgufTensor::Float(src) = f.load(&format!("{name}.src"), dev).unwrap() else { panic!() };
+            let mine = QTensor::quantize(&src, qt).unwrap();
+            assert_eq!(mine.to_raw().unwrap(), w.to_raw().unwrap(), "{name} bytes");
+        }
+    }
+}
+
 #[test]
 fn hf_names_and_qk_unpermutation() {
     assert_eq!(names::hf_name("token_embd.weight").as_deref(), Some("model.embed_tokens.weight"));

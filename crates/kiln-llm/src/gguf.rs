@@ -349,6 +349,10 @@ const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L
 const QWEN2_SPLIT: &str =
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// SmolLM's and StarCoder's (`smollm`, `starcoder`, `refact`): every digit on its own, then GPT-2's
+/// byte-level split (`Digits(individual_digits)` + `ByteLevel(use_regex)` in tokenizer.json).
+const DIGIT_SPLIT: &str = r"\p{N}";
+
 /// A `tokenizers` tokenizer from the GGUF metadata: byte-level BPE (`gpt2`) or SentencePiece
 /// (`llama`).
 fn tokenizer_of(f: &Gguf) -> std::result::Result<Tokenizer, String> {
@@ -411,9 +415,10 @@ fn byte_level_bpe(
         "default" | "gpt2" => None,
         "llama-bpe" | "llama3" => Some(LLAMA3_SPLIT),
         "qwen2" => Some(QWEN2_SPLIT),
+        "smollm" | "starcoder" | "refact" => Some(DIGIT_SPLIT),
         other => {
             return Err(format!(
-                "tokenizer.ggml.pre \"{other}\" is not supported (default, gpt2, llama-bpe, qwen2); {hint}"
+                "tokenizer.ggml.pre \"{other}\" is not supported (default, gpt2, llama-bpe, qwen2, smollm, starcoder, refact); {hint}"
             ))
         }
     };
@@ -435,7 +440,8 @@ fn byte_level_bpe(
         Some(re) => {
             let s = Split::new(SplitPattern::Regex(re.into()), SplitDelimiterBehavior::Isolated, false)
                 .map_err(|e| format!("pre-tokenizer regex: {e}"))?;
-            Sequence::new(vec![s.into(), ByteLevel::new(false, true, false).into()]).into()
+            // The digit split is followed by GPT-2's own regex; the others replace it.
+            Sequence::new(vec![s.into(), ByteLevel::new(false, true, re == DIGIT_SPLIT).into()]).into()
         }
     };
     tok.with_pre_tokenizer(Some(pre_tok));

@@ -74,6 +74,7 @@ pub(crate) fn dequant_block(qt: QuantType, body: &[u8], d: f16, out: &mut [f32])
                 }
             }
         }
+        q => super::formats_more::dequant_block(q, body, d, out),
     }
 }
 
@@ -109,6 +110,7 @@ pub(crate) fn quant_block(qt: QuantType, x: &[f32], out: &mut [u8]) {
         }
         QuantType::Q4K => quant_q4k(x, out),
         QuantType::Q6K => quant_q6k(x, out),
+        q => super::formats_more::quant_block(q, x, out),
     }
 }
 

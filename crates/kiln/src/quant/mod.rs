@@ -1,4 +1,5 @@
-//! Quantized weights: GGUF's `Q8_0`, `Q4_0`, `Q4_K` and `Q6_K` block formats, stored packed on
+//! Quantized weights: GGUF's `Q8_0`, `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q2_K`, `Q3_K`, `Q4_K`,
+//! `Q5_K`, `Q6_K`, `IQ4_NL` and `IQ4_XS` block formats, stored packed on
 //! either backend, with exact dequantisation, quantisation from f32 and a `qlinear` that reads the
 //! packed weights directly.
 //!
@@ -10,12 +11,16 @@
 //! all whole words), then every block's `d`, two per word (block `b` in the low half of word
 //! `b / 2` when `b` is even), and zero words up to a whole number of 16-byte vectors (so the GPU
 //! reads the bodies with 16-byte loads). Q4_K blocks (144 bytes) are word aligned and are kept whole, with no
-//! scale section. So the planar layout has the same size as ggml's (plus at most 2 + 15 bytes) and
+//! scale section; so are the other word-aligned blocks (Q4_1 20 bytes, Q5_1 24, Q2_K 84, Q5_K 176,
+//! IQ4_XS 136; the GPU reads those by words), while Q5_0 (22), Q3_K (110) and IQ4_NL (18) move
+//! `d` out as Q4_0 does. So the planar layout has the same size as ggml's (plus at most 2 + 15
+//! bytes) and
 //! `from_raw`/`to_raw` convert between the two. Blocks run along the last axis (`in` of an
 //! `(out, in)` weight), row after row, as in GGUF.
 
 mod cpu;
 mod formats;
+mod formats_more;
 mod ops;
 
 use crate::cpu::CpuStorage;
@@ -37,10 +42,43 @@ pub enum QuantType {
     /// 256 values: 128 bytes of low nibbles, 64 bytes of high 2-bit pairs, 16 i8 scales, f16 `d`;
     /// value = d * sc * (q - 32).
     Q6K,
+    /// 32 values: f16 `d`, f16 `m`, 16 bytes of nibbles (as Q4_0); value = q * d + m.
+    Q4_1,
+    /// 32 values: f16 `d`, 4 bytes of fifth bits, 16 bytes of nibbles; value = (q - 16) * d.
+    Q5_0,
+    /// 32 values: f16 `d`, f16 `m`, 4 bytes of fifth bits, 16 bytes of nibbles; value = q * d + m.
+    Q5_1,
+    /// 256 values: 16 bytes of 4-bit scales and mins, 64 bytes of 2-bit values, f16 `d`, f16
+    /// `dmin`; value = d * sc * q - dmin * m.
+    Q2K,
+    /// 256 values: 32 bytes of high bits, 64 bytes of low 2-bit pairs, 12 bytes of 6-bit scales,
+    /// f16 `d`; value = d * (sc - 32) * (q - 4 * !hbit).
+    Q3K,
+    /// 256 values: f16 `d`, f16 `dmin`, 12 bytes of 6-bit scales and mins (as Q4_K), 32 bytes of
+    /// fifth bits, 128 bytes of nibbles; value = d * sc * q - dmin * m.
+    Q5K,
+    /// 32 values: f16 `d`, 16 bytes of nibbles indexing a fixed non-uniform table of 16 levels.
+    IQ4NL,
+    /// 256 values: f16 `d`, 6-bit scales of 8 sub-blocks (2 + 4 bytes), 128 bytes of nibbles
+    /// indexing IQ4_NL's table; value = d * (ls - 32) * table[q].
+    IQ4XS,
 }
 
 impl QuantType {
-    pub const ALL: [QuantType; 4] = [QuantType::Q8_0, QuantType::Q4_0, QuantType::Q4K, QuantType::Q6K];
+    pub const ALL: [QuantType; 12] = [
+        QuantType::Q8_0,
+        QuantType::Q4_0,
+        QuantType::Q4K,
+        QuantType::Q6K,
+        QuantType::Q4_1,
+        QuantType::Q5_0,
+        QuantType::Q5_1,
+        QuantType::Q2K,
+        QuantType::Q3K,
+        QuantType::Q5K,
+        QuantType::IQ4NL,
+        QuantType::IQ4XS,
+    ];
 
     /// ggml's name (`Q8_0`, `Q4_K`, ...).
     pub fn name(self) -> &'static str {
@@ -49,6 +87,14 @@ impl QuantType {
             QuantType::Q4_0 => "Q4_0",
             QuantType::Q4K => "Q4_K",
             QuantType::Q6K => "Q6_K",
+            QuantType::Q4_1 => "Q4_1",
+            QuantType::Q5_0 => "Q5_0",
+            QuantType::Q5_1 => "Q5_1",
+            QuantType::Q2K => "Q2_K",
+            QuantType::Q3K => "Q3_K",
+            QuantType::Q5K => "Q5_K",
+            QuantType::IQ4NL => "IQ4_NL",
+            QuantType::IQ4XS => "IQ4_XS",
         }
     }
 
@@ -59,6 +105,14 @@ impl QuantType {
             QuantType::Q4_0 => 2,
             QuantType::Q4K => 12,
             QuantType::Q6K => 14,
+            QuantType::Q4_1 => 3,
+            QuantType::Q5_0 => 6,
+            QuantType::Q5_1 => 7,
+            QuantType::Q2K => 10,
+            QuantType::Q3K => 11,
+            QuantType::Q5K => 13,
+            QuantType::IQ4NL => 20,
+            QuantType::IQ4XS => 23,
         }
     }
 
@@ -70,8 +124,15 @@ impl QuantType {
     /// Values per block.
     pub fn block_elems(self) -> usize {
         match self {
-            QuantType::Q8_0 | QuantType::Q4_0 => 32,
-            QuantType::Q4K | QuantType::Q6K => 256,
+            QuantType::Q8_0
+            | QuantType::Q4_0
+            | QuantType::Q4_1
+            | QuantType::Q5_0
+            | QuantType::Q5_1
+            | QuantType::IQ4NL => 32,
+            QuantType::Q4K | QuantType::Q6K | QuantType::Q2K | QuantType::Q3K | QuantType::Q5K | QuantType::IQ4XS => {
+                256
+            }
         }
     }
 
@@ -82,23 +143,35 @@ impl QuantType {
             QuantType::Q4_0 => 18,
             QuantType::Q4K => 144,
             QuantType::Q6K => 210,
+            QuantType::Q4_1 => 20,
+            QuantType::Q5_0 => 22,
+            QuantType::Q5_1 => 24,
+            QuantType::Q2K => 84,
+            QuantType::Q3K => 110,
+            QuantType::Q5K => 176,
+            QuantType::IQ4NL => 18,
+            QuantType::IQ4XS => 136,
         }
     }
 
     /// Bytes of a block's body in the planar layout.
     pub(crate) fn body_bytes(self) -> usize {
-        match self {
-            QuantType::Q4K => 144,
-            q => q.block_bytes() - 2,
+        match self.d_offset() {
+            None => self.block_bytes(),
+            Some(_) => self.block_bytes() - 2,
         }
     }
 
     /// Byte offset of `d` in ggml's block, when the planar layout moves it out.
     fn d_offset(self) -> Option<usize> {
         match self {
-            QuantType::Q8_0 | QuantType::Q4_0 => Some(0),
-            QuantType::Q4K => None,
+            QuantType::Q8_0 | QuantType::Q4_0 | QuantType::Q5_0 | QuantType::IQ4NL => Some(0),
             QuantType::Q6K => Some(208),
+            QuantType::Q3K => Some(108),
+            // Word-aligned blocks stay whole.
+            QuantType::Q4K | QuantType::Q4_1 | QuantType::Q5_1 | QuantType::Q2K | QuantType::Q5K | QuantType::IQ4XS => {
+                None
+            }
         }
     }
 

@@ -44,8 +44,86 @@ fn ref_value(qt: QuantType, blk: &[u8], i: usize) -> f32 {
             let sc = blk[192 + 8 * h + l / 16 + 2 * t] as i8;
             h16(208) * sc as f32 * q as f32
         }
+        // y[j] = x0 * d + m (x0 the low nibble of qs[j]; high nibbles for j + 16).
+        QuantType::Q4_1 => {
+            let byte = blk[4 + i % 16];
+            let nib = if i < 16 { byte & 0xF } else { byte >> 4 };
+            nib as i32 as f32 * h16(0) + h16(2)
+        }
+        // The fifth bit of value i is bit i of qh; Q5_0: (q - 16) * d, Q5_1: q * d + m.
+        QuantType::Q5_0 | QuantType::Q5_1 => {
+            let (qh_at, qs_at) = if qt == QuantType::Q5_0 { (2, 6) } else { (4, 8) };
+            let qh = u32::from_le_bytes(blk[qh_at..qh_at + 4].try_into().unwrap());
+            let byte = blk[qs_at + i % 16];
+            let nib = if i < 16 { byte & 0xF } else { byte >> 4 };
+            let q = nib as i32 | ((((qh >> i) & 1) as i32) << 4);
+            if qt == QuantType::Q5_0 {
+                (q - 16) as f32 * h16(0)
+            } else {
+                q as f32 * h16(0) + h16(2)
+            }
+        }
+        // Value 128n + 32j + 16r + l: bits 2j of qs[32n + 16r + l], scale byte 8n + 2j + r
+        // (low nibble times d, high nibble times dmin); dl * q - ml.
+        QuantType::Q2K => {
+            let (n, j, r, l) = (i / 128, (i % 128) / 32, (i % 32) / 16, i % 16);
+            let q = (blk[16 + 32 * n + 16 * r + l] >> (2 * j)) & 3;
+            let sc = blk[8 * n + 2 * j + r];
+            let (dl, ml) = (h16(80) * (sc & 0xF) as f32, h16(82) * (sc >> 4) as f32);
+            dl * q as i8 as f32 - ml
+        }
+        // Value 128n + 32j + 16r + l: bits 2j of qs[32n + 16r + l], minus 4 unless bit 4n + j of
+        // hmask[16r + l]; scale 8n + 2j + r of the 16 6-bit scales (ggml's kmask unpacking), - 32.
+        QuantType::Q3K => {
+            let (n, j, r, l) = (i / 128, (i % 128) / 32, (i % 32) / 16, i % 16);
+            let q = ((blk[32 + 32 * n + 16 * r + l] >> (2 * j)) & 3) as i8;
+            let hbit = blk[16 * r + l] & (1 << (4 * n + j)) != 0;
+            let mut aux = [0u32; 4];
+            for (a, c) in aux.iter_mut().zip(blk[96..108].chunks(4)) {
+                *a = u32::from_le_bytes(c.try_into().unwrap());
+            }
+            let (k1, k2) = (0x03030303u32, 0x0f0f0f0fu32);
+            let tmp = aux[2];
+            aux[2] = ((aux[0] >> 4) & k2) | (((tmp >> 4) & k1) << 4);
+            aux[3] = ((aux[1] >> 4) & k2) | (((tmp >> 6) & k1) << 4);
+            aux[0] = (aux[0] & k2) | ((tmp & k1) << 4);
+            aux[1] = (aux[1] & k2) | (((tmp >> 2) & k1) << 4);
+            let is = 8 * n + 2 * j + r;
+            let sc = (aux[is / 4] >> (8 * (is % 4))) as u8 as i8;
+            let dl = h16(108) * (sc as i32 - 32) as f32;
+            dl * (q - if hbit { 0 } else { 4 }) as f32
+        }
+        // Value 64p + 32t + l: nibble t of qs[32p + l] plus 16 for bit 2p + t of qh[l];
+        // d * sc - dmin * m of sub-block 2p + t (get_scale_min_k4).
+        QuantType::Q5K => {
+            let (p, t, l) = (i / 64, (i % 64) / 32, i % 32);
+            let byte = blk[48 + 32 * p + l];
+            let nib = if t == 0 { byte & 0xF } else { byte >> 4 };
+            let hi = if blk[16 + l] & (1 << (2 * p + t)) != 0 { 16 } else { 0 };
+            let (sc, m) = scale_min(2 * p + t, &blk[4..16]);
+            let (d1, m1) = (h16(0) * sc as f32, h16(2) * m as f32);
+            d1 * (nib + hi) as f32 - m1
+        }
+        QuantType::IQ4NL => {
+            let byte = blk[2 + i % 16];
+            let nib = if i < 16 { byte & 0xF } else { byte >> 4 };
+            h16(0) * KVALUES[nib as usize] as f32
+        }
+        // Sub-block ib = i / 32: ls = 4 bits of scales_l[ib / 2] | 2 bits of scales_h << 4;
+        // d * (ls - 32) * kvalues[nibble].
+        QuantType::IQ4XS => {
+            let (ib, j) = (i / 32, i % 32);
+            let sh = u16::from_le_bytes([blk[2], blk[3]]) as i32;
+            let ls = ((blk[4 + ib / 2] as i32 >> (4 * (ib % 2))) & 0xF) | (((sh >> (2 * ib)) & 3) << 4);
+            let byte = blk[8 + 16 * ib + j % 16];
+            let nib = if j < 16 { byte & 0xF } else { byte >> 4 };
+            (h16(0) * (ls - 32) as f32) * KVALUES[nib as usize] as f32
+        }
     }
 }
+
+/// ggml's `kvalues_iq4nl`.
+const KVALUES: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
 
 /// Random ggml blocks with finite scales of either sign.
 fn random_raw(qt: QuantType, blocks: usize, seed: u64) -> Vec<u8> {
@@ -53,9 +131,11 @@ fn random_raw(qt: QuantType, blocks: usize, seed: u64) -> Vec<u8> {
     let mut raw: Vec<u8> = (0..blocks * qt.block_bytes()).map(|_| r.random::<u32>() as u8).collect();
     for blk in raw.chunks_exact_mut(qt.block_bytes()) {
         let offs: &[usize] = match qt {
-            QuantType::Q8_0 | QuantType::Q4_0 => &[0],
-            QuantType::Q4K => &[0, 2],
+            QuantType::Q8_0 | QuantType::Q4_0 | QuantType::Q5_0 | QuantType::IQ4NL | QuantType::IQ4XS => &[0],
+            QuantType::Q4K | QuantType::Q4_1 | QuantType::Q5_1 | QuantType::Q5K => &[0, 2],
             QuantType::Q6K => &[208],
+            QuantType::Q2K => &[80, 82],
+            QuantType::Q3K => &[108],
         };
         for &o in offs {
             let d = f16::from_f32((r.random::<f32>() - 0.3) * 0.05);
@@ -108,6 +188,22 @@ fn error_bound(qt: QuantType, amax: f32) -> f32 {
         QuantType::Q4K => 0.55 * 2.0 * amax / 15.0 + 1.01 * amax / 63.0,
         // Half a step of amax / 31 (the sub-block scale rounded up by at most d = amax / (31 * 127)).
         QuantType::Q6K => 0.51 * amax / 31.0,
+        // Half a step of (max - min) / 15 (<= 2 amax / 15), plus the f16 rounding of d and m.
+        QuantType::Q4_1 => 0.55 * 2.0 * amax / 15.0 + 2e-3 * amax,
+        QuantType::Q5_1 => 0.55 * 2.0 * amax / 31.0 + 2e-3 * amax,
+        // As Q4_0: one step of amax / 16.
+        QuantType::Q5_0 => 1.01 * amax / 16.0,
+        // Half a step: the sub-block's range from its quantised min (<= 2 amax + dmin) over the
+        // levels, the scale rounded up by at most d (= 1 / 15 or 1 / 63 of the largest).
+        QuantType::Q2K => 0.51 * (2.0 + 1.0 / 15.0) * amax / 3.0 * (1.0 + 1.0 / 15.0),
+        QuantType::Q5K => 0.51 * (2.0 + 1.0 / 63.0) * amax / 31.0 * (1.0 + 1.0 / 63.0),
+        // One step of amax / 4 (values of the other sign clamp at 3), plus the 6-bit scale's
+        // rounding (half of d = amax / 124) over 4 levels.
+        QuantType::Q3K => 1.01 * (amax / 4.0 + 2.0 * amax / 124.0),
+        // IQ4_NL's levels, amax at -127: gaps of at most 24 (half: 12), 127 vs 113 at the top (14).
+        QuantType::IQ4NL => 14.2 * amax / 127.0,
+        // Plus the sub-block scale's 6-bit rounding (half of amax / (127 * 31)) over 127.
+        QuantType::IQ4XS => 14.2 * amax / 127.0 + 0.51 * amax / 31.0,
     }
 }
 

@@ -13,6 +13,9 @@ const FORMATS: &str = include_str!("formats.wgsl");
 const DEQUANT: &str = include_str!("dequant.wgsl");
 const MATVEC: &str = include_str!("matvec.wgsl");
 const UNITS: &str = include_str!("units.wgsl");
+/// Units of the formats beyond Q8_0/Q4_0/Q4_K/Q6_K, and their dequantisation through them.
+const UNITS_MORE: &str = include_str!("units_more.wgsl");
+const DEQUANT_UNITS: &str = include_str!("dequant_units.wgsl");
 
 /// Rows of x per matvec workgroup.
 const ROWS: [u32; 4] = [1, 2, 4, 8];
@@ -24,7 +27,20 @@ fn fname(qt: QuantType) -> &'static str {
         QuantType::Q4_0 => "q4_0",
         QuantType::Q4K => "q4_k",
         QuantType::Q6K => "q6_k",
+        QuantType::Q4_1 => "q4_1",
+        QuantType::Q5_0 => "q5_0",
+        QuantType::Q5_1 => "q5_1",
+        QuantType::Q2K => "q2_k",
+        QuantType::Q3K => "q3_k",
+        QuantType::Q5K => "q5_k",
+        QuantType::IQ4NL => "iq4_nl",
+        QuantType::IQ4XS => "iq4_xs",
     }
+}
+
+/// Formats whose units are in `quant_units_more.wgsl` (dequantised through them).
+fn is_more(qt: QuantType) -> bool {
+    !matches!(qt, QuantType::Q8_0 | QuantType::Q4_0 | QuantType::Q4K | QuantType::Q6K)
 }
 
 /// Word offset of the scale section (0 for Q4_K, which has none).
@@ -35,6 +51,20 @@ fn doff(qt: QuantType, blocks: usize) -> u32 {
 /// The dequantisation kernel of `qt` into `out` (f32, f16 or bf16).
 pub(crate) fn dequant_source(qt: QuantType, out: DType) -> String {
     let (store, _) = store_word(out, 0);
+    if is_more(qt) {
+        let units = format!("{UNITS}\n{UNITS_MORE}");
+        return render(
+            DEQUANT_UNITS,
+            &[
+                ("QT", qt.name()),
+                ("OUT", out.as_str()),
+                ("PRELUDE", PRELUDE),
+                ("UNITS", &units),
+                ("F", fname(qt)),
+                ("STORE", &store),
+            ],
+        );
+    }
     render(
         DEQUANT,
         &[
@@ -135,7 +165,8 @@ impl Matvec {
     pub(crate) fn source(&self) -> String {
         let (mt, c, f) = (self.mt, self.c, fname(self.qt));
         let (uv, runs) = unit_shape(self.qt);
-        let mins = self.qt == QuantType::Q4K;
+        let mins =
+            matches!(self.qt, QuantType::Q4K | QuantType::Q4_1 | QuantType::Q5_1 | QuantType::Q2K | QuantType::Q5K);
         let (mut setup, mut body, mut reduce, mut finish) =
             (String::new(), String::new(), String::new(), String::new());
         for j in 0..c {
@@ -278,7 +309,7 @@ impl Matvec {
                     },
                 ),
                 ("PRELUDE", PRELUDE),
-                ("UNITS", UNITS),
+                ("UNITS", &format!("{UNITS}\n{UNITS_MORE}")),
                 ("RED", &(256 * c * mt).to_string()),
                 ("XLOAD", xload),
                 ("F", f),
@@ -308,7 +339,8 @@ pub(crate) fn catalog(push: &mut impl FnMut(String, String)) {
         }
         for xdt in [DType::F32, DType::F16, DType::BF16] {
             for (mt, n) in ROWS.into_iter().flat_map(|mt| [(mt, 4096), (mt, 13)]) {
-                if xdt == DType::F32 && n == 13 {
+                // The newer formats share the kernel's code paths: their units at 1 and 8 rows.
+                if (xdt == DType::F32 && n == 13) || (is_more(qt) && (n == 13 || mt == 2 || mt == 4)) {
                     continue;
                 }
                 for (sg, add) in [(None, false), (Some(32), false), (Some(32), true)] {
