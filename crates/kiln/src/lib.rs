@@ -33,6 +33,7 @@ pub use dtype::{DType, FloatDType, WithDType};
 pub use error::{Error, Result};
 pub use kv_cache::KvCache;
 pub use layout::Layout;
+pub use ops::decode::LinearInput;
 pub use ops::rope::RopeLayout;
 pub use shape::Shape;
 pub use tensor::Tensor;

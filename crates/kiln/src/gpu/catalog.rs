@@ -138,6 +138,7 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
     push("bandwidth:copy".into(), super::bandwidth::SOURCE.to_string());
     push("matmul_splitk".into(), matmul::splitk_source());
     super::quant::catalog(&mut push);
+    super::decode_fused::catalog(&mut push);
     out.extend(attention::catalog());
     // Cooperative-matrix f16 matmul (SPIR-V and, for 8x8, MSL only: naga's HLSL has no coop matrix).
     out.extend(matmul_coop::catalog());

@@ -8,6 +8,8 @@ mod bandwidth;
 mod catalog;
 mod context;
 mod custom;
+pub(crate) mod decode_fused;
+pub(crate) mod decode_rope_kv;
 mod elementwise;
 mod elementwise_vec;
 mod exec;

@@ -16,6 +16,7 @@
 
 mod cpu;
 mod formats;
+mod fused;
 mod ops;
 
 use crate::cpu::CpuStorage;
