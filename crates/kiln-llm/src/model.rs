@@ -7,7 +7,7 @@ use crate::rope::{inv_freq, RopeTables};
 use crate::weights::WeightSource;
 use crate::{LlmError, Result};
 use kiln::quant::{QTensor, QuantType};
-use kiln::{DType, Device, KvCache, RopeLayout, Tensor};
+use kiln::{DType, Device, KvCache, LinearInput, RopeLayout, Tensor};
 
 mod batch;
 pub use batch::{BatchSeq, SeqKv};
@@ -31,11 +31,34 @@ impl Linear {
         })
     }
 
-    /// `residual + self(x)`: one kernel for a quantized weight without bias (`qlinear_add`).
+    /// `residual + self(x)`: one kernel for a weight without bias (`qlinear_add`, `linear_fused`).
     fn forward_add(&self, x: &Tensor, residual: &Tensor) -> Result<Tensor> {
         Ok(match (&self.w, &self.b) {
             (Weight::Quant(q), None) => x.qlinear_add(q, residual)?,
+            (Weight::Dense(w), None) => x.linear_fused(w, LinearInput::Plain, Some(residual))?,
             _ => residual.add(&self.forward(x)?)?,
+        })
+    }
+
+    /// `self(rms_norm(x, norm, eps))`: one kernel for a weight without bias.
+    fn forward_norm(&self, x: &Tensor, norm: &Tensor, eps: f64) -> Result<Tensor> {
+        Ok(match (&self.w, &self.b) {
+            (Weight::Dense(w), None) => x.linear_fused(w, LinearInput::RmsNorm { weight: norm, eps }, None)?,
+            (Weight::Quant(q), None) => x.qlinear_fused(q, LinearInput::RmsNorm { weight: norm, eps }, None)?,
+            _ => self.forward(&x.rms_norm(norm, eps)?)?,
+        })
+    }
+
+    /// `residual + self(silu(gu[.., :i]) * gu[.., i..])` for the stacked gate/up product `gu`:
+    /// one kernel for a weight without bias.
+    fn forward_silu_add(&self, gu: &Tensor, residual: &Tensor) -> Result<Tensor> {
+        Ok(match (&self.w, &self.b) {
+            (Weight::Dense(w), None) => gu.linear_fused(w, LinearInput::SiluMul, Some(residual))?,
+            (Weight::Quant(q), None) => gu.qlinear_fused(q, LinearInput::SiluMul, Some(residual))?,
+            _ => {
+                let (axis, i) = (gu.rank() as isize - 1, gu.dims()[gu.rank() - 1] / 2);
+                self.forward_add(&gu.narrow(axis, 0, i)?.silu_mul(&gu.narrow(axis, i, i)?)?, residual)?
+            }
         })
     }
 }
@@ -424,34 +447,38 @@ impl Model {
         let mut x = self.embed.embedding(&ids)?; // (t, hidden)
         let (cos, sin) = self.rope.rows(offset, t)?;
         for (layer, kv) in self.layers.iter().zip(cache.layers.iter_mut()) {
-            let h = x.rms_norm(&layer.attn_norm, cfg.rms_norm_eps)?;
-            let heads = |y: &Tensor, n: usize| -> Result<Tensor> { Ok(y.reshape((1, t, n, hd))?.transpose(1, 2)?) };
-            let rope = |y: Tensor| y.rope_with_tables(&cos, &sin, RopeLayout::HalfSplit);
+            let eps = cfg.rms_norm_eps;
             let (q, k, v) = match &layer.qkv {
-                // Stacked: q and k are adjacent in the product, so one rope covers both.
+                // Stacked: the norm in the product's kernel, rope and the cache append in one more.
                 Fused::One(lin) => {
-                    let y = lin.forward(&h)?;
-                    let qk = rope(heads(&y.narrow(1, 0, (nh + nkv) * hd)?, nh + nkv)?)?;
-                    let v = heads(&y.narrow(1, (nh + nkv) * hd, nkv * hd)?, nkv)?;
-                    (qk.narrow(1, 0, nh)?, qk.narrow(1, nh, nkv)?, v)
+                    kv.append_rope(&lin.forward_norm(&x, &layer.attn_norm, eps)?, nh, nkv, &cos, &sin)?
                 }
                 Fused::Apart(_) => {
+                    let h = x.rms_norm(&layer.attn_norm, eps)?;
+                    let heads =
+                        |y: &Tensor, n: usize| -> Result<Tensor> { Ok(y.reshape((1, t, n, hd))?.transpose(1, 2)?) };
+                    let rope = |y: Tensor| y.rope_with_tables(&cos, &sin, RopeLayout::HalfSplit);
                     let ys = layer.qkv.forward(&h, &[nh * hd, nkv * hd, nkv * hd])?;
-                    (rope(heads(&ys[0], nh)?)?, rope(heads(&ys[1], nkv)?)?, heads(&ys[2], nkv)?)
+                    let (q, k, v) = (rope(heads(&ys[0], nh)?)?, rope(heads(&ys[1], nkv)?)?, heads(&ys[2], nkv)?);
+                    let (k, v) = kv.append(&k, &v)?;
+                    (q, k, v)
                 }
             };
-            let (k, v) = kv.append(&k, &v)?;
             let att = q.sdpa(&k, &v, true, None)?; // (1, nh, t, hd)
             let att = att.transpose(1, 2)?.reshape((t, nh * hd))?;
             x = layer.o.forward_add(&att, &x)?;
-            let h = x.rms_norm(&layer.mlp_norm, cfg.rms_norm_eps)?;
-            let gu = layer.gate_up.forward(&h, &[cfg.intermediate_size; 2])?;
-            let mlp = gu[0].silu_mul(&gu[1])?;
-            x = layer.down.forward_add(&mlp, &x)?;
+            x = match &layer.gate_up {
+                // Stacked: the norm in the gate/up kernel, silu_mul and the residual in the down one.
+                Fused::One(lin) => layer.down.forward_silu_add(&lin.forward_norm(&x, &layer.mlp_norm, eps)?, &x)?,
+                Fused::Apart(_) => {
+                    let h = x.rms_norm(&layer.mlp_norm, eps)?;
+                    let gu = layer.gate_up.forward(&h, &[cfg.intermediate_size; 2])?;
+                    layer.down.forward_add(&gu[0].silu_mul(&gu[1])?, &x)?
+                }
+            };
         }
         let x = if all_logits { x } else { x.narrow(0, t - 1, 1)? };
-        let x = x.rms_norm(&self.norm, cfg.rms_norm_eps)?;
-        Ok(self.lm_head.forward(&x)?.to_dtype(DType::F32)?)
+        Ok(self.lm_head.forward_norm(&x, &self.norm, cfg.rms_norm_eps)?.to_dtype(DType::F32)?)
     }
 }
 

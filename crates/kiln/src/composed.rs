@@ -70,6 +70,24 @@ pub fn silu_mul(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
     in_f32(gate, |g| g.silu()?.mul(&u))
 }
 
+/// `residual + input(x) @ w^T` (`Tensor::linear_fused`): the input's RMSNorm or `silu_mul` of its
+/// two halves, `linear`, then the residual added.
+pub fn linear_fused(x: &Tensor, w: &Tensor, input: crate::LinearInput, residual: Option<&Tensor>) -> Result<Tensor> {
+    let h = match input {
+        crate::LinearInput::Plain => x.clone(),
+        crate::LinearInput::RmsNorm { weight, eps } => x.rms_norm(weight, eps)?,
+        crate::LinearInput::SiluMul => {
+            let k = w.dims()[w.rank() - 1];
+            x.narrow(-1, 0, k)?.silu_mul(&x.narrow(-1, k, k)?)?
+        }
+    };
+    let y = h.linear(w, None)?;
+    match residual {
+        Some(r) => r.add(&y),
+        None => Ok(y),
+    }
+}
+
 /// A `(rows, cols)` matrix of `dtype` with the given `(row, col, value)` entries and zeros elsewhere.
 fn sparse_matrix(rows: usize, cols: usize, entries: &[(usize, usize, f64)], x: &Tensor) -> Result<Tensor> {
     let mut m = vec![0.0; rows * cols];

@@ -7,6 +7,8 @@
 
 use crate::{Error, Result, Tensor};
 
+mod rope;
+
 /// Keys `(b, h, t, d)` and values `(b, h, t, dv)` grown along `t` up to `max_len`.
 pub struct KvCache {
     max_len: usize,

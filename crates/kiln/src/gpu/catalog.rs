@@ -140,6 +140,7 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
     push("bandwidth:copy".into(), super::runtime::bandwidth::SOURCE.to_string());
     push("matmul_splitk".into(), matmul::splitk_source());
     super::quant::catalog(&mut push);
+    super::decode::catalog(&mut push);
     out.extend(attention::catalog());
     // Cooperative-matrix f16 matmul (SPIR-V and, for 8x8, MSL only: naga's HLSL has no coop matrix).
     out.extend(matmul::coop::catalog());

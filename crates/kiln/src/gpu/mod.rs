@@ -15,6 +15,7 @@
 mod attention;
 mod catalog;
 mod custom;
+pub(crate) mod decode;
 mod elementwise;
 mod index;
 mod matmul;

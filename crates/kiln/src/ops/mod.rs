@@ -3,6 +3,7 @@
 
 mod attention;
 mod binary;
+pub(crate) mod decode;
 mod index;
 mod join;
 mod mask;

@@ -21,6 +21,7 @@
 mod cpu;
 mod formats;
 mod formats_more;
+mod fused;
 mod ops;
 
 use crate::cpu::CpuStorage;

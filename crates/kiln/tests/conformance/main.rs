@@ -7,6 +7,7 @@ mod common;
 mod attention;
 mod binary;
 mod create;
+mod decode;
 mod differential;
 mod edge_cases;
 mod index;

@@ -28,8 +28,8 @@ const DECODE_MAX_TQ: usize = 8;
 const TARGET_GROUPS: usize = 1024;
 /// Keys one prefill / decode workgroup takes at least when the keys are split. Decode: 64 keys
 /// sped up an 8B-shaped LLM's bf16 decode on an H100 at contexts 512-2048 (+10%) but slowed the
-/// 8192-key `sdpa_decode` bench (55 -> 90 us) and did not help the quantized runs (session 5,
-/// docs/PERFORMANCE.md), so 256 stays; the split should depend on the context length.
+/// 8192-key `sdpa_decode` bench (55 -> 90 us) (session 5, docs/PERFORMANCE.md): the decode split
+/// follows the context length up to this (`min_decode_split`).
 const MIN_FLASH_SPLIT: usize = 256;
 const MIN_DECODE_SPLIT: usize = 256;
 /// Most splits per row (bounds the combine kernel's loop).
@@ -126,17 +126,15 @@ impl DecodeConfig {
     }
 }
 
-/// Keys one decode workgroup takes at least when the keys are split ([`MIN_DECODE_SPLIT`];
-/// `KILN_DECODE_SPLIT` overrides, for A/B runs).
-fn min_decode_split() -> usize {
-    static C: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *C.get_or_init(|| {
-        std::env::var("KILN_DECODE_SPLIT")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&c| c >= 16)
-            .unwrap_or(MIN_DECODE_SPLIT)
-    })
+/// Keys one decode workgroup takes at least when `tk` keys are split: a 32nd of the context
+/// (a power of two from 32 to [`MIN_DECODE_SPLIT`]), so that short contexts fill the GPU with
+/// small splits and long ones keep at most ~32 splits for the combine kernel to merge;
+/// `KILN_DECODE_SPLIT` fixes it, for A/B runs.
+fn min_decode_split(tk: usize) -> usize {
+    static C: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    let fixed =
+        *C.get_or_init(|| std::env::var("KILN_DECODE_SPLIT").ok().and_then(|v| v.parse().ok()).filter(|&c| c >= 16));
+    fixed.unwrap_or_else(|| (tk / 32).next_power_of_two().clamp(32, MIN_DECODE_SPLIT))
 }
 
 /// Whether the decode kernel may sum partial dot products with subgroup shuffles
@@ -689,7 +687,7 @@ pub(crate) fn attention(
         let cfg = decode_config(d, dv, group * tq, vec, sg, limit).ok_or_else(too_small)?;
         let nrc = (group * tq).div_ceil(cfg.r);
         let base = b * hkv * nrc;
-        (Kernel::Decode(cfg), nrc, 1, base, split_keys(tk, base, 16 * cfg.u, min_decode_split()))
+        (Kernel::Decode(cfg), nrc, 1, base, split_keys(tk, base, 16 * cfg.u, min_decode_split(tk)))
     } else {
         let vec = granular(q, ql) && granular(k, kl) && granular(v, vl);
         let cfg = flash_config(d, dv, vec, limit).ok_or_else(too_small)?;

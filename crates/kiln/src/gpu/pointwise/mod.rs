@@ -310,3 +310,25 @@ impl GpuStorage {
         })
     }
 }
+
+/// What a few-row matrix-vector kernel (the dense one of `decode/`, the quantized one of `quant/`)
+/// does to each x row before the product: the row prologue both share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pro {
+    /// x as it is.
+    Plain,
+    /// `x * rsqrt(mean(x^2) + eps) * weight` (the weight: binding 3, the scale applied after the sum).
+    RmsNorm,
+    /// `silu(x[.., :k]) * x[.., k..2k]` (the stacked gate/up product's row).
+    SiluMul,
+}
+
+impl Pro {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Pro::Plain => "plain",
+            Pro::RmsNorm => "rmsnorm",
+            Pro::SiluMul => "silumul",
+        }
+    }
+}

@@ -2,7 +2,9 @@
 //! dtype (`quant_dequant.wgsl`) and the few-row matrix product that reads the packed weight
 //! directly (`quant_matvec.wgsl`); both read blocks through `quant_formats.wgsl`.
 
+use crate::gpu::pointwise::Pro;
 use crate::gpu::runtime::kernels::render;
+use crate::gpu::runtime::storage::At;
 use crate::gpu::runtime::wgsl::{self, store_word, PRELUDE};
 use crate::gpu::runtime::GpuStorage;
 use crate::quant::QuantType;
@@ -91,8 +93,11 @@ pub(crate) struct Matvec {
     pub(crate) ln: u32,
     /// Lanes summed with subgroupAdd first (the adapter's subgroups are at most `ln` lanes).
     pub(crate) sg: bool,
-    /// Adds a bias or residual (binding 3, in the output's dtype) before the store.
+    /// Adds a bias or residual (the last binding, in the output's dtype) before the store.
     pub(crate) add: bool,
+    /// What the kernel does to x first (RMSNorm with the norm weight at binding 3, or silu_mul of
+    /// the row's two halves; `decode_fused.rs`).
+    pub(crate) pro: Pro,
 }
 
 /// Values per unit (one lane's step, `quant_units.wgsl`) and runs of 16 values in it.
@@ -147,14 +152,15 @@ impl Matvec {
         let ln = overrides().ln.map_or(ln as u32, |v| v.clamp(32, 256));
         let out16 = xdt != DType::F32 && n.is_multiple_of(2);
         let sg = sg_max.is_some_and(|s| s <= ln) && overrides().sg;
-        Matvec { qt, xdt, out16, mt, c, ln, sg, add: false }
+        Matvec { qt, xdt, out16, mt, c, ln, sg, add: false, pro: Pro::Plain }
     }
 
     pub(crate) fn key(&self) -> String {
         let o = if self.out16 { self.xdt } else { DType::F32 };
         let sg = if self.sg { ":sg" } else { "" };
         let add = if self.add { ":add" } else { "" };
-        format!("quant_matvec:{}:{}->{o}:r{}:c{}:l{}{sg}{add}", self.qt, self.xdt, self.mt, self.c, self.ln)
+        let pro = if self.pro == Pro::Plain { String::new() } else { format!(":{}", self.pro.name()) };
+        format!("quant_matvec:{}:{}->{o}:r{}:c{}:l{}{sg}{add}{pro}", self.qt, self.xdt, self.mt, self.c, self.ln)
     }
 
     /// Weight rows (output columns) per workgroup.
@@ -174,15 +180,42 @@ impl Matvec {
             writeln!(body, "        let w{j} = load_{f}(row{j}, u, units, doff);").unwrap();
         }
         for r in 0..mt {
-            writeln!(setup, "    let xb{r} = p[4] + min(m0 + {r}u, m - 1u) * k;").unwrap();
+            writeln!(setup, "    let xb{r} = p[4] + min(m0 + {r}u, m - 1u) * p[7];").unwrap();
             for j in 0..c {
                 writeln!(setup, "    var acc{j}_{r} = 0.0;").unwrap();
             }
         }
+        if self.pro == Pro::RmsNorm {
+            // Each workgroup takes the sum of squares of its rows itself (k values from cache).
+            for r in 0..mt {
+                writeln!(setup, "    var ss{r} = 0.0;").unwrap();
+            }
+            setup += "    for (var e = tid * 16u; e < k; e += 4096u) {\n";
+            for r in 0..mt {
+                for v in 0..4 {
+                    writeln!(setup, "        let s{r}_{v} = xv(xb{r} + e, {v}u); ss{r} += dot(s{r}_{v}, s{r}_{v});")
+                        .unwrap();
+                }
+            }
+            setup += "    }\n";
+            for r in 0..mt {
+                writeln!(setup, "    red[{r}u * 256u + tid] = ss{r};").unwrap();
+            }
+            setup += "    workgroupBarrier();\n    for (var s = 128u; s > 0u; s >>= 1u) {\n        if (tid < s) {\n";
+            for r in 0..mt {
+                writeln!(setup, "            red[{r}u * 256u + tid] += red[{r}u * 256u + tid + s];").unwrap();
+            }
+            setup += "        }\n        workgroupBarrier();\n    }\n";
+            for r in 0..mt {
+                writeln!(setup, "    let scale{r} = inverseSqrt(red[{r}u * 256u] / f32(k) + bitcast<f32>(p[9]));")
+                    .unwrap();
+            }
+            setup += "    workgroupBarrier();\n";
+        }
         for i in 0..runs {
             for r in 0..mt {
                 for v in 0..4 {
-                    writeln!(body, "        let x{i}_{r}_{v} = xv(xb{r} + pos + off_{f}({i}u), {v}u);").unwrap();
+                    writeln!(body, "        let x{i}_{r}_{v} = xin(xb{r}, pos + off_{f}({i}u), {v}u);").unwrap();
                 }
                 if mins {
                     writeln!(
@@ -241,6 +274,7 @@ impl Matvec {
         }
         // The addend of output (m0 + r, col0 + j): element p[6] + (m0 + r) * p[5] + col0 + j.
         let at = |r: u32, j: u32| format!("p[6] + (m0 + {r}u) * p[5] + col0 + {j}u");
+        let tv = |s: u32, r: u32| if self.pro == Pro::RmsNorm { format!("t{s} * scale{r}") } else { format!("t{s}") };
         for r in 0..mt {
             if self.out16 {
                 let pack = if self.xdt == DType::F16 {
@@ -262,8 +296,10 @@ impl Matvec {
                     };
                     writeln!(
                         finish,
-                        "        if (col0 + {j}u < n && m0 + {r}u < m) {{ var a = t{s0}; var b = t{s1}; {add}\
-                         dst[((m0 + {r}u) * n + col0 + {j}u) / 2u] = {pack}; }}"
+                        "        if (col0 + {j}u < n && m0 + {r}u < m) {{ var a = {}; var b = {}; {add}\
+                         dst[((m0 + {r}u) * n + col0 + {j}u) / 2u] = {pack}; }}",
+                        tv(s0, r),
+                        tv(s1, r)
                     )
                     .unwrap();
                 }
@@ -272,8 +308,8 @@ impl Matvec {
                     let add = if self.add { format!(" + addend[{}]", at(r, j)) } else { String::new() };
                     writeln!(
                         finish,
-                        "        if (col0 + {j}u < n && m0 + {r}u < m) {{ dst[(m0 + {r}u) * n + col0 + {j}u] = t{}{add}; }}",
-                        j * mt + r
+                        "        if (col0 + {j}u < n && m0 + {r}u < m) {{ dst[(m0 + {r}u) * n + col0 + {j}u] = {}{add}; }}",
+                        tv(j * mt + r, r)
                     )
                     .unwrap();
                 }
@@ -287,6 +323,30 @@ impl Matvec {
                  fn xv(e: u32, i: u32) -> vec4<f32> { let v = x[e / 8u + i / 2u]; let o = (i & 1u) * 2u; \
                  return vec4<f32>(bf2(v[o]), bf2(v[o + 1u])); }",
         };
+        let xin = match self.pro {
+            Pro::Plain => "fn xin(b: u32, e: u32, i: u32) -> vec4<f32> { return xv(b + e, i); }".to_string(),
+            Pro::SiluMul => "fn xin(b: u32, e: u32, i: u32) -> vec4<f32> { let g = xv(b + e, i); \
+                 return g / (vec4<f32>(1.0) + exp(-g)) * xv(b + p[10] + e, i); }"
+                .to_string(),
+            // The norm weight read like x, from its own buffer and offset p[8].
+            Pro::RmsNorm => {
+                let start = xload.find("fn xv(").expect("xv is defined");
+                let nwv = xload[start..].replace("fn xv(", "fn nwv(").replace("x[", "nw[");
+                format!(
+                    "{nwv}\nfn xin(b: u32, e: u32, i: u32) -> vec4<f32> {{ return xv(b + e, i) * nwv(p[8] + e, i); }}"
+                )
+            }
+        };
+        let xload = format!("{xload}\n{xin}");
+        let mut extra = String::new();
+        if self.pro == Pro::RmsNorm {
+            extra += "@group(0) @binding(3) var<storage, read> nw: array<vec4<u32>>;\n";
+        }
+        if self.add {
+            let b = 3 + (self.pro == Pro::RmsNorm) as u32;
+            let elem = if self.out16 { "u32" } else { "f32" };
+            writeln!(extra, "@group(0) @binding({b}) var<storage, read> addend: array<{elem}>;").unwrap();
+        }
         let odt = if self.out16 { self.xdt } else { DType::F32 };
         render(
             MATVEC,
@@ -300,18 +360,11 @@ impl Matvec {
                 ("SETS", &(256 / self.ln).to_string()),
                 ("UV", &uv.to_string()),
                 ("DST_ELEM", if self.out16 { "u32" } else { "f32" }),
-                (
-                    "ADDEND",
-                    match (self.add, self.out16) {
-                        (false, _) => "",
-                        (true, true) => "@group(0) @binding(3) var<storage, read> addend: array<u32>;",
-                        (true, false) => "@group(0) @binding(3) var<storage, read> addend: array<f32>;",
-                    },
-                ),
+                ("ADDEND", &extra),
                 ("PRELUDE", PRELUDE),
                 ("UNITS", &format!("{UNITS}\n{UNITS_MORE}")),
                 ("RED", &(256 * c * mt).to_string()),
-                ("XLOAD", xload),
+                ("XLOAD", &xload),
                 ("F", f),
                 ("SETUP", &setup),
                 ("BODY", &body),
@@ -346,6 +399,12 @@ pub(crate) fn catalog(push: &mut impl FnMut(String, String)) {
                 for (sg, add) in [(None, false), (Some(32), false), (Some(32), true)] {
                     let mv = Matvec { add, ..Matvec::for_problem(qt, xdt, n, 4096, mt as usize, sg) };
                     push(mv.key(), mv.source());
+                    if mt <= 2 && n == 4096 {
+                        for pro in [Pro::RmsNorm, Pro::SiluMul] {
+                            let mv = Matvec { pro, ..mv };
+                            push(mv.key(), mv.source());
+                        }
+                    }
                 }
             }
         }
@@ -398,10 +457,35 @@ pub(crate) fn qmatmul(
     m: usize,
     add: Option<Addend>,
 ) -> Result<Option<GpuStorage>> {
+    qmatmul_fused(x, x_off, w, qt, n, k, m, add, Prologue { pro: Pro::Plain, x_stride: k, norm: None })
+}
+
+/// What a quantized product does to x first (`Tensor::qlinear_fused`): rows of x `x_stride`
+/// values apart (`2k` for silu_mul, whose up half follows the gate half) and the `(k,)` norm weight
+/// (x's dtype, from a multiple of 16 values) with its eps.
+pub(crate) struct Prologue<'a> {
+    pub(crate) pro: Pro,
+    pub(crate) x_stride: usize,
+    pub(crate) norm: Option<(At<'a>, f64)>,
+}
+
+/// [`qmatmul`] with a prologue; the caller passes x at a multiple of 16 values for one.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn qmatmul_fused(
+    x: &GpuStorage,
+    x_off: usize,
+    w: &GpuStorage,
+    qt: QuantType,
+    n: usize,
+    k: usize,
+    m: usize,
+    add: Option<Addend>,
+    pro: Prologue,
+) -> Result<Option<GpuStorage>> {
     let op = "qlinear";
     x.same_ctx(op, w)?;
     let ctx = x.ctx.clone();
-    if (n * k).max(m * k) + x_off > u32::MAX as usize {
+    if (n * k).max(m * pro.x_stride) + x_off > u32::MAX as usize {
         return Err(Error::Gpu { op, msg: format!("a ({n}, {k}) weight exceeds the 32-bit index range") });
     }
     let sg_max = crate::gpu::runtime::subgroups::use_subgroups(&ctx).then_some(ctx.summary.subgroup_size.1);
@@ -414,22 +498,41 @@ pub(crate) fn qmatmul(
         a.buf.same_ctx(op, x)?;
         mv.add = true;
     }
+    mv.pro = pro.pro;
     // Runs of x are read as 16-byte vectors: copy x when its offset is not a multiple of 16 values.
     let copy;
     let (xs, off) = if x_off.is_multiple_of(16) {
         (x, x_off)
     } else {
-        let l = crate::Layout::new(vec![m * k].into(), vec![1], x_off);
+        let l = crate::Layout::new(vec![m * pro.x_stride].into(), vec![1], x_off);
         copy = GpuStorage::copy_contiguous(x, &l)?;
         (&copy, 0)
     };
     let dst = GpuStorage::alloc(&ctx, if mv.out16 { x.dtype } else { DType::F32 }, m * n)?;
-    let kernel = ctx.pipelines.get(&ctx, &mv.key(), 2 + mv.add as usize, || mv.source())?;
+    let inputs = 2 + mv.add as usize + (mv.pro == Pro::RmsNorm) as usize;
+    let kernel = ctx.pipelines.get(&ctx, &mv.key(), inputs, || mv.source())?;
     let blocks = n * k / qt.block_elems();
     let (a_off, a_stride) = add.as_ref().map_or((0, 0), |a| (a.offset, a.row_stride));
-    let params = [m as u32, n as u32, k as u32, doff(qt, blocks), off as u32, a_stride as u32, a_off as u32];
+    let (nw_off, eps) = pro.norm.as_ref().map_or((0, 0.0), |(g, e)| (g.offset, *e as f32));
+    let params = [
+        m as u32,
+        n as u32,
+        k as u32,
+        doff(qt, blocks),
+        off as u32,
+        a_stride as u32,
+        a_off as u32,
+        pro.x_stride as u32,
+        nw_off as u32,
+        eps.to_bits(),
+        k as u32,
+    ];
     let groups = [n.div_ceil(mv.cols() as usize) as u32, m.div_ceil(mv.mt as usize) as u32, 1];
     let mut bufs = vec![dst.buffer.raw(), xs.buffer.raw(), w.buffer.raw()];
+    if let Some((g, _)) = &pro.norm {
+        g.buf.same_ctx(op, x)?;
+        bufs.push(g.buf.buffer.raw());
+    }
     if let Some(a) = &add {
         bufs.push(a.buf.buffer.raw());
     }

@@ -59,6 +59,18 @@ impl Pipelines {
         inputs: usize,
         source: impl FnOnce() -> String,
     ) -> Result<Arc<Kernel>> {
+        self.get_with(ctx, key, 1, inputs, source)
+    }
+
+    /// [`Self::get`] for a kernel with `outputs` read-write bindings before its inputs.
+    pub(crate) fn get_with(
+        &self,
+        ctx: &Gpu,
+        key: &str,
+        outputs: usize,
+        inputs: usize,
+        source: impl FnOnce() -> String,
+    ) -> Result<Arc<Kernel>> {
         if let Some(k) = self.cache.read().unwrap_or_else(|e| e.into_inner()).get(key) {
             return Ok(k.clone());
         }
@@ -66,7 +78,7 @@ impl Pipelines {
         if let Some(k) = cache.get(key) {
             return Ok(k.clone());
         }
-        let kernel = Arc::new(self.compile(ctx, key, 1, inputs, &source(), "main")?);
+        let kernel = Arc::new(self.compile(ctx, key, outputs, inputs, &source(), "main")?);
         cache.insert(key.to_string(), kernel.clone());
         Ok(kernel)
     }

@@ -23,6 +23,12 @@ pub(crate) fn poison_word(dtype: DType) -> u32 {
     }
 }
 
+/// A buffer and an element offset in it.
+pub(crate) struct At<'a> {
+    pub(crate) buf: &'a GpuStorage,
+    pub(crate) offset: usize,
+}
+
 /// Elements of one dtype in a device buffer.
 pub struct GpuStorage {
     pub(crate) ctx: Arc<GpuContext>,

@@ -1,0 +1,409 @@
+//! Fused kernels of the single-stream decode step (`Tensor::linear_fused`, `ops/decode.rs`): the
+//! dense matrix-vector product that normalises (RMSNorm) or gates (`silu_mul`) its own input row,
+//! adds the residual before its store and writes the model's dtype (`decode_matvec.wgsl`), so a
+//! decoder layer's norms, casts, activations and skip connections cost no dispatch of their own.
+
+pub(crate) mod rope_kv;
+
+pub(crate) use crate::gpu::pointwise::Pro;
+use crate::gpu::runtime::kernels::render;
+pub(crate) use crate::gpu::runtime::storage::At;
+use crate::gpu::runtime::wgsl::PRELUDE;
+use crate::gpu::runtime::GpuStorage;
+use crate::{DType, Error, Result};
+use std::fmt::Write;
+
+const MATVEC: &str = include_str!("matvec.wgsl");
+
+/// Rows of x a fused matvec takes (more go through the composed ops).
+pub(crate) const MAX_ROWS: usize = 8;
+
+/// One fused matvec variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DecodeMatvec {
+    pub(crate) dt: DType,
+    pub(crate) pro: Pro,
+    /// Adds a residual (the last binding, in `dt`) before the store.
+    pub(crate) add: bool,
+    /// Rows of x per workgroup.
+    pub(crate) mt: u32,
+    /// Weight rows per lane set.
+    pub(crate) c: u32,
+    /// Lanes per set.
+    pub(crate) ln: u32,
+    /// Units per loop step.
+    pub(crate) u: u32,
+    /// Lanes summed with subgroupAdd first.
+    pub(crate) sg: bool,
+}
+
+/// Values in one 16-byte unit of `dt`.
+pub(crate) fn unit_values(dt: DType) -> usize {
+    16 / dt.size_in_bytes()
+}
+
+impl DecodeMatvec {
+    /// The kernel for an `(n, k)` weight and `m` rows of x: 4 weight rows per set (2 with more
+    /// rows of x), lanes per set so that a lane takes about 4 units, then more lanes (fewer columns
+    /// per workgroup) while the grid has under ~2 workgroups per SM of a large GPU.
+    pub(crate) fn for_problem(
+        dt: DType,
+        pro: Pro,
+        add: bool,
+        n: usize,
+        k: usize,
+        m: usize,
+        sg_max: Option<u32>,
+    ) -> Self {
+        let mt = (m.next_power_of_two() as u32).min(MAX_ROWS as u32);
+        let c = if mt <= 2 { 4 } else { 2 };
+        let units = k / unit_values(dt);
+        let wgs = |ln: usize| n.div_ceil(256 / ln * c as usize);
+        let mut ln = (units / 8).max(1).next_power_of_two().clamp(32, 256);
+        while ln < 256 && 2 * ln <= units && wgs(ln) < 264 {
+            ln *= 2;
+        }
+        let ln = ln as u32;
+        let sg = sg_max.is_some_and(|s| s <= ln);
+        DecodeMatvec { dt, pro, add, mt, c, ln, u: 2, sg }
+    }
+
+    pub(crate) fn key(&self) -> String {
+        let sg = if self.sg { ":sg" } else { "" };
+        let add = if self.add { ":add" } else { "" };
+        format!(
+            "decode_matvec:{}:{}:r{}:c{}:l{}:u{}{sg}{add}",
+            self.dt,
+            self.pro.name(),
+            self.mt,
+            self.c,
+            self.ln,
+            self.u
+        )
+    }
+
+    /// Weight rows (output columns) per workgroup.
+    pub(crate) fn cols(&self) -> u32 {
+        256 / self.ln * self.c
+    }
+
+    /// Bindings after the output: x, w, then the norm weight and the addend where used.
+    pub(crate) fn inputs(&self) -> usize {
+        2 + (self.pro == Pro::RmsNorm) as usize + self.add as usize
+    }
+
+    pub(crate) fn source(&self) -> String {
+        let (mt, c, uu) = (self.mt, self.c, self.u);
+        let wide = self.dt != DType::F32;
+        // The 16-byte unit as f32 vectors: the even and odd values of a 16-bit unit (their order is
+        // the same for x and w, which is all a dot product needs), or the 4 values of an f32 one.
+        let halves: &[&str] = if wide { &["ev", "od"] } else { &["ev"] };
+        let helpers = match self.dt {
+            DType::F32 => "fn ev(v: vec4<u32>) -> vec4<f32> { return bitcast<vec4<f32>>(v); }\n".to_string(),
+            DType::F16 => "fn ev(v: vec4<u32>) -> vec4<f32> { return vec4<f32>(unpack2x16float(v.x).x, \
+                 unpack2x16float(v.y).x, unpack2x16float(v.z).x, unpack2x16float(v.w).x); }\n\
+                 fn od(v: vec4<u32>) -> vec4<f32> { return vec4<f32>(unpack2x16float(v.x).y, \
+                 unpack2x16float(v.y).y, unpack2x16float(v.z).y, unpack2x16float(v.w).y); }\n"
+                .to_string(),
+            _ => "fn ev(v: vec4<u32>) -> vec4<f32> { return bitcast<vec4<f32>>(v << vec4<u32>(16u)); }\n\
+                 fn od(v: vec4<u32>) -> vec4<f32> { return bitcast<vec4<f32>>(v & vec4<u32>(0xffff0000u)); }\n"
+                .to_string(),
+        } + "fn silu(g: vec4<f32>) -> vec4<f32> { return g / (vec4<f32>(1.0) + exp(-g)); }\n";
+        let (mut setup, mut body, mut reduce, mut finish) =
+            (String::new(), String::new(), String::new(), String::new());
+        for j in 0..c {
+            writeln!(setup, "    let wb{j} = p[5] + min(col0 + {j}u, n - 1u) * units;").unwrap();
+        }
+        for r in 0..mt {
+            writeln!(setup, "    let xb{r} = p[3] + min(m0 + {r}u, m - 1u) * p[4];").unwrap();
+            for j in 0..c {
+                writeln!(setup, "    var acc{j}_{r} = 0.0;").unwrap();
+            }
+        }
+        if self.pro == Pro::RmsNorm {
+            // Each workgroup takes the sum of squares of its rows itself (k values from cache).
+            for r in 0..mt {
+                writeln!(setup, "    var ss{r} = 0.0;").unwrap();
+            }
+            setup += "    for (var e = tid; e < units; e += 256u) {\n";
+            for r in 0..mt {
+                writeln!(setup, "        let v{r} = x[xb{r} + e];").unwrap();
+                for h in halves {
+                    writeln!(setup, "        let {h}{r} = {h}(v{r}); ss{r} += dot({h}{r}, {h}{r});").unwrap();
+                }
+            }
+            setup += "    }\n";
+            for r in 0..mt {
+                writeln!(setup, "    red[{r}u * 256u + tid] = ss{r};").unwrap();
+            }
+            setup += "    workgroupBarrier();\n    for (var s = 128u; s > 0u; s >>= 1u) {\n        if (tid < s) {\n";
+            for r in 0..mt {
+                writeln!(setup, "            red[{r}u * 256u + tid] += red[{r}u * 256u + tid + s];").unwrap();
+            }
+            setup += "        }\n        workgroupBarrier();\n    }\n";
+            for r in 0..mt {
+                writeln!(setup, "    let scale{r} = inverseSqrt(red[{r}u * 256u] / f32(k) + bitcast<f32>(p[8]));")
+                    .unwrap();
+            }
+            setup += "    workgroupBarrier();\n";
+        }
+        // Loads first: every unit of the step, for every weight row, x row (and up half or norm
+        // weight); units past the row end read the last unit and are zeroed.
+        for s in 0..uu {
+            writeln!(body, "        let ok{s} = u + {s}u * {}u < units;", self.ln).unwrap();
+            writeln!(body, "        let uc{s} = min(u + {s}u * {}u, units - 1u);", self.ln).unwrap();
+            for j in 0..c {
+                writeln!(body, "        let w{j}_{s} = select(vec4<u32>(), w[wb{j} + uc{s}], ok{s});").unwrap();
+            }
+            for r in 0..mt {
+                writeln!(body, "        let x{r}_{s} = select(vec4<u32>(), x[xb{r} + uc{s}], ok{s});").unwrap();
+                if self.pro == Pro::SiluMul {
+                    writeln!(body, "        let y{r}_{s} = select(vec4<u32>(), x[xb{r} + p[6] + uc{s}], ok{s});")
+                        .unwrap();
+                }
+            }
+            if self.pro == Pro::RmsNorm {
+                writeln!(body, "        let g{s} = select(vec4<u32>(), nw[p[7] + uc{s}], ok{s});").unwrap();
+            }
+        }
+        for s in 0..uu {
+            for r in 0..mt {
+                for h in halves {
+                    let v = match self.pro {
+                        Pro::Plain => format!("{h}(x{r}_{s})"),
+                        Pro::RmsNorm => format!("{h}(x{r}_{s}) * {h}(g{s})"),
+                        Pro::SiluMul => format!("silu({h}(x{r}_{s})) * {h}(y{r}_{s})"),
+                    };
+                    writeln!(body, "        let a{r}_{s}_{h} = {v};").unwrap();
+                }
+            }
+            for j in 0..c {
+                for h in halves {
+                    writeln!(body, "        let b{j}_{s}_{h} = {h}(w{j}_{s});").unwrap();
+                }
+                for r in 0..mt {
+                    let dots = halves.iter().map(|h| format!("dot(a{r}_{s}_{h}, b{j}_{s}_{h})")).collect::<Vec<_>>();
+                    writeln!(body, "        acc{j}_{r} += {};", dots.join(" + ")).unwrap();
+                }
+            }
+        }
+        // The set's lanes summed into t{slot} of its lane 0.
+        let slots = (0..c * mt).collect::<Vec<_>>();
+        let acc = |slot: u32| format!("acc{}_{}", slot / mt, slot % mt);
+        if self.sg {
+            for &sl in &slots {
+                writeln!(reduce, "    var t{sl} = subgroupAdd({});", acc(sl)).unwrap();
+            }
+            writeln!(reduce, "    if (sgi == 0u) {{").unwrap();
+            for &sl in &slots {
+                writeln!(reduce, "        red[{sl}u * 256u + tid] = t{sl};").unwrap();
+            }
+            writeln!(reduce, "    }}\n    workgroupBarrier();\n    if (lane == 0u) {{").unwrap();
+            writeln!(reduce, "        for (var i = sgs; i < {}u; i += sgs) {{", self.ln).unwrap();
+            for &sl in &slots {
+                writeln!(reduce, "            t{sl} += red[{sl}u * 256u + tid + i];").unwrap();
+            }
+            writeln!(reduce, "        }}\n    }}").unwrap();
+        } else {
+            for &sl in &slots {
+                writeln!(reduce, "    red[{sl}u * 256u + tid] = {};", acc(sl)).unwrap();
+            }
+            writeln!(
+                reduce,
+                "    workgroupBarrier();\n    for (var h = {}u; h > 0u; h >>= 1u) {{\n        if (lane < h) {{",
+                self.ln / 2
+            )
+            .unwrap();
+            for &sl in &slots {
+                writeln!(reduce, "            red[{sl}u * 256u + tid] += red[{sl}u * 256u + tid + h];").unwrap();
+            }
+            writeln!(reduce, "        }}\n        workgroupBarrier();\n    }}").unwrap();
+            for &sl in &slots {
+                writeln!(reduce, "    let t{sl} = red[{sl}u * 256u + tid];").unwrap();
+            }
+        }
+        // Output (m0 + r, col0 + j): the sum, scaled by the row's norm, plus the addend at element
+        // p[10] + (m0 + r) * p[9] + col0 + j; 16-bit outputs as words of two columns (c is even).
+        let at = |r: u32, j: u32| format!("p[10] + (m0 + {r}u) * p[9] + col0 + {j}u");
+        let scaled = |s: u32, r: u32| {
+            if self.pro == Pro::RmsNorm {
+                format!("t{s} * scale{r}")
+            } else {
+                format!("t{s}")
+            }
+        };
+        for r in 0..mt {
+            if wide {
+                let pack = if self.dt == DType::F16 {
+                    "pack2x16float(vec2<f32>(a, b))"
+                } else {
+                    "bf16_bits(a) | (bf16_bits(b) << 16u)"
+                };
+                for j in (0..c).step_by(2) {
+                    let (s0, s1) = (j * mt + r, (j + 1) * mt + r);
+                    let add = if !self.add {
+                        String::new()
+                    } else if self.dt == DType::F16 {
+                        format!("let e = unpack2x16float(addend[({}) / 2u]); a += e.x; b += e.y; ", at(r, j))
+                    } else {
+                        format!(
+                            "let e = addend[({}) / 2u]; a += bitcast<f32>(e << 16u); b += bitcast<f32>(e & 0xffff0000u); ",
+                            at(r, j)
+                        )
+                    };
+                    writeln!(
+                        finish,
+                        "        if (col0 + {j}u < n && m0 + {r}u < m) {{ var a = {}; var b = {}; {add}\
+                         dst[((m0 + {r}u) * n + col0 + {j}u) / 2u] = {pack}; }}",
+                        scaled(s0, r),
+                        scaled(s1, r)
+                    )
+                    .unwrap();
+                }
+            } else {
+                for j in 0..c {
+                    let add = if self.add { format!(" + bitcast<f32>(addend[{}])", at(r, j)) } else { String::new() };
+                    writeln!(
+                        finish,
+                        "        if (col0 + {j}u < n && m0 + {r}u < m) {{ dst[(m0 + {r}u) * n + col0 + {j}u] = {}{add}; }}",
+                        scaled(j * mt + r, r)
+                    )
+                    .unwrap();
+                }
+            }
+        }
+        let mut extra = String::new();
+        let mut b = 3;
+        if self.pro == Pro::RmsNorm {
+            writeln!(extra, "@group(0) @binding({b}) var<storage, read> nw: array<vec4<u32>>;").unwrap();
+            b += 1;
+        }
+        if self.add {
+            writeln!(extra, "@group(0) @binding({b}) var<storage, read> addend: array<u32>;").unwrap();
+        }
+        let red = 256 * (c * mt).max(if self.pro == Pro::RmsNorm { mt } else { 1 });
+        render(
+            MATVEC,
+            &[
+                ("DT", self.dt.as_str()),
+                (
+                    "PRO",
+                    match self.pro {
+                        Pro::Plain => "x",
+                        Pro::RmsNorm => "RMSNorm(x) (x * norm weight, the row's scale applied to the sum)",
+                        Pro::SiluMul => "silu(gate) * up of the row's two halves",
+                    },
+                ),
+                ("MT", &mt.to_string()),
+                ("C", &c.to_string()),
+                ("LN", &self.ln.to_string()),
+                ("U", &uu.to_string()),
+                ("V", &unit_values(self.dt).to_string()),
+                ("SETS", &(256 / self.ln).to_string()),
+                ("DST_ELEM", if wide { "u32" } else { "f32" }),
+                ("EXTRA", &extra),
+                ("PRELUDE", PRELUDE),
+                ("RED", &red.to_string()),
+                ("HELPERS", &helpers),
+                ("SETUP", &setup),
+                ("BODY", &body),
+                ("REDUCE", &reduce),
+                ("FINISH", &finish),
+                ("SUM", if self.sg { "subgroupAdd, then workgroup memory" } else { "a tree in workgroup memory" }),
+                (
+                    "SG_ARGS",
+                    if self.sg {
+                        ",\n        @builtin(subgroup_invocation_id) sgi: u32, @builtin(subgroup_size) sgs: u32"
+                    } else {
+                        ""
+                    },
+                ),
+            ],
+        )
+    }
+}
+
+/// Every fused decode kernel variant, for the catalog.
+pub(crate) fn catalog(push: &mut impl FnMut(String, String)) {
+    for dt in [DType::F32, DType::F16, DType::BF16] {
+        for pro in [Pro::Plain, Pro::RmsNorm, Pro::SiluMul] {
+            for (m, n, k) in [(1, 4096, 4096), (1, 4096, 14336), (2, 64, 64), (4, 13, 4096), (8, 4096, 4096)] {
+                for (sg, add) in [(None, false), (Some(32), false), (Some(32), true)] {
+                    let mv = DecodeMatvec::for_problem(dt, pro, add, n, k, m, sg);
+                    push(mv.key(), mv.source());
+                }
+            }
+        }
+    }
+    for dt in [DType::F32, DType::F16, DType::BF16] {
+        push(format!("rope_kv:{dt}"), rope_kv::source(dt));
+    }
+}
+
+/// The operands of one fused matvec: x rows `x_stride` elements apart (for `SiluMul` each row
+/// holds gate then up, `k` values each), the contiguous `(n, k)` weight, the `(k,)` norm weight
+/// and a contiguous `(m, n)` residual. Offsets and strides of x, w and the norm weight are whole
+/// 16-byte units (checked by the caller, `ops/decode.rs`); the residual's offset is even for
+/// 16-bit dtypes.
+pub(crate) struct MatvecArgs<'a> {
+    pub(crate) x: At<'a>,
+    pub(crate) x_stride: usize,
+    pub(crate) w: At<'a>,
+    pub(crate) norm: Option<(At<'a>, f64)>,
+    pub(crate) silu_mul: bool,
+    pub(crate) residual: Option<At<'a>>,
+    pub(crate) m: usize,
+    pub(crate) n: usize,
+    pub(crate) k: usize,
+}
+
+/// Runs the fused matvec: a fresh `(m, n)` buffer in x's dtype.
+pub(crate) fn matvec(a: &MatvecArgs) -> Result<GpuStorage> {
+    let op = "linear_fused";
+    let dt = a.x.buf.dtype;
+    a.x.buf.same_ctx(op, a.w.buf)?;
+    let ctx = a.x.buf.ctx.clone();
+    let vals = unit_values(dt);
+    let top = (a.w.offset + a.n * a.k).max(a.x.offset + a.m * a.x_stride) + a.m * a.n;
+    if top > u32::MAX as usize {
+        return Err(Error::Gpu { op, msg: format!("a ({}, {}) weight exceeds the 32-bit index range", a.n, a.k) });
+    }
+    let pro = match (&a.norm, a.silu_mul) {
+        (Some(_), _) => Pro::RmsNorm,
+        (None, true) => Pro::SiluMul,
+        (None, false) => Pro::Plain,
+    };
+    let sg_max = crate::gpu::runtime::subgroups::use_subgroups(&ctx).then_some(ctx.summary.subgroup_size.1);
+    let mv = DecodeMatvec::for_problem(dt, pro, a.residual.is_some(), a.n, a.k, a.m, sg_max);
+    let dst = GpuStorage::alloc(&ctx, dt, a.m * a.n)?;
+    let kernel = ctx.pipelines.get(&ctx, &mv.key(), mv.inputs(), || mv.source())?;
+    let mut bufs = vec![dst.buffer.raw(), a.x.buf.buffer.raw(), a.w.buf.buffer.raw()];
+    let (mut nw_off, mut eps) = (0, 0.0f32);
+    if let Some((nw, e)) = &a.norm {
+        nw.buf.same_ctx(op, a.x.buf)?;
+        bufs.push(nw.buf.buffer.raw());
+        (nw_off, eps) = (nw.offset / vals, *e as f32);
+    }
+    let (mut r_off, mut r_stride) = (0, 0);
+    if let Some(r) = &a.residual {
+        r.buf.same_ctx(op, a.x.buf)?;
+        bufs.push(r.buf.buffer.raw());
+        (r_off, r_stride) = (r.offset, a.n);
+    }
+    let params = [
+        a.m as u32,
+        a.n as u32,
+        a.k as u32,
+        (a.x.offset / vals) as u32,
+        (a.x_stride / vals) as u32,
+        (a.w.offset / vals) as u32,
+        (a.k / vals) as u32,
+        nw_off as u32,
+        eps.to_bits(),
+        r_stride as u32,
+        r_off as u32,
+    ];
+    let groups = [a.n.div_ceil(mv.cols() as usize) as u32, a.m.div_ceil(mv.mt as usize) as u32, 1];
+    ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(&ctx, &kernel, &bufs, &params, groups)?;
+    Ok(dst)
+}
