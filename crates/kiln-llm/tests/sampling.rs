@@ -52,7 +52,7 @@ fn assert_matches(freq: &[f64], want: &[f64], n: usize, ctx: &str) {
     }
 }
 
-const L: [f32; 5] = [0.0, 0.693_147_2, 1.098_612_3, 1.386_294_4, -1.0]; // ln 1, ln 2, ln 3, ln 4, -1
+const L: [f32; 5] = [0.0, std::f32::consts::LN_2, 1.098_612_3, 2.0 * std::f32::consts::LN_2, -1.0]; // ln 1, ln 2, ln 3, ln 4, -1
 const N: usize = 20_000;
 
 #[test]
