@@ -2,7 +2,7 @@
 //! with the soak test (`crates/kiln/tests/support/interp.rs`). A panic or abort is a crash; an `Err`
 //! that names no op, or a CPU/GPU disagreement outside the known list, is turned into a panic too.
 //! `KILN_FUZZ_GPU=1` runs every program on the CPU and the GPU in lockstep (slower, with the GPU's
-//! output poisoning on); `KILN_FUZZ_MODE=nonfinite` adds NaN/Inf inputs (CI), `KILN_FUZZ_MODE=full`
+//! output poisoning on); `KILN_FUZZ_MODE=nonfinite` adds NaN/Inf inputs (by hand for now: see fuzz/ci.sh), `KILN_FUZZ_MODE=full`
 //! also huge sizes (known issue-14 crashes, for hand runs).
 
 #![no_main]

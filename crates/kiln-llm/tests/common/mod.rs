@@ -26,7 +26,7 @@ pub fn row_err(a: &[f32], b: &[f32]) -> f64 {
     assert_eq!(a.len(), b.len());
     let scale = b.iter().fold(1.0f64, |m, &x| m.max((x as f64).abs()));
     let diff = a.iter().zip(b).fold(0.0f64, |m, (&x, &y)| m.max((x as f64 - y as f64).abs()));
-    if diff.is_nan() || a.iter().any(|x| x.is_nan()) {
+    if diff.is_nan() || a.iter().chain(b).any(|x| x.is_nan()) {
         return f64::INFINITY;
     }
     diff / scale
