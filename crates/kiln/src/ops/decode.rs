@@ -48,25 +48,7 @@ impl Tensor {
         }
         self.same_device(op, w)?;
         self.same_dtype(op, w)?;
-        let mut out_dims = self.dims().to_vec();
-        *out_dims.last_mut().expect("rank >= 1") = n;
-        if let LinearInput::RmsNorm { weight, .. } = input {
-            self.same_device(op, weight)?;
-            self.same_dtype(op, weight)?;
-            if weight.dims() != [k] {
-                return Err(Error::shape(op, format!("norm weight of shape {} is not ({k},)", weight.shape())));
-            }
-        }
-        if let Some(r) = residual {
-            self.same_device(op, r)?;
-            self.same_dtype(op, r)?;
-            if r.dims() != out_dims {
-                return Err(Error::shape(
-                    op,
-                    format!("residual of shape {} is not the output's shape {:?}", r.shape(), out_dims),
-                ));
-            }
-        }
+        let out_dims = self.check_fused_operands(op, input, residual, k, n)?;
         if let Some(y) = self.linear_fused_gpu(w, input, residual, &out_dims)? {
             return Ok(y);
         }
@@ -139,5 +121,40 @@ impl Tensor {
             k,
         })?;
         Ok(Some(Tensor::from_storage(Storage::Gpu(dst), out_dims.to_vec(), self.device())))
+    }
+}
+
+impl Tensor {
+    /// The checks `linear_fused` and `qlinear_fused` share after their own weight checks: the norm
+    /// weight of shape `(k,)` and the residual of the output's shape, on this tensor's device and
+    /// dtype. Returns the output's dims (the input's with the last one `n`).
+    pub(crate) fn check_fused_operands(
+        &self,
+        op: &'static str,
+        input: LinearInput,
+        residual: Option<&Tensor>,
+        k: usize,
+        n: usize,
+    ) -> Result<Vec<usize>> {
+        let mut out_dims = self.dims().to_vec();
+        *out_dims.last_mut().expect("rank >= 1") = n;
+        if let LinearInput::RmsNorm { weight, .. } = input {
+            self.same_device(op, weight)?;
+            self.same_dtype(op, weight)?;
+            if weight.dims() != [k] {
+                return Err(Error::shape(op, format!("norm weight of shape {} is not ({k},)", weight.shape())));
+            }
+        }
+        if let Some(r) = residual {
+            self.same_device(op, r)?;
+            self.same_dtype(op, r)?;
+            if r.dims() != out_dims {
+                return Err(Error::shape(
+                    op,
+                    format!("residual of shape {} is not the output's shape {:?}", r.shape(), out_dims),
+                ));
+            }
+        }
+        Ok(out_dims)
     }
 }

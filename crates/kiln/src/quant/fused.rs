@@ -31,25 +31,7 @@ impl Tensor {
         if self.device() != w.device() {
             return Err(Error::DeviceMismatch { op, lhs: self.device().name(), rhs: w.device().name() });
         }
-        let mut out_dims = self.dims().to_vec();
-        *out_dims.last_mut().expect("rank >= 1") = n;
-        if let LinearInput::RmsNorm { weight, .. } = input {
-            self.same_device(op, weight)?;
-            self.same_dtype(op, weight)?;
-            if weight.dims() != [k] {
-                return Err(Error::shape(op, format!("norm weight of shape {} is not ({k},)", weight.shape())));
-            }
-        }
-        if let Some(r) = residual {
-            self.same_device(op, r)?;
-            self.same_dtype(op, r)?;
-            if r.dims() != out_dims {
-                return Err(Error::shape(
-                    op,
-                    format!("residual of shape {} is not the output's shape {:?}", r.shape(), out_dims),
-                ));
-            }
-        }
+        let out_dims = self.check_fused_operands(op, input, residual, k, n)?;
         if let Some(y) = self.qlinear_fused_gpu(w, input, residual, &out_dims)? {
             return Ok(y);
         }
