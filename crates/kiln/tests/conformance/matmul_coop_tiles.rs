@@ -30,15 +30,19 @@ enum View {
 }
 
 fn operand(values: &[f64], shape: &[usize], view: View, dev: &Device) -> Tensor {
+    operand_of(values, shape, view, F16, dev)
+}
+
+fn operand_of(values: &[f64], shape: &[usize], view: View, dt: DType, dev: &Device) -> Tensor {
     let r = shape.len();
     match view {
-        View::Plain => tensor(values, shape, F16, dev),
-        View::Transposed => tensor_in(values, shape, F16, Layouts::Transposed, dev),
-        View::Stepped => tensor_in(values, shape, F16, Layouts::Stepped, dev),
+        View::Plain => tensor(values, shape, dt, dev),
+        View::Transposed => tensor_in(values, shape, dt, Layouts::Transposed, dev),
+        View::Stepped => tensor_in(values, shape, dt, Layouts::Stepped, dev),
         View::Offset(n) => {
             let mut stored = vec![0.0; n];
             stored.extend_from_slice(values);
-            let t = tensor(&stored, &[stored.len()], F16, dev).narrow(0, n, values.len()).unwrap();
+            let t = tensor(&stored, &[stored.len()], dt, dev).narrow(0, n, values.len()).unwrap();
             let t = t.reshape(shape).unwrap();
             assert_eq!(t.rank(), r);
             t
@@ -181,5 +185,152 @@ fn coop_tiles_on_device() {
         "2x2:2x2:32:h1:deep",
     ] {
         run_spec(&dev, spec, None, &VIEWS, &mut seed);
+    }
+}
+
+/// bf16 values over 1e-6..1e4 in magnitude, both signs, and in every 7th line (row of a row-major
+/// matrix) outliers of 1e5: far outside f16's range (6e-5..65504 as normals), so the kernel's
+/// per-line power-of-two scaling into f16 is what keeps them.
+fn wide_values(rows: usize, cols: usize, seed: u64) -> Vec<f64> {
+    let u = random_values(2 * rows * cols, DType::F32, seed);
+    let v: Vec<f64> = (0..rows * cols)
+        .map(|i| {
+            let mag = 10f64.powf(-6.0 + 10.0 * (0.5 + 0.5 * (u[2 * i] / 3.0).tanh()));
+            let mag = if (i / cols) % 7 == 3 && i % 5 == 0 { 1e5 } else { mag };
+            if u[2 * i + 1] < 0.0 {
+                -mag
+            } else {
+                mag
+            }
+        })
+        .collect();
+    round_to(&v, DType::BF16)
+}
+
+/// One bf16 product through `spec` against the f64 reference. Bound per element: bf16's rounding of
+/// the result (2^-8 relative) plus 2^-16 of sum |a||b| (f32 sums; the f16 staging of values more than
+/// 2^28 below their line's maximum). NaN and Inf must land where the reference has them.
+#[allow(clippy::too_many_arguments)]
+fn check_bf16(
+    dev: &Device,
+    spec: Option<&str>,
+    emulate: Option<u32>,
+    batch: &[usize],
+    (m, k, n): (usize, usize, usize),
+    (va, vb): (View, View),
+    bcast: bool,
+    specials: bool,
+    seed: u64,
+) {
+    let bf = DType::BF16;
+    let nb: usize = batch.iter().product();
+    let mut a_vals = wide_values(nb * m, k, seed);
+    if specials {
+        let at = k.min(a_vals.len() - 1);
+        a_vals[0] = f64::NAN;
+        a_vals[at] = f64::INFINITY;
+    }
+    // B's outliers by column: generated as (n, k) rows, stored transposed.
+    let b_t = wide_values(if bcast { n } else { nb * n }, k, seed + 1);
+    let b_one: Vec<f64> = (0..b_t.len() / (n * k))
+        .flat_map(|z| {
+            let b_t = &b_t;
+            (0..k).flat_map(move |p| (0..n).map(move |j| b_t[(z * n + j) * k + p]))
+        })
+        .collect();
+    let b_vals: Vec<f64> = if bcast { (0..nb).flat_map(|_| b_one.iter().copied()).collect() } else { b_one.clone() };
+    let shape = |x: usize, y: usize| -> Vec<usize> { batch.iter().copied().chain([x, y]).collect() };
+    let a = operand_of(&a_vals, &shape(m, k), va, bf, dev);
+    let b = if bcast {
+        operand_of(&b_one, &[k, n], vb, bf, dev).broadcast_to(shape(k, n)).unwrap()
+    } else {
+        operand_of(&b_vals, &shape(k, n), vb, bf, dev)
+    };
+    let ctx = format!("bf16 spec {spec:?} emulate {emulate:?} {batch:?} ({m}, {k}) @ ({k}, {n}) A {va:?} B {vb:?}");
+    let got = match spec {
+        Some(sp) => {
+            let parsed = CoopSpec::parse(sp).unwrap_or_else(|| panic!("bad spec {sp}"));
+            matmul_coop_spec(&a, &b, CoopTile::Auto, emulate, Some(parsed))
+                .unwrap_or_else(|| panic!("the cooperative path refused {ctx}"))
+                .unwrap_or_else(|e| panic!("{ctx}: {e}"))
+        }
+        None => a.matmul(&b).unwrap_or_else(|e| panic!("{ctx}: {e}")),
+    };
+    assert_eq!(got.dtype(), bf, "{ctx}");
+    assert_eq!(got.dims(), &shape(m, n)[..], "{ctx}");
+    let expected = reference(&a_vals, &b_vals, nb, m, k, n);
+    let abs_a: Vec<f64> = a_vals.iter().map(|x| x.abs()).collect();
+    let abs_b: Vec<f64> = b_vals.iter().map(|x| x.abs()).collect();
+    let mass = reference(&abs_a, &abs_b, nb, m, k, n);
+    let got = got.to_f64_vec().unwrap();
+    let bad: Vec<String> = (0..got.len())
+        .filter(|&i| {
+            let (g, e) = (got[i], expected[i]);
+            if !e.is_finite() {
+                return !(e.is_nan() && g.is_nan() || e == g);
+            }
+            !((g - e).abs() <= e.abs() / 256.0 + mass[i] / 65536.0)
+        })
+        .take(5)
+        .map(|i| format!("at {i}: got {}, expected {}", got[i], expected[i]))
+        .collect();
+    assert!(bad.is_empty(), "{ctx}: {}", bad.join("; "));
+}
+
+/// The bf16 cases for one spec: every view pair, odd and even N (the f32 result and the bf16 pairs),
+/// exact tiles, batches, a broadcast batch, NaN/Inf.
+fn run_bf16(dev: &Device, spec: &str, emulate: Option<u32>, views: &[(View, View)], seed: &mut u64) {
+    let p = CoopSpec::parse(spec).unwrap();
+    let (bm, bn) = ((p.wm * p.tm * 16) as usize, (p.wn * p.tn * 16) as usize);
+    for &v in views {
+        *seed += 2;
+        check_bf16(dev, Some(spec), emulate, &[], (bm + 37, 3 * p.bk as usize + 13, bn + 29), v, false, false, *seed);
+        check_bf16(dev, Some(spec), emulate, &[], (bm - 5, 2 * p.bk as usize + 7, bn + 30), v, false, false, *seed);
+    }
+    *seed += 2;
+    check_bf16(dev, Some(spec), emulate, &[], (bm, 2 * p.bk as usize, bn), views[0], false, false, *seed);
+    check_bf16(dev, Some(spec), emulate, &[3], (45, 41, 19), views[0], false, false, *seed);
+    check_bf16(dev, Some(spec), emulate, &[2, 2], (20, 40, 44), views[1 % views.len()], true, false, *seed + 1);
+    check_bf16(dev, Some(spec), emulate, &[], (33, 50, 35), views[0], false, true, *seed + 1);
+    check_bf16(dev, Some(spec), emulate, &[], (33, 50, 36), views[1 % views.len()], false, true, *seed + 1);
+}
+
+#[test]
+fn coop_bf16_emulated() {
+    let Some(dev) = gpu_device() else { return };
+    let probe = (rand_tensor(&[2, 2], DType::BF16, 1, &dev), rand_tensor(&[2, 2], DType::BF16, 2, &dev));
+    if matmul_coop_spec(&probe.0, &probe.1, CoopTile::Small, Some(16), None).is_none() {
+        eprintln!("emulated cooperative bf16 matmul skipped: {} has no SHADER_F16", dev.name());
+        return;
+    }
+    let mut seed = 700;
+    for spec in ["2x2:2x2:32:h4", "2x2:2x2:16:h1:deep"] {
+        run_bf16(&dev, spec, Some(16), &VIEWS, &mut seed);
+    }
+}
+
+/// bf16 on the adapter's cooperative matrices, through specs and through `matmul`/`linear` (the
+/// automatic choice), where the adapter has them.
+#[test]
+fn coop_bf16_on_device() {
+    let required = std::env::var("KILN_REQUIRE_COOP").is_ok_and(|v| v == "1");
+    let Some(dev) = gpu_device() else {
+        assert!(!required, "KILN_REQUIRE_COOP=1 but there is no GPU");
+        return;
+    };
+    let (_, size) = coop_matmul_support(&dev);
+    if size != Some(16) {
+        assert!(!required, "KILN_REQUIRE_COOP=1 but {} has no 16x16 cooperative matrices", dev.name());
+        eprintln!("cooperative bf16 tests skipped on {}", dev.name());
+        return;
+    }
+    let mut seed = 1900;
+    for spec in ["2x2:4x4:32:h4", "4x2:4x4:16:h4:deep", "2x4:4x4:16:h4:deep", "2x4:4x2:32:h4"] {
+        run_bf16(&dev, spec, None, &VIEWS, &mut seed);
+    }
+    for (m, k, n) in [(300, 257, 514), (513, 96, 1000), (64, 4096, 129)] {
+        seed += 2;
+        check_bf16(&dev, None, None, &[], (m, k, n), (View::Plain, View::Transposed), false, false, seed);
+        check_bf16(&dev, None, None, &[2], (m, k, n), (View::Plain, View::Plain), false, true, seed);
     }
 }

@@ -20,8 +20,9 @@
 //! the rate of the 4-subgroup preset on the H100 (docs/PERFORMANCE.md, session 6). Every choice can be
 //! spelled out with [`CoopSpec`] through [`matmul_coop_spec`] (tests, `examples/coop_sweep.rs`).
 
+use crate::gpu::pointwise::line_maxima;
 use crate::gpu::runtime::kernels::render;
-use crate::gpu::runtime::{GpuContext, GpuStorage};
+use crate::gpu::runtime::GpuStorage;
 use crate::layout::collapse;
 use crate::storage::Storage;
 use crate::{DType, Error, Layout, Result, Tensor};
@@ -35,6 +36,8 @@ const PAD: u32 = 8;
 /// Below this many multiply-adds (or with M or N under `MIN_SIDE`) the generic kernel is used.
 const MIN_WORK: usize = 32 * 32 * 32;
 const MIN_SIDE: usize = 16;
+/// bf16 takes the cooperative path from this many rows and columns on.
+const MIN_SIDE_BF16: usize = 64;
 /// `Auto` picks `Small` when `Large` would make fewer workgroups than this.
 const LARGE_MIN_TILES: usize = 256;
 
@@ -115,6 +118,24 @@ pub(crate) struct Config {
     /// Cooperative ops replaced by plain WGSL over workgroup memory with the same data layout (a
     /// test of everything around them on adapters without cooperative matrices, e.g. lavapipe).
     pub(crate) emulate: bool,
+    /// bf16 operands and result (see [`Out`]); the operands are staged as f16, each line scaled by a
+    /// power of two (`pointwise/line_maxima.rs`).
+    pub(crate) out: Out,
+}
+
+/// The result a kernel writes: f16 (f16 operands), or for bf16 operands bf16 written in pairs of
+/// one 32-bit word (N even: no two invocations write one word) or f32 (odd N; cast afterwards).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum Out {
+    F16,
+    Bf16Pairs,
+    Bf16ViaF32,
+}
+
+impl Out {
+    fn bf16(self) -> bool {
+        self != Out::F16
+    }
 }
 
 impl Config {
@@ -127,7 +148,7 @@ impl Config {
             CoopTile::Wide => (2, 4, 4, 2),
             CoopTile::Auto | CoopTile::Large => (2, 2, 4, 4),
         };
-        Config { s, sg, wm, wn, tm, tn, bk: 32, stage: Stage::H1, deep: false, a, b, emulate: false }
+        Config { s, sg, wm, wn, tm, tn, bk: 32, stage: Stage::H1, deep: false, a, b, emulate: false, out: Out::F16 }
     }
 
     fn bm(&self) -> u32 {
@@ -181,8 +202,13 @@ impl Config {
     pub(crate) fn key(&self) -> String {
         let op = |o: Operand| format!("{}{}", if o.k_fast { "k" } else { "mn" }, if o.vec { "x4" } else { "x1" });
         format!(
-            "matmul_coop{}:{s}x{s}:sg{}:{}x{}:{}x{}:bk{}:{}{}:A={}:B={}",
+            "matmul_coop{}{}:{s}x{s}:sg{}:{}x{}:{}x{}:bk{}:{}{}:A={}:B={}",
             if self.emulate { "_emulated" } else { "" },
+            match self.out {
+                Out::F16 => "",
+                Out::Bf16Pairs => "_bf16",
+                Out::Bf16ViaF32 => "_bf16f32",
+            },
             self.sg,
             self.wm,
             self.wn,
@@ -382,8 +408,17 @@ pub(crate) fn source(c: &Config) -> String {
     }
 
     // Operand bindings and chunk readers. `base + s * slow_stride + f * fast_stride`.
-    let a = reader(c.a, c.stage, ("p[0]", "p[5]"), ("p[2]", "p[6]"));
-    let b = reader(c.b, c.stage, ("p[1]", "p[8]"), ("p[2]", "p[7]"));
+    let bf16 = c.out.bf16();
+    let a = reader(c.a, c.stage, ("p[0]", "p[5]"), ("p[2]", "p[6]"), bf16.then_some("a"));
+    let b = reader(c.b, c.stage, ("p[1]", "p[8]"), ("p[2]", "p[7]"), bf16.then_some("b"));
+    let (dst, decls_bf16, set_x) = match c.out {
+        Out::F16 => ("array<f16>", String::new(), ""),
+        out => (
+            if out == Out::Bf16Pairs { "array<u32>" } else { "array<f32>" },
+            bf16_decls(&a, &b, c),
+            "xa = wid.z * m;\n    xb = p[26] + wid.z * n;",
+        ),
+    };
     let wa = if c.a.k_fast { format!("wm * {}u", c.tm * s * lda) } else { format!("wm * {}u", c.tm * s) };
     let wb = if c.b.k_fast { format!("wn * {}u", c.tn * s * ldb) } else { format!("wn * {}u", c.tn * s) };
     let num = |v: u32| v.to_string();
@@ -425,8 +460,6 @@ pub(crate) fn source(c: &Config) -> String {
             ("BM", &num(c.bm())),
             ("BN", &num(c.bn())),
             ("BK", &num(c.bk)),
-            ("WMT", &num(c.tm * s)),
-            ("WNT", &num(c.tn * s)),
             ("SA", &num(2 * sa_stage / unit)),
             ("SB", &num(2 * sb_stage / unit)),
             (
@@ -445,10 +478,6 @@ pub(crate) fn source(c: &Config) -> String {
             ("SA_STAGE", &num(sa_stage)),
             ("SB_STAGE", &num(sb_stage)),
             ("SC", &num(c.nsg() * s * c.ldc())),
-            ("SC_SLOT", &num(slot)),
-            ("LDC", &num(ldc)),
-            ("SS", &num(s * s)),
-            ("PUT_PER", &num(c.nsg() * s * s / wg)),
             ("LDA", &num(lda)),
             ("LDB", &num(ldb)),
             ("A_FC", &num(a_tf / w)),
@@ -469,6 +498,10 @@ pub(crate) fn source(c: &Config) -> String {
             ("WB", &wb),
             ("DECLS", &decls),
             ("EPILOGUE", &epilogue),
+            ("DST", dst),
+            ("BF16_DECLS", &decls_bf16),
+            ("SET_X", set_x),
+            ("PUT", &put_fn(c)),
         ],
     )
 }
@@ -534,36 +567,81 @@ struct Reader {
     fs: String,
     vec: bool,
     stage: Stage,
+    /// bf16 data (two per word), scaled into f16 by `scale_{name}` (`None`: f16 data).
+    bf16: Option<&'static str>,
 }
 
 impl Reader {
     /// The whole-chunk read of `vec` variants (the fast stride is 1 and `e` a multiple of the chunk).
     fn full(&self, buf: &str) -> String {
         let w = self.stage.chunk();
-        if self.vec {
-            format!("if (f + {w}u <= nf) {{ return {buf}[e >> {}u]; }}", w.trailing_zeros())
-        } else {
-            String::new()
+        let shift = w.trailing_zeros();
+        match (self.vec, self.bf16) {
+            (false, _) => String::new(),
+            (true, None) => format!("if (f + {w}u <= nf) {{ return {buf}[e >> {shift}u]; }}"),
+            (true, Some(name)) => format!(
+                "if (f + {w}u <= nf) {{
+            let q = {buf}[e >> {shift}u];
+            let x = vec4<f32>(bitcast<f32>(q.x << 16u), bitcast<f32>(q.x & 0xffff0000u), bitcast<f32>(q.y << 16u), bitcast<f32>(q.y & 0xffff0000u));
+            return scale_{name}(x, s, f, nf);
+        }}"
+            ),
         }
     }
     /// The element type of the one-at-a-time binding.
     fn scalar_binding(&self) -> &'static str {
-        "array<f16>"
+        if self.bf16.is_some() {
+            "array<u32>"
+        } else {
+            "array<f16>"
+        }
     }
     /// The element-by-element read of a chunk (edges, general strides): zeros past the fast extent.
     fn part(&self, buf: &str) -> String {
-        format!(
-            "for (var j = 0u; j < 4u; j++) {{
+        match self.bf16 {
+            None => format!(
+                "for (var j = 0u; j < 4u; j++) {{
             if (f + j < nf) {{ v[j] = {buf}[e + j * fs]; }}
         }}"
+            ),
+            Some(name) => format!(
+                "var x = vec4<f32>();
+        for (var j = 0u; j < 4u; j++) {{
+            if (f + j < nf) {{
+                let i = e + j * fs;
+                let q = {buf}[i >> 1u];
+                x[j] = bitcast<f32>(select(q << 16u, q & 0xffff0000u, (i & 1u) == 1u));
+            }}
+        }}
+        v = scale_{name}(x, s, f, nf);"
+            ),
+        }
+    }
+    /// `fn scale_{name}`: a chunk in f32 to f16, each element scaled by `2^-e` of its line, `e` from
+    /// the line's maximum in `mx` at `{first}` + line (the slow index when `k_fast`, else the fast).
+    fn scale_fn(&self, k_fast: bool, first: &str) -> String {
+        let Some(name) = self.bf16 else { return String::new() };
+        let exps = if k_fast {
+            format!("vec4<i32>(-line_exp(mx[{first} + s]))")
+        } else {
+            format!(
+                "-vec4<i32>(line_exp(mx[{first} + min(f, nf - 1u)]), line_exp(mx[{first} + min(f + 1u, nf - 1u)]), \
+                 line_exp(mx[{first} + min(f + 2u, nf - 1u)]), line_exp(mx[{first} + min(f + 3u, nf - 1u)]))"
+            )
+        };
+        format!(
+            "fn scale_{name}(x: vec4<f32>, s: u32, f: u32, nf: u32) -> vec4<f16> {{
+    return vec4<f16>(ldexp(x, {exps}));
+}}
+"
         )
     }
 }
 
 /// `mn` and `k` are (extent, stride) parameter expressions of the operand's M-or-N dim and K dim.
-fn reader(o: Operand, stage: Stage, mn: (&str, &str), k: (&str, &str)) -> Reader {
+fn reader(o: Operand, stage: Stage, mn: (&str, &str), k: (&str, &str), bf16: Option<&'static str>) -> Reader {
     let (slow, fast) = if o.k_fast { (mn, k) } else { (k, mn) };
-    let vec_ty = "array<vec4<f16>>";
+    let vec_ty = if bf16.is_some() { "array<vec2<u32>>" } else { "array<vec4<f16>>" };
     Reader {
         stage,
         binding: if o.vec { vec_ty.into() } else { "array<u32>".into() },
@@ -572,7 +650,70 @@ fn reader(o: Operand, stage: Stage, mn: (&str, &str), k: (&str, &str)) -> Reader
         ss: slow.1.into(),
         fs: if o.vec { "1u".into() } else { fast.1.into() },
         vec: o.vec,
+        bf16,
     }
+}
+
+/// Declarations of bf16 kernels: the line maxima, where this batch entry's lines start in them, the
+/// scale exponent of a line, and the chunk scalers.
+fn bf16_decls(a: &Reader, b: &Reader, c: &Config) -> String {
+    format!(
+        "@group(0) @binding(5) var<storage, read> mx: array<u32>;
+var<private> xa: u32;
+var<private> xb: u32;
+
+{}
+{}
+// `v * 2^(ea + eb)` in two steps of the same sign: no intermediate overflows unless the result does.
+fn unscale(v: f32, row: u32, col: u32) -> f32 {{
+    let e = line_exp(mx[xa + row]) + line_exp(mx[xb + col]);
+    let h = e / 2;
+    return ldexp(ldexp(v, h), e - h);
+}}
+
+{}{}",
+        crate::gpu::runtime::wgsl::PRELUDE,
+        line_maxima::LINE_EXP,
+        a.scale_fn(c.a.k_fast, "xa"),
+        b.scale_fn(c.b.k_fast, "xb"),
+    )
+}
+
+/// `fn put`: writes one accumulator tile of every subgroup from its slot of `sc` to C; `row0` and
+/// `col0` place the tile within subgroup 0's block (called between barriers, after each subgroup
+/// stored the tile into its slot).
+fn put_fn(c: &Config) -> String {
+    let (s, wg) = (c.s, c.wg());
+    let (ss, slot, ldc, wmt, wnt, wn) = (s * s, s * c.ldc(), c.ldc(), c.tm * s, c.tn * s, c.wn);
+    let pairs = c.out == Out::Bf16Pairs;
+    let per = c.nsg() * ss / wg / if pairs { 2 } else { 1 };
+    let (tile, width, col) = if pairs { (ss / 2, s / 2, "2u * (x % W2)") } else { (ss, s, "x % S") };
+    let store = match c.out {
+        Out::F16 => "dst[out + row * n + col] = f16(sc[i]);",
+        Out::Bf16ViaF32 => "dst[out + row * n + col] = unscale(sc[i], row, col);",
+        // N is even here, so `col + 1` is inside the row and the word holds no other row's element.
+        Out::Bf16Pairs => {
+            "dst[(out + row * n + col) >> 1u] = bf16_bits(unscale(sc[i], row, col)) | (bf16_bits(unscale(sc[i + 1u], row, col + 1u)) << 16u);"
+        }
+    };
+    let col = col.replace("W2", &format!("{width}u")).replace('S', &format!("{s}u"));
+    format!(
+        "fn put(li: u32, row0: u32, col0: u32, m: u32, n: u32, out: u32) {{
+    for (var q = 0u; q < {per}u; q++) {{
+        let x = li + q * {wg}u;
+        let g = x / {tile}u;
+        let r = (x % {tile}u) / {width}u;
+        let c = {col};
+        let row = row0 + (g / {wn}u) * {wmt}u + r;
+        let col = col0 + (g % {wn}u) * {wnt}u + c;
+        if (row < m && col < n) {{
+            let i = g * {slot}u + r * {ldc}u + c;
+            {store}
+        }}
+    }}
+}}
+"
+    )
 }
 
 /// Every variant, for the translation test: both sizes, both presets, all operand stagings.
@@ -610,6 +751,25 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
             }
         }
     }
+    // bf16 operands: each result form with every operand staging, scalar (Metal) and vector staging,
+    // cooperative and emulated; and the pass that finds the line maxima.
+    for out_form in [Out::Bf16Pairs, Out::Bf16ViaF32] {
+        for ak in [true, false] {
+            for bk in [true, false] {
+                for vec in [true, false] {
+                    let (a, b) = (Operand { k_fast: ak, vec }, Operand { k_fast: bk, vec: !vec });
+                    for (s, stage, emulate) in
+                        [(16, Stage::H4, false), (8, Stage::H1, false), (16, Stage::H4, true), (16, Stage::H1, true)]
+                    {
+                        let c =
+                            Config { stage, emulate, out: out_form, ..Config::preset(CoopTile::Small, s, 32, a, b) };
+                        out.push((c.key(), source(&c)));
+                    }
+                }
+            }
+        }
+    }
+    out.push(("line_maxima".into(), line_maxima::source()));
     // Vector staging (Vulkan only, 16x16): every operand staging with each vector form, and the
     // larger sweep shapes (8 subgroups of 4x4 tiles, 16-deep K slices).
     for stage in [Stage::H4] {
@@ -639,33 +799,7 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
     out
 }
 
-/// The cooperative matrix size this context can run the f16 kernel with (16 preferred, else 8), and
-/// its fixed subgroup size; `None` when the path is unavailable.
-fn support(ctx: &GpuContext) -> Option<(u32, u32)> {
-    let needed =
-        wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP;
-    if !ctx.has(needed) {
-        return None;
-    }
-    // The workgroup is built from a whole number of subgroups, so their size must be known: fixed
-    // on the adapter (NVIDIA: 32), or Apple silicon's SIMD width of 32 (wgpu reports Metal's
-    // subgroups as 4..64 for every Mac GPU).
-    let sg = match ctx.summary.subgroup_size {
-        (min, max) if min == max && (8..=128).contains(&max) => max,
-        _ if ctx.summary.backend == "Metal" && ctx.summary.name.starts_with("Apple") => 32,
-        _ => return None,
-    };
-    let size = [16, 8].into_iter().find(|&s| {
-        ctx.coop_matrix.iter().any(|p| {
-            p.m_size == s
-                && p.n_size == s
-                && p.k_size == s
-                && p.ab_type == wgpu::CooperativeScalarType::F16
-                && p.cr_type == wgpu::CooperativeScalarType::F32
-        })
-    })?;
-    Some((size, sg))
-}
+use crate::gpu::runtime::coop::support;
 
 fn disabled_by_env() -> bool {
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -762,7 +896,12 @@ fn matmul_coop(
     emulate: Option<u32>,
     spec: Option<CoopSpec>,
 ) -> Option<Result<GpuStorage>> {
-    if a.dtype != DType::F16 || b.dtype != DType::F16 || !Arc::ptr_eq(&a.ctx, &b.ctx) {
+    let bf16 = match (a.dtype, b.dtype) {
+        (DType::F16, DType::F16) => false,
+        (DType::BF16, DType::BF16) => true,
+        _ => return None,
+    };
+    if !Arc::ptr_eq(&a.ctx, &b.ctx) {
         return None;
     }
     let ctx = &a.ctx;
@@ -779,6 +918,11 @@ fn matmul_coop(
         return None;
     }
     if threshold && (m < MIN_SIDE || n < MIN_SIDE || m * n * k < MIN_WORK) {
+        return None;
+    }
+    // bf16 pays a pass over both operands for their scales: with few rows (batched decode) the
+    // memory-bound skinny kernels read the weight once and need no such pass.
+    if threshold && bf16 && m.min(n) < MIN_SIDE_BF16 {
         return None;
     }
     let batch_dims = &al.dims()[..rank - 2];
@@ -823,7 +967,13 @@ fn matmul_coop(
             && c.wg() <= ctx.limits.max_compute_workgroup_size_x
             && tiles(c) <= max
     };
-    let preset = |t: CoopTile| Config { emulate: emulate.is_some(), stage, ..Config::preset(t, s, sg, a_op, b_op) };
+    let out = match (bf16, n % 2) {
+        (false, _) => Out::F16,
+        (true, 0) => Out::Bf16Pairs,
+        (true, _) => Out::Bf16ViaF32,
+    };
+    let preset =
+        |t: CoopTile| Config { emulate: emulate.is_some(), stage, out, ..Config::preset(t, s, sg, a_op, b_op) };
     let want = match tile {
         CoopTile::Auto if batch * tiles(&preset(CoopTile::Large)) < LARGE_MIN_TILES => CoopTile::Small,
         CoopTile::Auto => CoopTile::Large,
@@ -900,8 +1050,36 @@ fn run(
 ) -> Result<GpuStorage> {
     let ctx = &a.ctx;
     let rank = al.rank();
-    let kernel = ctx.pipelines.get(ctx, &c.key(), 4, || source(c))?;
-    let out = GpuStorage::alloc(ctx, DType::F16, batch * m * n)?;
+    let bf16 = c.out.bf16();
+    let kernel = ctx.pipelines.get(ctx, &c.key(), if bf16 { 5 } else { 4 }, || source(c))?;
+    let out_dtype = match c.out {
+        Out::F16 => DType::F16,
+        Out::Bf16Pairs => DType::BF16,
+        Out::Bf16ViaF32 => DType::F32,
+    };
+    let out = GpuStorage::alloc(ctx, out_dtype, batch * m * n)?;
+    // bf16: the largest magnitude of every row of A and column of B, per batch entry.
+    let mx = if bf16 {
+        let mx = line_maxima::maxima_buffer(ctx, batch * (m + n))?;
+        let (sa, sb) = (al.strides(), bl.strides());
+        let lines = |lines, offset, line_stride, k_stride| line_maxima::Lines {
+            lines,
+            k,
+            offset,
+            line_stride,
+            k_stride,
+            batch,
+            dims: bd,
+            strides: &[],
+        };
+        let la = line_maxima::Lines { strides: &bs[0], ..lines(m, al.offset(), sa[rank - 2], sa[rank - 1]) };
+        let lb = line_maxima::Lines { strides: &bs[1], ..lines(n, bl.offset(), sb[rank - 1], sb[rank - 2]) };
+        line_maxima::line_maxima(a, &la, &mx, 0)?;
+        line_maxima::line_maxima(b, &lb, &mx, batch * m)?;
+        Some(mx)
+    } else {
+        None
+    };
     let st = |l: &Layout, i: usize| l.strides()[i] as u32;
     let mut params = vec![
         m as u32,
@@ -915,7 +1093,7 @@ fn run(
         st(bl, rank - 1),
         if batch > 1 { bd.len() as u32 } else { 0 },
     ];
-    params.resize(26, 0);
+    params.resize(27, 0);
     if batch > 1 {
         for (i, &d) in bd.iter().enumerate() {
             params[10 + i] = d as u32;
@@ -928,10 +1106,15 @@ fn run(
     // Loop bounds of the emulated kernel.
     params[24] = c.s * c.s / c.sg;
     params[25] = c.s;
+    params[26] = (batch * m) as u32;
     let groups = [tiles as u32, 1, batch as u32];
     // Each operand is bound twice: 4 halves at a time and one at a time (edges, general strides).
-    let bufs = [out.buffer.raw(), a.buffer.raw(), a.buffer.raw(), b.buffer.raw(), b.buffer.raw()];
+    let mut bufs = vec![out.buffer.raw(), a.buffer.raw(), a.buffer.raw(), b.buffer.raw(), b.buffer.raw()];
+    bufs.extend(mx.as_ref().map(|mx| mx.buffer.raw()));
     ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(ctx, &kernel, &bufs, &params, groups)?;
+    if c.out == Out::Bf16ViaF32 {
+        return out.finish(DType::BF16);
+    }
     Ok(out)
 }
 

@@ -1,5 +1,7 @@
 // f16 matrix product on cooperative matrices (tensor cores, Apple simdgroup matrices):
 // C[b] = A[b] @ B[b] with f16 operands, f32 accumulation and an f16 result (rounded once at the end).
+// bf16 operands are staged as f16, every row of A and column of B scaled by a power of two that
+// fits its range (`mx`: line maxima from coop_scale.wgsl), and the product scaled back to bf16.
 // A workgroup computes a {{BM}}x{{BN}} tile of C with {{NSG}} subgroups of {{SG}} invocations in a
 // {{WM}}x{{WN}} grid; each subgroup keeps {{TM}}x{{TN}} accumulators of {{S}}x{{S}} in registers. A and
 // B advance {{BK}} deep along K, staged through two workgroup buffers: while one buffer is multiplied,
@@ -13,11 +15,11 @@
 // Params: p[0] M, p[1] N, p[2] K, p[3] A offset, p[4] B offset, p[5] A row stride, p[6] A k stride,
 // p[7] B k stride, p[8] B col stride, p[9] batch rank (<= 4), p[10..14] batch dims,
 // p[14..18] A batch strides, p[18..22] B batch strides, p[22] tiles along M, p[23] tiles along N,
-// p[24], p[25] loop bounds of the emulated kernel.
+// p[24], p[25] loop bounds of the emulated kernel, p[26] where B's line maxima start in `mx`.
 enable f16;
 {{ENABLE}}
 
-@group(0) @binding(0) var<storage, read_write> dst: array<f16>;
+@group(0) @binding(0) var<storage, read_write> dst: {{DST}};
 @group(0) @binding(1) var<storage, read> a4: {{A4}};
 @group(0) @binding(2) var<storage, read> a1: {{A1}};
 @group(0) @binding(3) var<storage, read> b4: {{B4}};
@@ -56,23 +58,8 @@ fn chunk_b(base: u32, s: u32, f: u32) -> {{REG}} {
     return v;
 }
 
-// Writes one accumulator tile of every subgroup from its slot of `sc` to C, rounding to f16; `row0`
-// and `col0` place the tile within subgroup 0's block (called between barriers, after each subgroup
-// stored the tile into its slot).
-fn put(li: u32, row0: u32, col0: u32, m: u32, n: u32, out: u32) {
-    for (var q = 0u; q < {{PUT_PER}}u; q++) {
-        let x = li + q * {{WG}}u;
-        let g = x / {{SS}}u;
-        let r = (x % {{SS}}u) / {{S}}u;
-        let c = x % {{S}}u;
-        let row = row0 + (g / {{WN}}u) * {{WMT}}u + r;
-        let col = col0 + (g % {{WN}}u) * {{WNT}}u + c;
-        if (row < m && col < n) {
-            dst[out + row * n + col] = f16(sc[g * {{SC_SLOT}}u + r * {{LDC}}u + c]);
-        }
-    }
-}
-{{EMU}}
+{{BF16_DECLS}}
+{{PUT}}{{EMU}}
 @compute @workgroup_size({{WG}})
 fn main(
     @builtin(local_invocation_index) li: u32,
@@ -104,6 +91,7 @@ fn main(
     let m0 = tile_m * {{BM}}u;
     let n0 = tile_n * {{BN}}u;
     let out = wid.z * m * n;
+    {{SET_X}}
     // This subgroup's block of C and where its operands start in each stage.
     let wm = sg / {{WN}}u;
     let wn = sg % {{WN}}u;

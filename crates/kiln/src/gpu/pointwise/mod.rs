@@ -5,6 +5,7 @@
 //! dtype casts with the CPU's semantics, and `where`.
 
 pub(crate) mod copy;
+pub(crate) mod line_maxima;
 pub(crate) mod vec;
 
 use crate::cpu::CpuStorage;

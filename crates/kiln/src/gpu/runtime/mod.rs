@@ -10,6 +10,7 @@ pub(crate) mod adapters;
 pub(crate) mod autotune;
 pub(crate) mod bandwidth;
 pub(crate) mod context;
+pub(crate) mod coop;
 pub(crate) mod device;
 pub(crate) mod exec;
 pub(crate) mod kernels;
