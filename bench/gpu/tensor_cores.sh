@@ -14,7 +14,7 @@ export KILN_REQUIRE_GPU=1 KILN_REQUIRE_COOP=1 PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv > "$OUT/gpu.txt" 2>&1
 SECONDS=0
 if [ "${TC_CONF:-1}" = 1 ]; then
-    timeout 240 "$D/conformance" coop_bf16_on_device coop_tiles_on_device coop_on_device linear matmul_2d \
+    timeout 240 "$D/conformance" coop_bf16_on_device coop_tiles_on_device coop_on_device sdpa linear matmul_2d \
         --include-ignored --test-threads 8 > "$OUT/conf.txt" 2>&1
     echo "conformance rc=$? ($SECONDS s)"; grep -E "test result|FAILED|panicked" "$OUT/conf.txt" | head -12
 fi
@@ -23,6 +23,8 @@ for dt in f16 bf16; do
     KILN_SWEEP_DTYPE=$dt timeout 150 "$D/coop_sweep" $SPECS > "$OUT/sweep_$dt.txt" 2>&1
     echo "sweep $dt rc=$? ($SECONDS s)"
 done
+timeout 120 "$D/kiln" bench --device gpu --filter sdpa_causal,matmul_f16,matmul_bf16 > "$OUT/bench.txt" 2>&1
+echo "bench rc=$? ($SECONDS s)"
 timeout 90 python3 bench/gpu/torch_gemm.py > "$OUT/torch.txt" 2>&1
 echo "torch rc=$? ($SECONDS s)"
 if [ "${TC_LLM:-1}" = 1 ]; then
@@ -33,5 +35,5 @@ if [ "${TC_LLM:-1}" = 1 ]; then
         --contexts 512 --decode-tokens 16 > "$OUT/llm_8b_bf16.json" 2> "$OUT/llm_8b_bf16.err"
     echo "llm-bench rc=$? ($SECONDS s)"; tail -n 3 "$OUT/llm_8b_bf16.err"
 fi
-cat "$OUT/sweep_f16.txt" "$OUT/sweep_bf16.txt" "$OUT/torch.txt" 2>/dev/null | grep -v "^$"
+cat "$OUT/sweep_f16.txt" "$OUT/sweep_bf16.txt" "$OUT/bench.txt" "$OUT/torch.txt" 2>/dev/null | grep -v "^$"
 cat "$OUT/llm_8b_bf16.json" 2>/dev/null | head -c 1500

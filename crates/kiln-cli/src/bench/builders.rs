@@ -139,13 +139,18 @@ pub fn matmul(name: String, (m, k, n): (usize, usize, usize), dtype: DType, coun
 }
 
 /// Causal attention with `hq` query heads over `hkv` key/value heads (GQA when they differ).
-pub fn sdpa_gqa(name: String, b: usize, (hq, hkv): (usize, usize), t: usize, d: usize) -> Case {
+pub fn sdpa_gqa(name: String, b: usize, heads: (usize, usize), t: usize, d: usize) -> Case {
+    sdpa_gqa_in(name, DType::F32, b, heads, t, d)
+}
+
+/// [`sdpa_gqa`] in `dtype`.
+pub fn sdpa_gqa_in(name: String, dtype: DType, b: usize, (hq, hkv): (usize, usize), t: usize, d: usize) -> Case {
     let flops = 4.0 * (b * hq * d) as f64 * (t * (t + 1) / 2) as f64;
     let shape = if hq == hkv { format!("{b}x{hq}x{t}x{d}") } else { format!("{b}x{hq}/{hkv}x{t}x{d}") };
-    case(name, shape, DType::F32, Bound::Compute, None, Some(flops), move |inp| {
-        let q = inp.randn((b, hq, t, d), DType::F32, SEED_A)?;
-        let k = inp.randn((b, hkv, t, d), DType::F32, SEED_B)?;
-        let v = inp.randn((b, hkv, t, d), DType::F32, SEED_C)?;
+    case(name, shape, dtype, Bound::Compute, None, Some(flops), move |inp| {
+        let q = inp.randn((b, hq, t, d), dtype, SEED_A)?;
+        let k = inp.randn((b, hkv, t, d), dtype, SEED_B)?;
+        let v = inp.randn((b, hkv, t, d), dtype, SEED_C)?;
         Ok(Box::new(move || q.sdpa(&k, &v, true, None)) as Op)
     })
 }

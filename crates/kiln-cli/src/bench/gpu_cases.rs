@@ -5,7 +5,7 @@
 //! names and shapes with PyTorch.
 
 use super::builders::{
-    case, count, matmul, rows_case, sdpa_gqa, unary, Bound, Case, Op, EPS, F32, SEED_A, SEED_B, SEED_C,
+    case, count, matmul, rows_case, sdpa_gqa, sdpa_gqa_in, unary, Bound, Case, Op, EPS, F32, SEED_A, SEED_B, SEED_C,
 };
 use kiln::{DType, Tensor};
 
@@ -171,8 +171,14 @@ pub fn all(quick: bool) -> Vec<Case> {
     for sq in s.square_f16 {
         v.push(matmul(format!("matmul_f16_{sq}"), (sq, sq, sq), DType::F16, false));
     }
+    for sq in s.square_f16 {
+        v.push(matmul(format!("matmul_bf16_{sq}"), (sq, sq, sq), DType::BF16, false));
+    }
     for (d, t) in s.seqs {
         v.push(sdpa_gqa(format!("sdpa_causal_d{d}_t{t}"), 1, s.heads, t, d));
+        for dt in [DType::F16, DType::BF16] {
+            v.push(sdpa_gqa_in(format!("sdpa_causal_{dt}_d{d}_t{t}"), dt, 1, s.heads, t, d));
+        }
     }
     v.push(decode(1, s.heads, s.cache, 128));
     v.push(launch_chain(1000));

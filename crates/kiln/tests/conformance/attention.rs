@@ -13,6 +13,7 @@
 use crate::backend_tests;
 use crate::bounds::*;
 use crate::common::*;
+use kiln::gpu::sdpa_coop_tensors;
 use kiln::{composed, DType, Device, KvCache, Tensor};
 
 /// Reference attention: for each query, the softmax of the scaled scores of its visible keys, then
@@ -79,7 +80,7 @@ fn ref_sdpa_bounded(
                 let rel: Vec<f64> = scores[..visible]
                     .iter()
                     .zip(&errs)
-                    .map(|(s, e)| e + dmax + (5.0 + 2.0 * (s - m).abs()) * u)
+                    .map(|(s, e)| e + dmax + (5.0 + 2.0 * (s - m).abs()) * u + p_round(dtype))
                     .collect();
                 let den: f64 = w.iter().zip(&rel).map(|(wj, r)| wj / sum * r).sum::<f64>() + chain;
                 let ob = &mut bound[((bi * hq + h) * tq + i) * dv..][..dv];
@@ -92,6 +93,16 @@ fn ref_sdpa_bounded(
         }
     }
     (RefArray::new(vec![b, hq, tq, dv], out), RefArray::new(vec![b, hq, tq, dv], bound))
+}
+
+/// Relative rounding of each probability where kernels may store them in f16 before the weighted
+/// sum of values (tensor-core kernels multiply f16 probabilities, as flash attention does): half an
+/// f16 ulp, for 16-bit dtypes.
+fn p_round(dtype: DType) -> f64 {
+    match dtype {
+        DType::F16 | DType::BF16 => 2f64.powi(-11),
+        _ => 0.0,
+    }
 }
 
 /// Checks an attention output against the reference and bound of [`ref_sdpa_bounded`].
@@ -466,3 +477,106 @@ backend_tests!(
     kv_cache_decode_equals_full_attention,
     kv_cache_errors,
 );
+
+/// bf16 inputs spanning 1e-3..1e3 with outliers of 1e5 (past f16's range, which the cooperative
+/// kernel's per-line scaling must keep), signs random.
+fn wide(r: &RefArray, seed: u64) -> RefArray {
+    let u = random_values(r.data.len(), DType::F32, seed);
+    let data = r
+        .data
+        .iter()
+        .zip(&u)
+        .enumerate()
+        .map(|(i, (x, w))| {
+            let mag = if i % 97 == 5 { 1e5 } else { 10f64.powf(3.0 * (w / 3.0).tanh()) };
+            x.signum() * mag
+        })
+        .collect::<Vec<_>>();
+    RefArray::new(r.shape.clone(), round_to(&data, DType::BF16))
+}
+
+/// The cooperative prefill kernel (emulated: plain WGSL in place of the cooperative ops, the same
+/// workgroup-memory layouts and passes) against the f64 reference: f16 and bf16, GQA, causal with
+/// the `tk - tq` offset, query blocks and key tiles cut short, head sizes padded to 16, an odd `dv`
+/// (f32 result), views, NaN in q/k/v (rows that cannot see a NaN value stay finite), wide bf16.
+fn coop_cases(dev: &Device, emulate: Option<u32>, max_head: usize) {
+    let cases: [Case; 7] = [
+        (1, 4, 2, 70, 70, 64, 64, true, None),
+        (2, 2, 1, 33, 90, 40, 24, true, Some(0.2)),
+        (1, 2, 2, 65, 31, 64, 23, false, None),
+        (1, 6, 3, 100, 100, 16, 16, true, None),
+        (1, 2, 1, 20, 5, 64, 64, true, None),
+        (1, 1, 1, 130, 200, 128, 128, true, None),
+        (1, 8, 2, 64, 64, 128, 64, false, None),
+    ];
+    for dtype in [DType::F16, DType::BF16] {
+        for (ci, c) in cases.iter().enumerate() {
+            if c.5 > max_head || c.6 > max_head {
+                continue;
+            }
+            let inp = inputs(c, dtype, 3000 + 10 * ci as u64);
+            let expected = ref_sdpa_bounded(&inp.q, &inp.k, &inp.v, c.7, c.8, dtype);
+            for kind in [Layouts::Contiguous, Layouts::Transposed, Layouts::Stepped] {
+                let t = |r: &RefArray| to_tensor(r, dtype, kind, dev);
+                let got = sdpa_coop_tensors(&t(&inp.q), &t(&inp.k), &t(&inp.v), c.7, c.8, emulate)
+                    .unwrap_or_else(|| panic!("coop sdpa declined {c:?} {dtype}"))
+                    .unwrap();
+                assert_eq!(got.dtype(), dtype);
+                assert_sdpa(&got, &expected, &format!("coop sdpa {c:?} {kind:?} {dtype} emulate {emulate:?}"));
+            }
+        }
+    }
+    // NaN in a key, a value and a query (as sdpa_nan_rows).
+    for dtype in [DType::F16, DType::BF16] {
+        let c: Case = (1, 2, 1, 100, 100, 40, 40, true, None);
+        let mut inp = inputs(&c, dtype, 1900);
+        inp.k.data[70 * 40 + 1] = f64::NAN;
+        inp.v.data[40 * 40 + 2] = f64::NAN;
+        inp.v.data[50 * 40 + 3] = f64::INFINITY;
+        inp.q.data[(100 + 90) * 40] = f64::NAN;
+        for causal in [true, false] {
+            let expected = ref_sdpa_bounded(&inp.q, &inp.k, &inp.v, causal, None, dtype);
+            let t = |r: &RefArray| to_tensor(r, dtype, Layouts::Contiguous, dev);
+            let got = sdpa_coop_tensors(&t(&inp.q), &t(&inp.k), &t(&inp.v), causal, None, emulate).unwrap().unwrap();
+            assert_sdpa(&got, &expected, &format!("coop sdpa nan causal {causal} {dtype}"));
+        }
+    }
+    // bf16 beyond f16's range.
+    let c: Case = (1, 2, 1, 40, 50, 64, 64, true, None);
+    let inp = inputs(&c, DType::BF16, 4100);
+    let (q, k, v) = (wide(&inp.q, 1), wide(&inp.k, 2), wide(&inp.v, 3));
+    let expected = ref_sdpa_bounded(&q, &k, &v, true, Some(1e-4), DType::BF16);
+    let t = |r: &RefArray| to_tensor(r, DType::BF16, Layouts::Contiguous, dev);
+    let got = sdpa_coop_tensors(&t(&q), &t(&k), &t(&v), true, Some(1e-4), emulate).unwrap().unwrap();
+    assert_sdpa(&got, &expected, "coop sdpa wide bf16");
+}
+
+#[test]
+fn sdpa_coop_emulated() {
+    let Some(dev) = gpu_device() else { return };
+    let probe = rand_tensor(&[1, 1, 4, 16], DType::F16, 1, &dev);
+    if sdpa_coop_tensors(&probe, &probe, &probe, false, None, Some(16)).is_none() {
+        eprintln!("emulated cooperative attention skipped on {}", dev.name());
+        return;
+    }
+    // Head size 128 needs 48 KiB of workgroup memory: software adapters with 32 KiB skip it.
+    let probe = rand_tensor(&[1, 1, 4, 128], DType::F16, 1, &dev);
+    let max_head = if sdpa_coop_tensors(&probe, &probe, &probe, false, None, Some(16)).is_some() { 128 } else { 64 };
+    coop_cases(&dev, Some(16), max_head);
+}
+
+#[test]
+fn sdpa_coop_on_device() {
+    let required = std::env::var("KILN_REQUIRE_COOP").is_ok_and(|v| v == "1");
+    let Some(dev) = gpu_device() else {
+        assert!(!required, "KILN_REQUIRE_COOP=1 but there is no GPU");
+        return;
+    };
+    let probe = rand_tensor(&[1, 1, 4, 16], DType::F16, 1, &dev);
+    if sdpa_coop_tensors(&probe, &probe, &probe, false, None, None).is_none() {
+        assert!(!required, "KILN_REQUIRE_COOP=1 but {} has no f16 cooperative matrices", dev.name());
+        eprintln!("cooperative attention skipped on {}", dev.name());
+        return;
+    }
+    coop_cases(&dev, None, 128);
+}

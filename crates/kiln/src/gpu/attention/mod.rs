@@ -18,6 +18,8 @@ use crate::op::AttentionParams;
 use crate::{DType, Error, Layout, Result};
 use std::fmt::Write;
 
+pub(crate) mod flash_coop;
+
 const FLASH: &str = include_str!("flash.wgsl");
 const DECODE: &str = include_str!("decode.wgsl");
 const COMBINE: &str = include_str!("combine.wgsl");
@@ -586,7 +588,34 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
         }
         out.push((format!("attention_combine:{dt}"), combine_source(dt)));
     }
+    out.extend(flash_coop::catalog());
     out
+}
+
+/// For tests and benchmarks: `q.sdpa(k, v)` of f16/bf16 GPU tensors through the cooperative prefill
+/// kernel whatever the number of workgroups; `emulate: Some(s)` runs it with plain WGSL in place of
+/// the cooperative ops on any adapter with SHADER_F16. `None` when the kernel does not apply.
+#[doc(hidden)]
+pub fn sdpa_coop_tensors(
+    q: &crate::Tensor,
+    k: &crate::Tensor,
+    v: &crate::Tensor,
+    causal: bool,
+    scale: Option<f64>,
+    emulate: Option<u32>,
+) -> Option<Result<crate::Tensor>> {
+    use crate::storage::Storage;
+    if q.rank() != 4 || k.rank() != 4 || v.rank() != 4 {
+        return None;
+    }
+    let d = q.dims()[3];
+    let scale = scale.unwrap_or(1.0 / (d.max(1) as f64).sqrt());
+    let (sq, sk, sv) = (q.storage(), k.storage(), v.storage());
+    let (Storage::Gpu(gq), Storage::Gpu(gk), Storage::Gpu(gv)) = (&*sq, &*sk, &*sv) else { return None };
+    let p = AttentionParams { scale, causal };
+    let out = flash_coop::try_flash_coop(gq, q.layout(), gk, k.layout(), gv, v.layout(), p, emulate, true)?;
+    let dims = vec![q.dims()[0], q.dims()[1], q.dims()[2], v.dims()[3]];
+    Some(out.map(|s| crate::Tensor::from_storage(Storage::Gpu(s), dims, q.device())))
 }
 
 /// Offset and b/h/t/e strides of a 4-d view, as parameter words.
@@ -645,6 +674,12 @@ pub(crate) fn attention(
             op: "attention",
             msg: format!("head sizes up to {MAX_HEAD} are supported, got d={d}, dv={dv}"),
         });
+    }
+    // f16/bf16 prefill on cooperative matrices where the adapter has them.
+    if tq > DECODE_MAX_TQ {
+        if let Some(r) = flash_coop::try_flash_coop(q, ql, k, kl, v, vl, p, None, false) {
+            return r;
+        }
     }
     let ctx = &q.ctx;
     let dt = q.dtype;
