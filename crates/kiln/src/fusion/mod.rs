@@ -47,11 +47,13 @@ use std::sync::{Arc, Mutex};
 use trace::{Node, Value};
 
 type Func = dyn Fn(&[Tensor]) -> Result<Vec<Tensor>> + Send + Sync;
+/// A signature: each input's dtype and shape (the device is kept beside it).
+type Signature = Vec<(DType, Vec<usize>)>;
 
 /// A compiled function: see [`compile`].
 pub struct Compiled {
     f: Arc<Func>,
-    cache: Mutex<Vec<(Vec<(DType, Vec<usize>)>, Device, Arc<Entry>)>>,
+    cache: Mutex<Vec<(Signature, Device, Arc<Entry>)>>,
 }
 
 enum Entry {
@@ -110,7 +112,7 @@ impl Compiled {
         for t in &xs[1..] {
             first.same_device("compile", t)?;
         }
-        let sig: Vec<(DType, Vec<usize>)> = xs.iter().map(|t| (t.dtype(), t.dims().to_vec())).collect();
+        let sig: Signature = xs.iter().map(|t| (t.dtype(), t.dims().to_vec())).collect();
         let hit = {
             let cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
             cache.iter().find(|(s, d, _)| *s == sig && d == first.device()).map(|(_, _, e)| e.clone())

@@ -148,7 +148,7 @@ impl Tensor {
         ) {
             return r;
         }
-        Ok(self.with_layout(self.layout().broadcast_as("broadcast_to", &shape.into())?))
+        Ok(self.with_layout(self.layout().broadcast_as("broadcast_to", &shape)?))
     }
 
     /// PyTorch's name for [`Tensor::broadcast_to`].

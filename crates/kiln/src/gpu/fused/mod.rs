@@ -241,8 +241,8 @@ impl Gen<'_> {
             }
         }
         let mut out = String::new();
-        for i in 0..self.spec.vals.len() {
-            if need[i] {
+        for (i, &needed) in need.iter().enumerate() {
+            if needed {
                 let x = self.expr(i, e);
                 let _ = writeln!(out, "    let v{i} = {x};");
             }
