@@ -2,6 +2,7 @@
 //! indexing, creation functions, NumPy and DLPack interop, and the device runtime. The pure-Python
 //! parts (array API namespace, `Backend`, `UnifiedBuffer`) live in `python/kiln/`.
 
+mod compile;
 mod creation;
 mod device;
 mod dlpack;
@@ -28,6 +29,7 @@ fn _kiln(m: &Bound<'_, PyModule>) -> PyResult<()> {
     interop::register(m)?;
     dlpack::register(m)?;
     ops::register(m)?;
+    compile::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -18,6 +18,7 @@
 mod bandwidth;
 mod builders;
 mod cases;
+mod fusion_cases;
 mod gpu_cases;
 mod quant_cases;
 mod realistic_cases;
@@ -40,6 +41,7 @@ pub fn all(quick: bool, gpu: bool) -> Vec<Case> {
     } else {
         cases::all(quick)
     };
+    v.extend(fusion_cases::all(quick || !gpu));
     v.extend(quant_cases::all(quick));
     v
 }

@@ -70,6 +70,35 @@ def __array_namespace__(api_version=None):
     return sys.modules[__name__]
 
 
+def compile(fn):
+    """``fn`` (a function of kiln tensors returning a tensor, or a tuple or list of tensors) compiled
+    with ``kiln::compile``: traced on the first call of each signature (shapes, dtypes, device), then
+    run as fused kernels (chains of elementwise ops with their row reductions: one GPU kernel each).
+    Usable as a decorator. A function the tracer cannot follow (a Python ``if`` on a tensor's value,
+    an op kiln does not trace) runs eagerly, with a one-time warning; results are never wrong.
+    ``f.stats()`` reports traces and fused groups.
+
+    >>> import kiln
+    >>> @kiln.compile
+    ... def hypot(a, b):
+    ...     return (a * a + b * b).sqrt()
+    >>> hypot(kiln.asarray([3.0, 5.0]), kiln.asarray([4.0, 12.0])).tolist()
+    [5.0, 13.0]
+    """
+    import functools
+
+    from ._kiln import _compile
+
+    c = _compile(fn)
+
+    @functools.wraps(fn)
+    def compiled(*args):
+        return c(*args)
+
+    compiled.stats = c.stats
+    return compiled
+
+
 def device(name=None):
     """The device ``name`` names ("cpu", "gpu", "gpu:N", "auto"; None: ``KILN_DEVICE``, else auto)."""
     return Device(name)
@@ -116,4 +145,5 @@ __all__ = [
     "uint8",
     "uint32",
     "device",
+    "compile",
 ] + list(_array_api_all)

@@ -144,5 +144,7 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
     out.extend(attention::catalog());
     // Cooperative-matrix f16 matmul (SPIR-V and, for 8x8, MSL only: naga's HLSL has no coop matrix).
     out.extend(matmul::coop::catalog());
+    // Kernels `kiln::compile` generates (samples of its programs).
+    out.extend(super::fused::samples(super::fused_exprs()));
     out
 }

@@ -17,6 +17,7 @@ mod catalog;
 mod custom;
 pub(crate) mod decode;
 mod elementwise;
+pub(crate) mod fused;
 mod index;
 mod matmul;
 mod pointwise;
@@ -193,6 +194,17 @@ impl BackendStorage for GpuStorage {
         // Every dtype, i64 included, moves as raw bits (two words an element) with ids checked on the
         // device: no host copy, and an out-of-range id gives zeros here too.
         index::gather(self, l, ids, il, axis)
+    }
+}
+
+/// The elementwise family's op expressions, for the kernels `kiln::compile` generates (`fused/`;
+/// no family imports another, so the face hands them over).
+pub(crate) fn fused_exprs() -> fused::Exprs {
+    fused::Exprs {
+        unary: elementwise::unary_expr,
+        binary: elementwise::binary_expr,
+        cmp: elementwise::cmp_expr,
+        funcs: FUNCS,
     }
 }
 

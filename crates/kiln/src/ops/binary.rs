@@ -77,6 +77,14 @@ fn scalar_dtype(op: &'static str, dtype: DType, v: f64, for_cmp: bool) -> Result
 impl Tensor {
     /// `op` of two tensors with broadcasting and promotion; see the module docs for dtypes.
     pub fn binary(&self, rhs: &Tensor, op: BinaryOp) -> Result<Tensor> {
+        if let Some(r) = crate::fusion::trace::hook(
+            || crate::fusion::trace::Kind::Binary(op),
+            op.name(),
+            &[self, rhs],
+            move |t| t[0].binary(&t[1], op),
+        ) {
+            return r;
+        }
         let name = op.name();
         let promoted = self.dtype().promote(rhs.dtype());
         let dtype = op.compute_dtype(promoted).ok_or_else(|| {
@@ -218,6 +226,14 @@ impl Tensor {
     /// Comparison with broadcasting; both sides are promoted to a common dtype, the result is bool.
     /// NaN compares unequal to everything (so `ne` is true and the rest false).
     pub fn cmp(&self, rhs: &Tensor, op: CmpOp) -> Result<Tensor> {
+        if let Some(r) = crate::fusion::trace::hook(
+            || crate::fusion::trace::Kind::Cmp(op),
+            op.name(),
+            &[self, rhs],
+            move |t| t[0].cmp(&t[1], op),
+        ) {
+            return r;
+        }
         let name = op.name();
         self.same_device(name, rhs)?;
         Shape::broadcast(name, self.shape(), rhs.shape())?;
@@ -275,6 +291,14 @@ impl Tensor {
     /// Elementwise `if mask { on_true } else { on_false }` with broadcasting of all three; `mask` is
     /// bool, the branches are promoted to a common dtype.
     pub fn where_(mask: &Tensor, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
+        if let Some(r) = crate::fusion::trace::hook(
+            || crate::fusion::trace::Kind::Where,
+            "where",
+            &[mask, on_true, on_false],
+            |t| Tensor::where_(&t[0], &t[1], &t[2]),
+        ) {
+            return r;
+        }
         const OP: &str = "where";
         if mask.dtype() != DType::Bool {
             return Err(Error::dtype(

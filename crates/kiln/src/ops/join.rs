@@ -19,6 +19,13 @@ impl Tensor {
     /// Joins tensors along an existing axis; all other dims must agree. Dtypes are promoted like a
     /// binary op's ([`crate::DType::promote`]); empty inputs are allowed.
     pub fn concat(tensors: &[&Tensor], axis: isize) -> Result<Tensor> {
+        if !tensors.is_empty() {
+            let kind = || crate::fusion::trace::Kind::Other;
+            let replay = move |t: &[Tensor]| Tensor::concat(&t.iter().collect::<Vec<_>>(), axis);
+            if let Some(r) = crate::fusion::trace::hook(kind, "concat", tensors, replay) {
+                return r;
+            }
+        }
         let op = "concat";
         let Some(first) = tensors.first() else {
             return Err(Error::arg(op, "needs at least one tensor, got an empty list"));

@@ -12,6 +12,14 @@ impl Tensor {
     /// broadcast. Transposed views are used as they are. Mixed dtypes promote (see [`DType::promote`]);
     /// bool is refused. A zero-length contracted dim gives zeros.
     pub fn matmul(&self, rhs: &Tensor) -> Result<Tensor> {
+        if let Some(r) = crate::fusion::trace::hook(
+            || crate::fusion::trace::Kind::Other,
+            "matmul",
+            &[self, rhs],
+            |t| t[0].matmul(&t[1]),
+        ) {
+            return r;
+        }
         self.matmul_named("matmul", rhs)
     }
 

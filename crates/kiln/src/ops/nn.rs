@@ -34,6 +34,14 @@ impl Tensor {
     }
 
     fn softmax_impl(&self, op: &'static str, axis: isize, log: bool) -> Result<Tensor> {
+        if let Some(r) = crate::fusion::trace::hook(
+            || crate::fusion::trace::Kind::Other,
+            op,
+            &[self],
+            move |t| t[0].softmax_impl(op, axis, log),
+        ) {
+            return r;
+        }
         require_float(op, self)?;
         if self.rank() == 0 {
             // PyTorch accepts axis 0 / -1 on a scalar: a softmax over one element.
@@ -86,6 +94,14 @@ impl Tensor {
     /// `x / sqrt(mean(x^2, -1) + eps) * weight`, weight of shape `(d,)` (the last dim) and of this
     /// tensor's dtype. Accumulates in f32 (f64 for f64).
     pub fn rms_norm(&self, weight: &Tensor, eps: f64) -> Result<Tensor> {
+        if let Some(r) = crate::fusion::trace::hook(
+            || crate::fusion::trace::Kind::Other,
+            "rms_norm",
+            &[self, weight],
+            move |t| t[0].rms_norm(&t[1], eps),
+        ) {
+            return r;
+        }
         const OP: &str = "rms_norm";
         self.check_norm_input(OP, eps)?;
         self.check_norm_param(OP, "weight", weight)?;
@@ -100,6 +116,13 @@ impl Tensor {
     /// PyTorch); `weight` and `bias` have shape `(d,)` and this tensor's dtype. Accumulates in f32
     /// (f64 for f64).
     pub fn layer_norm(&self, weight: &Tensor, bias: Option<&Tensor>, eps: f64) -> Result<Tensor> {
+        let ins: Vec<&Tensor> = [self, weight].into_iter().chain(bias).collect();
+        let kind = || crate::fusion::trace::Kind::Other;
+        if let Some(r) =
+            crate::fusion::trace::hook(kind, "layer_norm", &ins, move |t| t[0].layer_norm(&t[1], t.get(2), eps))
+        {
+            return r;
+        }
         const OP: &str = "layer_norm";
         self.check_norm_input(OP, eps)?;
         self.check_norm_param(OP, "weight", weight)?;
@@ -119,6 +142,14 @@ impl Tensor {
     /// `silu(self) * up` (the SwiGLU gate), fused into one pass; `silu(x) = x / (1 + e^-x)`. The two
     /// operands broadcast together and must share a float dtype.
     pub fn silu_mul(&self, up: &Tensor) -> Result<Tensor> {
+        if let Some(r) = crate::fusion::trace::hook(
+            || crate::fusion::trace::Kind::Other,
+            "silu_mul",
+            &[self, up],
+            |t| t[0].silu_mul(&t[1]),
+        ) {
+            return r;
+        }
         const OP: &str = "silu_mul";
         require_float(OP, self)?;
         self.same_dtype(OP, up)?;

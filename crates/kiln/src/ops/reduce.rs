@@ -39,6 +39,13 @@ impl Tensor {
 
     /// `op` over the normalised `axes` (sorted, distinct); `name` is the op's user-facing name.
     fn reduce_op(&self, name: &'static str, op: ReduceOp, axes: &[usize], keepdim: bool) -> Result<Tensor> {
+        let a = axes.to_vec();
+        let kind = || crate::fusion::trace::Kind::Reduce { op, axes: a.clone(), keepdim };
+        let b = axes.to_vec();
+        if let Some(r) = crate::fusion::trace::hook(kind, name, &[self], move |t| t[0].reduce_op(name, op, &b, keepdim))
+        {
+            return r;
+        }
         let out_dtype = op.output_dtype(self.dtype());
         if axes.is_empty() {
             // NumPy: reducing over no axes is the identity (with the op's output dtype).

@@ -10,6 +10,14 @@ use crate::{Error, Result, Tensor};
 impl Tensor {
     /// Applies a unary op (integer inputs of float-only ops are cast to f32 first).
     pub fn unary(&self, op: UnaryOp) -> Result<Tensor> {
+        if let Some(r) = crate::fusion::trace::hook(
+            || crate::fusion::trace::Kind::Unary(op),
+            op.name(),
+            &[self],
+            move |t| t[0].unary(op),
+        ) {
+            return r;
+        }
         let dtype = op.input_dtype(self.dtype()).ok_or_else(|| {
             let msg = if op == UnaryOp::Not {
                 format!("logical_not takes a bool tensor, got shape {}", self.shape())

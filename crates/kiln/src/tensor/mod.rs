@@ -5,6 +5,7 @@ mod create;
 mod display;
 mod view;
 
+use crate::fusion::trace::Kind;
 use crate::storage::Storage;
 use crate::{DType, Device, Error, Layout, Result, Shape, WithDType};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -33,6 +34,7 @@ impl Tensor {
 
     /// Another view of this tensor's storage.
     pub(crate) fn with_layout(&self, layout: Layout) -> Tensor {
+        crate::fusion::trace::touch(self, "viewed");
         Tensor(Arc::new(Inner {
             storage: self.0.storage.clone(),
             layout,
@@ -42,12 +44,20 @@ impl Tensor {
     }
 
     pub(crate) fn storage(&self) -> RwLockReadGuard<'_, Storage> {
+        crate::fusion::trace::touch(self, "read");
         // A poisoned lock means a panic happened while writing (a bug); the data is still usable.
         self.0.storage.read().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn storage_mut(&self) -> RwLockWriteGuard<'_, Storage> {
+        crate::fusion::trace::touch(self, "written");
         self.0.storage.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// This tensor object's identity for the fusion tracer, and a weak handle that keeps the address
+    /// from being reused while the trace holds it.
+    pub(crate) fn trace_id(&self) -> (usize, Box<dyn std::any::Any + Send + Sync>) {
+        (Arc::as_ptr(&self.0) as usize, Box::new(Arc::downgrade(&self.0)))
     }
 
     /// True when both tensors view the same storage.
@@ -151,6 +161,9 @@ impl Tensor {
 
     /// A copy with elements converted to `dtype` (a cheap clone when it already has it).
     pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
+        if let Some(r) = crate::fusion::trace::hook(|| Kind::Cast, "to_dtype", &[self], move |t| t[0].to_dtype(dtype)) {
+            return r;
+        }
         if dtype == self.dtype() {
             return Ok(self.clone());
         }
@@ -169,6 +182,9 @@ impl Tensor {
 
     /// A contiguous tensor with the same elements: `self` if it already is contiguous, else a copy.
     pub fn contiguous(&self) -> Result<Tensor> {
+        if let Some(r) = crate::fusion::trace::hook(|| Kind::Cast, "contiguous", &[self], |t| t[0].contiguous()) {
+            return r;
+        }
         if self.is_contiguous() {
             return Ok(self.clone());
         }

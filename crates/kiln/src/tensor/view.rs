@@ -8,6 +8,15 @@ impl Tensor {
     /// it (always for contiguous data), else a copy. See [`Tensor::reshape_infer`] for `-1`.
     pub fn reshape(&self, shape: impl Into<Shape>) -> Result<Tensor> {
         let shape = shape.into();
+        let s = shape.clone();
+        if let Some(r) = crate::fusion::trace::hook(
+            || crate::fusion::trace::Kind::Other,
+            "reshape",
+            &[self],
+            move |t| t[0].reshape(s.clone()),
+        ) {
+            return r;
+        }
         if shape.check_size("reshape")? != self.elem_count() {
             return Err(Error::shape(
                 "reshape",
@@ -55,6 +64,15 @@ impl Tensor {
 
     /// Reorders axes: output axis `i` is input axis `perm[i]`.
     pub fn permute(&self, perm: &[usize]) -> Result<Tensor> {
+        let p = perm.to_vec();
+        if let Some(r) = crate::fusion::trace::hook(
+            || crate::fusion::trace::Kind::Other,
+            "permute",
+            &[self],
+            move |t| t[0].permute(&p),
+        ) {
+            return r;
+        }
         Ok(self.with_layout(self.layout().permute("permute", perm)?))
     }
 
@@ -76,6 +94,14 @@ impl Tensor {
 
     /// `len` entries of `axis` from `start`.
     pub fn narrow(&self, axis: isize, start: usize, len: usize) -> Result<Tensor> {
+        if let Some(r) = crate::fusion::trace::hook(
+            || crate::fusion::trace::Kind::Other,
+            "narrow",
+            &[self],
+            move |t| t[0].narrow(axis, start, len),
+        ) {
+            return r;
+        }
         let axis = self.shape().axis("narrow", axis)?;
         Ok(self.with_layout(self.layout().narrow("narrow", axis, start, len)?))
     }
@@ -83,6 +109,14 @@ impl Tensor {
     /// Entries `start, start+step, ...` below `stop` of `axis` (Python's `start:stop:step`, clamped
     /// to the axis like Python does).
     pub fn slice(&self, axis: isize, start: usize, stop: usize, step: usize) -> Result<Tensor> {
+        if let Some(r) = crate::fusion::trace::hook(
+            || crate::fusion::trace::Kind::Other,
+            "slice",
+            &[self],
+            move |t| t[0].slice(axis, start, stop, step),
+        ) {
+            return r;
+        }
         let axis = self.shape().axis("slice", axis)?;
         let dim = self.dims()[axis];
         let stop = stop.min(dim);
@@ -104,7 +138,17 @@ impl Tensor {
 
     /// A view broadcast to `shape` (NumPy `broadcast_to`): size-1 and missing leading axes repeat.
     pub fn broadcast_to(&self, shape: impl Into<Shape>) -> Result<Tensor> {
-        Ok(self.with_layout(self.layout().broadcast_as("broadcast_to", &shape.into())?))
+        let shape = shape.into();
+        let s = shape.clone();
+        if let Some(r) = crate::fusion::trace::hook(
+            || crate::fusion::trace::Kind::Other,
+            "broadcast_to",
+            &[self],
+            move |t| t[0].broadcast_to(s.clone()),
+        ) {
+            return r;
+        }
+        Ok(self.with_layout(self.layout().broadcast_as("broadcast_to", &shape)?))
     }
 
     /// PyTorch's name for [`Tensor::broadcast_to`].
@@ -114,6 +158,14 @@ impl Tensor {
 
     /// Removes `axis`, which must have size 1.
     pub fn squeeze(&self, axis: isize) -> Result<Tensor> {
+        if let Some(r) = crate::fusion::trace::hook(
+            || crate::fusion::trace::Kind::Other,
+            "squeeze",
+            &[self],
+            move |t| t[0].squeeze(axis),
+        ) {
+            return r;
+        }
         let a = self.shape().axis("squeeze", axis)?;
         if self.dims()[a] != 1 {
             return Err(Error::shape(
@@ -130,6 +182,14 @@ impl Tensor {
 
     /// Removes every size-1 axis.
     pub fn squeeze_all(&self) -> Result<Tensor> {
+        if let Some(r) = crate::fusion::trace::hook(
+            || crate::fusion::trace::Kind::Other,
+            "squeeze_all",
+            &[self],
+            |t| t[0].squeeze_all(),
+        ) {
+            return r;
+        }
         let keep: Vec<usize> = (0..self.rank()).filter(|&i| self.dims()[i] != 1).collect();
         let dims = keep.iter().map(|&i| self.dims()[i]).collect::<Vec<_>>();
         let strides = keep.iter().map(|&i| self.strides()[i]).collect();
@@ -138,6 +198,14 @@ impl Tensor {
 
     /// Inserts a size-1 axis at position `axis` (`-1` appends).
     pub fn unsqueeze(&self, axis: isize) -> Result<Tensor> {
+        if let Some(r) = crate::fusion::trace::hook(
+            || crate::fusion::trace::Kind::Other,
+            "unsqueeze",
+            &[self],
+            move |t| t[0].unsqueeze(axis),
+        ) {
+            return r;
+        }
         let rank = self.rank() + 1;
         let a = crate::shape::normalize_axis("unsqueeze", axis, rank, self.shape())?;
         let mut dims = self.dims().to_vec();

@@ -10,6 +10,7 @@ mod create;
 mod decode;
 mod differential;
 mod edge_cases;
+mod fusion;
 mod index;
 mod int64;
 mod join;

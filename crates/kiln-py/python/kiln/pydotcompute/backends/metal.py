@@ -208,16 +208,20 @@ class MetalBackend(Backend):
     def compile_kernel(self, func: Callable[..., Any], signature: Optional[str] = None) -> Callable[..., Any]:
         """`func` wrapped to run on this backend's device: NumPy array arguments are uploaded
         (dtypes as in the module doc), device arrays are moved here if elsewhere, and the result is a
-        device array. kiln runs each op as it is called; nothing is fused. `signature` names the
-        kernel (its ``__name__``)."""
+        device array. Calls with only array arguments go through ``kiln.compile``: traced once per
+        signature, chains of elementwise ops fused into one kernel each (other arguments run `func`
+        as it is). `signature` names the kernel (its ``__name__``)."""
         if not callable(func):
             raise TypeError(f"[compile_kernel] func must be callable, got {type(func).__name__}")
         backend = self
+        fused = _k.compile(func)
 
         def compiled(*args, **kwargs):
             args = [backend._to_device(a) for a in args]
             kwargs = {k: backend._to_device(v) for k, v in kwargs.items()}
-            return func(*args, **kwargs)
+            if kwargs:
+                return func(*args, **kwargs)
+            return fused(*args)
 
         compiled.__name__ = signature or getattr(func, "__name__", "kernel")
         compiled.__qualname__ = compiled.__name__
