@@ -116,7 +116,7 @@ fn binary_ops_wrap<T: Int>(dev: &Device) {
         };
         check("add", ta.add(&tb).unwrap(), &|x, y| x + y);
         check("sub", ta.sub(&tb).unwrap(), &|x, y| x - y);
-        check("mul", ta.mul(&tb).unwrap(), &|x, y| x * y);
+        check("mul", ta.mul(&tb).unwrap(), &|x, y| x.wrapping_mul(y));
         check("maximum", ta.maximum(&tb).unwrap(), &|x, y| x.max(y));
         check("minimum", ta.minimum(&tb).unwrap(), &|x, y| x.min(y));
         check("floor_div", ta.floor_div(&tb).unwrap(), &|x, y| floor_divmod(x, y).0);
@@ -135,7 +135,16 @@ fn binary_ops_wrap<T: Int>(dev: &Device) {
                         _ => 0,
                     })
                 } else {
-                    (0..p).fold(T::wrap(1), |acc, _| T::wrap(Into::<i128>::into(acc) * x))
+                    // Square and multiply, wrapping (exponents of u64 reach 2^64 - 1).
+                    let (mut acc, mut base, mut k) = (T::wrap(1), T::wrap(x), p as u128);
+                    while k > 0 {
+                        if k & 1 == 1 {
+                            acc = T::wrap(Into::<i128>::into(acc).wrapping_mul(base.into()));
+                        }
+                        base = T::wrap(Into::<i128>::into(base).wrapping_mul(base.into()));
+                        k >>= 1;
+                    }
+                    acc
                 }
             })
             .collect();
@@ -157,7 +166,7 @@ fn wraparound_at_the_edges<T: Int>(dev: &Device) {
     let one = Tensor::from_slice(&[T::wrap(1)], vec![1], dev).unwrap();
     assert_eq!(max.add(&one).unwrap().to_vec::<T>().unwrap(), vec![T::wrap(T::min_v()); 5], "{dt}");
     assert_eq!(min.sub(&one).unwrap().to_vec::<T>().unwrap(), vec![T::wrap(T::max_v()); 5], "{dt}");
-    assert_eq!(max.mul(&max).unwrap().to_vec::<T>().unwrap(), vec![T::wrap(T::max_v() * T::max_v()); 5], "{dt}");
+    assert_eq!(max.mul(&max).unwrap().to_vec::<T>().unwrap(), vec![T::wrap(T::max_v().wrapping_mul(T::max_v())); 5], "{dt}");
     // neg and abs of MIN wrap to MIN (NumPy); unsigned neg wraps to 2^bits - x.
     assert_eq!(min.neg().unwrap().to_vec::<T>().unwrap(), vec![T::wrap(-T::min_v()); 5], "{dt}");
     assert_eq!(min.abs().unwrap().to_vec::<T>().unwrap(), vec![T::wrap(T::min_v().abs()); 5], "{dt}");
@@ -181,7 +190,7 @@ fn unary_ops<T: Int>(dev: &Device) {
     assert_eq!(t.neg().unwrap().to_vec::<T>().unwrap(), map(&|x| -x), "neg {dt}");
     assert_eq!(t.abs().unwrap().to_vec::<T>().unwrap(), map(&|x| x.abs()), "abs {dt}");
     assert_eq!(t.sign().unwrap().to_vec::<T>().unwrap(), map(&|x| x.signum()), "sign {dt}");
-    assert_eq!(t.square().unwrap().to_vec::<T>().unwrap(), map(&|x| x * x), "square {dt}");
+    assert_eq!(t.square().unwrap().to_vec::<T>().unwrap(), map(&|x| x.wrapping_mul(x)), "square {dt}");
     assert_eq!(t.relu().unwrap().to_vec::<T>().unwrap(), map(&|x| x.max(0)), "relu {dt}");
     assert_eq!(t.clamp(-3.5, 1000.5).unwrap().to_vec::<T>().unwrap(), map(&|x| x.clamp(-3, 1000)), "clamp {dt}");
     let sb: Vec<bool> = e.iter().map(|&x| x < 0).collect();
@@ -206,7 +215,7 @@ fn views_and_broadcasting<T: Int>(dev: &Device) {
     // Transposed view against a column broadcast.
     let at = ta.t().unwrap();
     let col = tb.narrow(0, 1, m).unwrap().reshape(vec![m, 1]).unwrap().t().unwrap();
-    let want: Vec<T> = (0..n * m).map(|i| T::wrap(ea[(i % m) * n + i / m] * eb[1 + i % m])).collect();
+    let want: Vec<T> = (0..n * m).map(|i| T::wrap(ea[(i % m) * n + i / m].wrapping_mul(eb[1 + i % m]))).collect();
     assert_eq!(at.mul(&col).unwrap().to_vec::<T>().unwrap(), want, "transposed {dt}");
     // A stepped view with an offset: elements 1, 3, 5 of each row.
     let s = ta.slice(1, 1, n, 2).unwrap();
@@ -365,7 +374,7 @@ fn indexing_and_matmul<T: Int>(dev: &Device) {
     let b = values::<T>(c * 3, 81);
     let tb = Tensor::from_slice(&b, vec![c, 3], dev).unwrap();
     let (ea, eb) = (exact(&a), exact(&b));
-    let want: Vec<T> = (0..r * 3).map(|i| T::wrap((0..c).map(|k| ea[(i / 3) * c + k] * eb[k * 3 + i % 3]).sum())).collect();
+    let want: Vec<T> = (0..r * 3).map(|i| T::wrap((0..c).fold(0i128, |s, k| s.wrapping_add(ea[(i / 3) * c + k].wrapping_mul(eb[k * 3 + i % 3]))))).collect();
     assert_eq!(t.matmul(&tb).unwrap().to_vec::<T>().unwrap(), want, "matmul {dt}");
     // Joins keep the dtype.
     let j = Tensor::concat(&[&t, &t.narrow(0, 1, 2).unwrap()], 0).unwrap();
