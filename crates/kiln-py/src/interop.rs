@@ -28,6 +28,10 @@ fn typestr(d: DType) -> Option<&'static str> {
         DType::I32 => "<i4",
         DType::U32 => "<u4",
         DType::I64 => "<i8",
+        DType::I8 => "|i1",
+        DType::I16 => "<i2",
+        DType::U16 => "<u2",
+        DType::U64 => "<u8",
         DType::F16 => "<f2",
         DType::F32 => "<f4",
         DType::F64 => "<f8",
@@ -97,15 +101,6 @@ pub fn to_numpy<'py>(py: Python<'py>, t: &Tensor, copy: Option<bool>) -> PyResul
     }
 }
 
-/// NumPy dtypes kiln widens on the way in (it has no 8/16-bit signed or 16-bit unsigned integers).
-fn widened(name: &str) -> Option<&'static str> {
-    match name {
-        "int8" | "int16" => Some("int32"),
-        "uint16" => Some("uint32"),
-        _ => None,
-    }
-}
-
 /// Copies `n` elements of type `T` from `addr` into a vector.
 ///
 /// # Safety
@@ -137,6 +132,10 @@ pub unsafe fn tensor_from_raw(addr: usize, dtype: DType, shape: Vec<usize>, devi
             DType::U32 => Tensor::from_vec(copy_from::<u32>(addr, n), shape, device),
             DType::I64 => Tensor::from_vec(copy_from::<i64>(addr, n), shape, device),
             DType::U8 => Tensor::from_vec(copy_from::<u8>(addr, n), shape, device),
+            DType::I8 => Tensor::from_vec(copy_from::<i8>(addr, n), shape, device),
+            DType::I16 => Tensor::from_vec(copy_from::<i16>(addr, n), shape, device),
+            DType::U16 => Tensor::from_vec(copy_from::<u16>(addr, n), shape, device),
+            DType::U64 => Tensor::from_vec(copy_from::<u64>(addr, n), shape, device),
             // Any nonzero byte is true (a Rust bool must be 0 or 1).
             DType::Bool => {
                 let bytes = copy_from::<u8>(addr, n);
@@ -203,9 +202,6 @@ pub fn asarray_impl(
         // Python floats (lists, scalars) take kiln's default float dtype, as in PyTorch.
         name = "float32".into();
     }
-    if let Some(w) = widened(&name) {
-        name = w.into();
-    }
     let src = crate::dtype::from_name(&name)
         .ok_or_else(|| type_err("asarray", format!("NumPy dtype {name} has no kiln equivalent")))?;
     let target = gpu_dtype("asarray", dtype.unwrap_or(src), &device)?;
@@ -238,8 +234,8 @@ pub fn asarray_impl(
 /// A Tensor from a Tensor, a NumPy array or anything NumPy converts (nested lists, scalars,
 /// objects with `__array__`). Data from NumPy and Python is always copied (kiln's storage owns its
 /// memory), so `copy=False` raises ValueError for it; a Tensor is returned as is when dtype and
-/// device match. Python floats give float32 (kiln's default float), NumPy arrays keep their dtype
-/// (int8/int16 widen to int32, uint16 to uint32). float64 data headed for a GPU raises TypeError
+/// device match. Python floats give float32 (kiln's default float), NumPy arrays keep their dtype.
+/// float64 data headed for a GPU raises TypeError
 /// (the GPU backend has no float64): convert it first or pass `dtype`.
 #[pyfunction]
 #[pyo3(signature = (obj, /, dtype = None, device = None, copy = None))]

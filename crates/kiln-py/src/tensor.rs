@@ -111,6 +111,9 @@ impl PyTensor {
             if dtype == DType::I64 {
                 // Exact beyond 2^53.
                 Ok(t.to_vec::<i64>()?.into_iter().map(|v| (v as f64, v)).collect::<Vec<_>>())
+            } else if dtype == DType::U64 {
+                // The bits, exact; `nest` reads them back as u64.
+                Ok(t.to_vec::<u64>()?.into_iter().map(|v| (v as f64, v as i64)).collect::<Vec<_>>())
             } else {
                 Ok(t.to_f64_vec()?.into_iter().map(|v| (v, v as i64)).collect())
             }
@@ -130,6 +133,8 @@ fn nest<'py>(py: Python<'py>, values: &[(f64, i64)], dims: &[usize], dtype: DTyp
             PyBool::new(py, f != 0.0).to_owned().into_any()
         } else if dtype.is_float() {
             PyFloat::new(py, f).into_any()
+        } else if dtype == DType::U64 {
+            (i as u64).into_pyobject(py)?.into_any()
         } else {
             i.into_pyobject(py)?.into_any()
         })

@@ -18,7 +18,7 @@ SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[Healt
                                                                           HealthCheck.too_slow])
 shapes = hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=5)
 nonempty = hnp.array_shapes(min_dims=1, max_dims=3, min_side=1, max_side=5)
-INT_DTYPES = ["uint8", "int32", "uint32", "int64"]
+INT_DTYPES = ["uint8", "int32", "uint32", "int64", "int8", "int16", "uint16", "uint64"]
 
 
 def floats(lo, hi, **kw):
@@ -206,6 +206,22 @@ def test_sum_prod_dtype(device, name):
         np.testing.assert_array_equal(host(got), getattr(np, name)(x, axis=1, dtype=dt))
 
 
+@pytest.mark.parametrize("dtype", ["int8", "int16", "uint8", "uint16", "uint32", "uint64", "bool"])
+def test_sum_prod_default_dtypes(device, dtype):
+    """The standard's defaults, as NumPy's: signed and bool into int64, unsigned into uint64."""
+    x = (np.arange(24).reshape(4, 6) * 37 % 11).astype(dtype)
+    t = dev(x, device)
+    for name in ["sum", "prod"]:
+        got = getattr(kiln, name)(t, axis=1)
+        want = getattr(np, name)(x, axis=1)
+        assert got.dtype == want.dtype.name, (name, got.dtype, want.dtype)
+        np.testing.assert_array_equal(host(got), want)
+    got = kiln.cumulative_sum(t, axis=1)
+    want = np.cumulative_sum(x, axis=1) if hasattr(np, "cumulative_sum") else np.cumsum(x, axis=1)
+    assert got.dtype == want.dtype.name
+    np.testing.assert_array_equal(host(got), want)
+
+
 def test_std_var_float_correction(device):
     x = np.arange(10, dtype=np.float32)
     for c in [0.25, 2.5, 9.5, 10.0, 11.5]:
@@ -383,8 +399,9 @@ def test_namespace_info(device):
     dts = info.dtypes(device=device)
     assert "float32" in dts and dts["int64"] == kiln.int64
     assert ("float64" in dts) == device.is_cpu
-    assert set(info.dtypes(device=device, kind="unsigned integer")) == {"uint8", "uint32"}
-    assert set(info.dtypes(device=device, kind=("bool", "signed integer"))) == {"bool", "int32", "int64"}
+    assert set(info.dtypes(device=device, kind="unsigned integer")) == {"uint8", "uint16", "uint32", "uint64"}
+    assert set(info.dtypes(device=device, kind=("bool", "signed integer"))) == {"bool", "int8", "int16", "int32",
+                                                                              "int64"}
     with pytest.raises(ValueError):
         info.dtypes(kind="complex numbers")
     d = info.default_dtypes(device=device)
@@ -417,7 +434,7 @@ def test_bfloat16_is_ml_dtypes(device):
 
 
 # ---- manipulation, searching, utility and linear algebra functions --------------------------------
-ALL_DTYPES = ["bool", "uint8", "int32", "uint32", "int64", "float32"]
+ALL_DTYPES = ["bool", "uint8", "int32", "uint32", "int64", "float32", "int8", "int16", "uint16", "uint64"]
 
 
 def any_array(draw, shape_strategy=nonempty):

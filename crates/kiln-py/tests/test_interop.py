@@ -9,7 +9,7 @@ import pytest
 
 import kiln
 
-DTYPES = ["float32", "float64", "float16", "int32", "int64", "uint8", "uint32", "bool"]
+DTYPES = ["float32", "float64", "float16", "int32", "int64", "uint8", "uint32", "bool", "int8", "int16", "uint16", "uint64"]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -72,7 +72,8 @@ def test_asarray_rules(device):
     assert kiln.asarray([1.0, 2.0], device=device).dtype == kiln.float32
     assert kiln.asarray([1, 2], device=device).dtype == kiln.int64
     assert kiln.asarray([True], device=device).dtype == kiln.bool
-    assert kiln.asarray(np.zeros(3, np.int16), device=device).dtype == kiln.int32
+    for nd in ["int8", "int16", "uint16", "uint64"]:
+        assert kiln.asarray(np.zeros(3, nd), device=device).dtype == getattr(kiln, nd)
     assert kiln.asarray(3.5, device=device).shape == ()
     assert kiln.asarray([1, 2], dtype="float16", device=device).dtype == kiln.float16
     t = kiln.asarray([1.0], device=device)

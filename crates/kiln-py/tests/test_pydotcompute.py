@@ -98,8 +98,8 @@ def test_memory_info_keys_and_registry(where):
 @pytest.mark.parametrize(
     "np_dtype,kiln_dtype",
     [("float32", "float32"), ("float16", "float16"), ("float64", "float32"), ("int32", "int32"), ("int64", "int64"),
-     ("int16", "int32"), ("int8", "int32"), ("uint32", "uint32"), ("uint16", "uint32"), ("uint8", "uint8"),
-     ("bool", "bool")],
+     ("int16", "int16"), ("int8", "int8"), ("uint32", "uint32"), ("uint64", "uint64"), ("uint16", "uint16"),
+     ("uint8", "uint8"), ("bool", "bool")],
 )
 def test_dtype_table(where, np_dtype, kiln_dtype):
     b = MetalBackend()
@@ -108,12 +108,20 @@ def test_dtype_table(where, np_dtype, kiln_dtype):
     assert d.dtype == kiln_dtype
     back = b.copy_to_host(d)
     np.testing.assert_array_equal(back, host)
+    if np_dtype != "float64":
+        assert back.dtype == host.dtype
     assert b.allocate((2,), getattr(np, np_dtype)).dtype == kiln_dtype
 
 
-def test_uint64_is_refused(where):
-    with pytest.raises(TypeError, match="uint64"):
-        MetalBackend().copy_to_device(np.arange(3, dtype=np.uint64))
+def test_uint64_keeps_every_bit(where):
+    """uint64 keeps its dtype (the document's table), exactly past 2^53 and 2^63."""
+    b = MetalBackend()
+    host = np.array([0, 1, 2**53 + 1, 2**63 + 12345, 2**64 - 1], dtype=np.uint64)
+    d = b.copy_to_device(host)
+    assert d.dtype == "uint64"
+    back = b.copy_to_host(d)
+    assert back.dtype == np.uint64
+    np.testing.assert_array_equal(back, host)
 
 
 def test_device_arrays_behave_as_arrays(where):

@@ -1,7 +1,11 @@
 //! Element types, their sizes and names, and the promotion rules of mixed binary ops.
 //!
 //! Promotion follows PyTorch's lattice (which agrees with NumPy where NumPy does not widen to f64):
-//! - `bool < u8 < i32 < i64` and `u32` with a signed integer goes to `i64` (`u32 + u8` stays `u32`);
+//! - integers follow the array API standard's table: the wider of two signed or of two unsigned
+//!   types; an unsigned type with a wider signed one gives the signed one, with a signed one of the
+//!   same or fewer bits the signed type of twice its bits (`u8 + i8 = i16`, `u32 + i32 = i64`).
+//!   `u64` with a signed type (which the standard leaves open and NumPy widens to f64) gives `i64`:
+//!   kiln keeps integers integral, and values past `i64::MAX` wrap;
 //! - any integer with a float gives that float;
 //! - `f16 < f32 < f64`, `bf16 < f32 < f64`, and `f16` with `bf16` gives `f32`.
 //!
@@ -19,6 +23,10 @@ pub enum DType {
     I32,
     U32,
     I64,
+    I8,
+    I16,
+    U16,
+    U64,
     F16,
     BF16,
     F32,
@@ -26,16 +34,29 @@ pub enum DType {
 }
 
 impl DType {
-    pub const ALL: [DType; 9] =
-        [DType::F32, DType::F16, DType::BF16, DType::F64, DType::I32, DType::U32, DType::I64, DType::U8, DType::Bool];
+    pub const ALL: [DType; 13] = [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::F64,
+        DType::I32,
+        DType::U32,
+        DType::I64,
+        DType::U8,
+        DType::Bool,
+        DType::I8,
+        DType::I16,
+        DType::U16,
+        DType::U64,
+    ];
 
     /// Size of one element in bytes.
     pub fn size_in_bytes(self) -> usize {
         match self {
-            DType::Bool | DType::U8 => 1,
-            DType::F16 | DType::BF16 => 2,
+            DType::Bool | DType::U8 | DType::I8 => 1,
+            DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
             DType::I32 | DType::U32 | DType::F32 => 4,
-            DType::I64 | DType::F64 => 8,
+            DType::I64 | DType::U64 | DType::F64 => 8,
         }
     }
 
@@ -47,6 +68,10 @@ impl DType {
             DType::I32 => "i32",
             DType::U32 => "u32",
             DType::I64 => "i64",
+            DType::I8 => "i8",
+            DType::I16 => "i16",
+            DType::U16 => "u16",
+            DType::U64 => "u64",
             DType::F16 => "f16",
             DType::BF16 => "bf16",
             DType::F32 => "f32",
@@ -59,11 +84,33 @@ impl DType {
     }
 
     pub fn is_int(self) -> bool {
-        matches!(self, DType::U8 | DType::I32 | DType::U32 | DType::I64)
+        matches!(
+            self,
+            DType::U8 | DType::I32 | DType::U32 | DType::I64 | DType::I8 | DType::I16 | DType::U16 | DType::U64
+        )
     }
 
     pub fn is_signed(self) -> bool {
-        matches!(self, DType::I32 | DType::I64) || self.is_float()
+        matches!(self, DType::I32 | DType::I64 | DType::I8 | DType::I16) || self.is_float()
+    }
+
+    /// Bits of an integer dtype (0 for the others).
+    fn int_bits(self) -> usize {
+        if self.is_int() {
+            8 * self.size_in_bytes()
+        } else {
+            0
+        }
+    }
+
+    /// The signed integer dtype of `bits` bits (64 for anything wider).
+    fn signed_of(bits: usize) -> DType {
+        match bits {
+            8 => DType::I8,
+            16 => DType::I16,
+            32 => DType::I32,
+            _ => DType::I64,
+        }
     }
 
     /// The float type a float-only op computes in for this dtype: floats stay, the rest become `f32`.
@@ -89,11 +136,21 @@ impl DType {
             (F16, _) | (_, F16) => F16,
             (BF16, _) | (_, BF16) => BF16,
             // Both integers from here on.
-            (I64, _) | (_, I64) => I64,
-            (U32, I32) | (I32, U32) => I64,
-            (U32, U8) | (U8, U32) => U32,
-            (I32, U8) | (U8, I32) => I32,
-            _ => unreachable!("all dtype pairs are covered"),
+            (a, b) if a.is_signed() == b.is_signed() => {
+                if a.int_bits() >= b.int_bits() {
+                    a
+                } else {
+                    b
+                }
+            }
+            (a, b) => {
+                let (s, u) = if a.is_signed() { (a, b) } else { (b, a) };
+                if s.int_bits() > u.int_bits() {
+                    s
+                } else {
+                    DType::signed_of(2 * u.int_bits())
+                }
+            }
         }
     }
 
@@ -160,6 +217,10 @@ with_dtype!(i32, I32, 0, 1, |v: i32| v as f64, |v: f64| v as i32);
 with_dtype!(u32, U32, 0, 1, |v: u32| v as f64, |v: f64| v as u32);
 with_dtype!(i64, I64, 0, 1, |v: i64| v as f64, |v: f64| v as i64);
 with_dtype!(u8, U8, 0, 1, |v: u8| v as f64, |v: f64| v as u8);
+with_dtype!(i8, I8, 0, 1, |v: i8| v as f64, |v: f64| v as i8);
+with_dtype!(i16, I16, 0, 1, |v: i16| v as f64, |v: f64| v as i16);
+with_dtype!(u16, U16, 0, 1, |v: u16| v as f64, |v: f64| v as u16);
+with_dtype!(u64, U64, 0, 1, |v: u64| v as f64, |v: f64| v as u64);
 with_dtype!(bool, Bool, false, true, |v: bool| v as u8 as f64, |v: f64| v != 0.0);
 
 /// Float element types; the CPU backend computes f16 and bf16 in f32.
@@ -233,5 +294,32 @@ mod tests {
         assert_eq!(U8.promote(I32), I32);
         assert_eq!(I64.promote(F32), F32);
         assert_eq!(F32.promote(F64), F64);
+    }
+
+    /// The array API standard's integer promotion table (2023.12), every pair it defines.
+    #[test]
+    fn promotion_table_array_api_integers() {
+        use DType::*;
+        let ints = [I8, I16, I32, I64, U8, U16, U32, U64];
+        // Rows and columns in the order of `ints`; `_` (Bool here) marks pairs the standard leaves out.
+        let table = [
+            [I8, I16, I32, I64, I16, I32, I64, Bool],
+            [I16, I16, I32, I64, I16, I32, I64, Bool],
+            [I32, I32, I32, I64, I32, I32, I64, Bool],
+            [I64, I64, I64, I64, I64, I64, I64, Bool],
+            [I16, I16, I32, I64, U8, U16, U32, U64],
+            [I32, I32, I32, I64, U16, U16, U32, U64],
+            [I64, I64, I64, I64, U32, U32, U32, U64],
+            [Bool, Bool, Bool, Bool, U64, U64, U64, U64],
+        ];
+        for (i, &a) in ints.iter().enumerate() {
+            for (j, &b) in ints.iter().enumerate() {
+                let want = if table[i][j] == Bool { I64 } else { table[i][j] };
+                assert_eq!(a.promote(b), want, "{a} {b}");
+            }
+            assert_eq!(a.promote(Bool), a);
+            assert_eq!(a.promote(F16), F16);
+            assert_eq!(a.promote(BF16), BF16);
+        }
     }
 }

@@ -211,7 +211,8 @@ impl CmpOp {
 /// Reductions over a set of axes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ReduceOp {
-    /// Floats sum in their dtype (f16/bf16 accumulate in f32); integers and bool sum into i64.
+    /// Floats sum in their dtype (f16/bf16 accumulate in f32); integers and bool sum into i64, u64
+    /// into u64 (both wrapping).
     Sum,
     /// Like `Sum` for dtypes.
     Prod,
@@ -239,6 +240,7 @@ impl ReduceOp {
     /// The output dtype for an input of `dtype`.
     pub fn output_dtype(self, dtype: DType) -> DType {
         match self {
+            ReduceOp::Sum | ReduceOp::Prod if dtype == DType::U64 => DType::U64,
             ReduceOp::Sum | ReduceOp::Prod if !dtype.is_float() => DType::I64,
             ReduceOp::ArgMax | ReduceOp::ArgMin => DType::I64,
             _ => dtype,

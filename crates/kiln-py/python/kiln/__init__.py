@@ -44,10 +44,14 @@ from ._kiln import (  # noqa: F401
     float16,
     float32,
     float64,
+    int8,
+    int16,
     int32,
     int64,
     uint8,
+    uint16,
     uint32,
+    uint64,
 )
 from .array_api import *  # noqa: F401,F403
 from .array_api import __all__ as _array_api_all
@@ -140,10 +144,14 @@ __all__ = [
     "float16",
     "float32",
     "float64",
+    "int8",
+    "int16",
     "int32",
     "int64",
     "uint8",
+    "uint16",
     "uint32",
+    "uint64",
     "device",
     "compile",
 ] + list(_array_api_all)

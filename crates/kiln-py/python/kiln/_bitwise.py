@@ -3,7 +3,8 @@ and the shifts ``bitwise_left_shift bitwise_right_shift``, on integer (and, for 
 bool) tensors, with broadcasting and promotion.
 
 On a GPU, and/or/xor/invert run as a WGSL kernel over the operands' 32-bit storage words (every
-kiln dtype is stored as whole words there: 4 bytes of uint8 in a word, int64 as two words), after
+kiln dtype is stored as whole words there: 4 bytes of int8/uint8 in a word, 2 of int16/uint16,
+int64/uint64 as two words), after
 broadcasting the operands to one contiguous shape. The shifts, and every function on the CPU,
 compute with NumPy on the host (a CPU tensor is read in place; a GPU tensor's shifts make a round
 trip through host memory).
@@ -41,11 +42,15 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let x = a[i];
     var y = b[i];
     if (p[2] == 1u) {
-        // `b` is one element: repeated over the word (1-byte dtypes), or the word pair (8-byte ones).
+        // `b` is one element: repeated over the word (1- and 2-byte dtypes), or the word pair (8-byte
+        // ones).
         y = b[0];
         if (p[3] == 1u) {
             let s = y & 0xffu;
             y = s | (s << 8u) | (s << 16u) | (s << 24u);
+        } else if (p[3] == 2u) {
+            let s = y & 0xffffu;
+            y = s | (s << 16u);
         } else if (p[3] == 8u) {
             y = b[i & 1u];
         }
@@ -120,10 +125,12 @@ def _shift(op, f, x1, x2):
     big = b >= bits
     bb = np.where(big, 0, b).astype(a.dtype)
     r = f(a, bb)
+    # Fill values of a's dtype (a Python -1 next to uint64 would make the result float64).
+    zero = np.zeros((), a.dtype)
     if f is np.left_shift:
-        r = np.where(big, 0, r)
+        r = np.where(big, zero, r)
     else:
-        r = np.where(big, np.where(a < 0, -1, 0), r)
+        r = np.where(big, np.where(a < 0, np.array(-1).astype(a.dtype), zero), r)
     return _kiln.asarray(np.ascontiguousarray(r.astype(a.dtype)), dtype=dt, device=x1.device)
 
 

@@ -31,8 +31,12 @@ class DType:
 bool: DType
 bool_: DType
 uint8: DType
-int32: DType
+uint16: DType
 uint32: DType
+uint64: DType
+int8: DType
+int16: DType
+int32: DType
 int64: DType
 float16: DType
 bfloat16: DType

@@ -2,15 +2,16 @@
 to the ones implemented in Rust (creation, ``where``, ``concat``, ``stack``).
 
 Covered: all of the standard's functions, constants and the ``__array_namespace_info__``
-inspection API, for the dtypes kiln has (bool, uint8, int32, uint32, int64, float16, bfloat16,
-float32, float64 on the CPU). Where the work happens: element-wise functions, reductions,
+inspection API, for every real dtype of the standard (bool, int8, int16, int32, int64, uint8,
+uint16, uint32, uint64, float16, float32, float64 on the CPU; all but float64 on a GPU) and
+bfloat16. Where the work happens: element-wise functions, reductions,
 manipulation, indexing and linear algebra run on the tensor's device; ``acos asin atan atan2 acosh
 asinh atanh log1p expm1`` are composed there from kiln's kernels (``kiln._math``); ``bitwise_and/or/xor/invert``
 run on a GPU as a WGSL kernel (``kiln._bitwise``); ``sort argsort searchsorted unique_*`` and the
 shifts compute on the host with NumPy (a round trip for GPU tensors; ``kiln._sorting``); ``t[key] = v`` is copy-on-write (``kiln._setitem``).
 
-Not covered: the int8, int16, uint16 and uint64 dtypes (NumPy input of them is widened), complex
-dtypes, and the ``linalg`` and ``fft`` extensions.
+Not covered: complex dtypes (kiln has no complex kernels), and the ``linalg`` and ``fft`` extensions
+(no factorization or FFT kernels in kiln).
 """
 
 import builtins as _b
@@ -25,10 +26,14 @@ from ._kiln import Tensor, asarray
 
 _DTYPES = {
     "bool": _kiln.bool,
-    "uint8": _kiln.uint8,
+    "int8": _kiln.int8,
+    "int16": _kiln.int16,
     "int32": _kiln.int32,
-    "uint32": _kiln.uint32,
     "int64": _kiln.int64,
+    "uint8": _kiln.uint8,
+    "uint16": _kiln.uint16,
+    "uint32": _kiln.uint32,
+    "uint64": _kiln.uint64,
     "float16": _kiln.float16,
     "bfloat16": _kiln.bfloat16,
     "float32": _kiln.float32,
@@ -196,8 +201,20 @@ def argmin(x, /, *, axis=None, keepdims=False):
     return _t(x).argmin(axis, keepdims)
 
 
+_UNSIGNED = ("uint8", "uint16", "uint32", "uint64")
+
+
+def _default_sum_dtype(x, dtype):
+    """The standard's default dtype of a sum or product: unsigned integers accumulate in uint64 (the
+    unsigned type of the default integer's width; kiln's Tensor methods give int64 for them)."""
+    if dtype is None and x.dtype.name in _UNSIGNED:
+        return _kiln.uint64
+    return dtype
+
+
 def _with_dtype(x, dtype, name, axis, keepdims):
     x = _t(x)
+    dtype = _default_sum_dtype(x, dtype)
     if dtype is None:
         return getattr(x, name)(axis, keepdims)
     dtype = _to_dtype(dtype)
@@ -206,14 +223,15 @@ def _with_dtype(x, dtype, name, axis, keepdims):
 
 
 def sum(x, /, *, axis=None, dtype=None, keepdims=False):
-    """Sum over `axis` (None: all; an int or a tuple), in `dtype` when given. Integers and bool sum
-    into int64 by default; float16/bfloat16 accumulate in float32."""
+    """Sum over `axis` (None: all; an int or a tuple), in `dtype` when given. Signed integers and bool
+    sum into int64 by default, unsigned ones into uint64 (wrapping); float16/bfloat16 accumulate in
+    float32."""
     return _with_dtype(x, dtype, "sum", axis, keepdims)
 
 
 def prod(x, /, *, axis=None, dtype=None, keepdims=False):
-    """Product over `axis`, in `dtype` when given; integers and bool multiply into int64 by default
-    (wrapping)."""
+    """Product over `axis`, in `dtype` when given; signed integers and bool multiply into int64 by
+    default, unsigned ones into uint64 (wrapping)."""
     return _with_dtype(x, dtype, "prod", axis, keepdims)
 
 
@@ -488,6 +506,7 @@ def cumulative_sum(x, /, *, axis=None, dtype=None, include_initial=False):
         axis = 0
     if not -x.ndim <= axis < x.ndim:
         raise IndexError(f"[cumulative_sum] axis {axis} is out of range for rank {x.ndim}")
+    dtype = _default_sum_dtype(x, dtype)
     if dtype is not None:
         dtype = _to_dtype(dtype)
         x = x.astype(dtype)
@@ -666,9 +685,9 @@ def isdtype(dtype, kind):
     n = dtype.name
     kinds = {
         "bool": n == "bool",
-        "signed integer": n in ("int32", "int64"),
-        "unsigned integer": n in ("uint8", "uint32"),
-        "integral": n in ("int32", "int64", "uint8", "uint32"),
+        "signed integer": n in ("int8", "int16", "int32", "int64"),
+        "unsigned integer": n in ("uint8", "uint16", "uint32", "uint64"),
+        "integral": n in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"),
         "real floating": dtype.is_float,
         "complex floating": False,
         "numeric": n != "bool",
@@ -679,8 +698,9 @@ def isdtype(dtype, kind):
 
 
 def result_type(*arrays_and_dtypes):
-    """The dtype of an op over the arguments (kiln's promotion: int with float gives the float,
-    float16 with bfloat16 gives float32, uint32 with a signed int gives int64)."""
+    """The dtype of an op over the arguments (kiln's promotion: the standard's table for integers,
+    int with float gives the float, float16 with bfloat16 gives float32; uint64 with a signed int,
+    which the standard leaves out, gives int64)."""
     dts = []
     for a in arrays_and_dtypes:
         if isinstance(a, Tensor):
@@ -703,9 +723,6 @@ def _to_dtype(d):
     if isinstance(d, _kiln.DType):
         return d
     return _kiln.zeros((), dtype=d, device="cpu").dtype
-
-
-_ORDER = {"bool": 0, "uint8": 1, "uint32": 2, "int32": 2, "int64": 3, "float16": 4, "bfloat16": 4, "float32": 5, "float64": 6}
 
 
 def can_cast(from_, to, /):

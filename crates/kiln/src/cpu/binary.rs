@@ -320,6 +320,10 @@ int_arith!(i32, true);
 int_arith!(i64, true);
 int_arith!(u32, false);
 int_arith!(u8, false);
+int_arith!(i8, true);
+int_arith!(i16, true);
+int_arith!(u16, false);
+int_arith!(u64, false);
 
 /// Binary ops of f32, f64 and the integers.
 fn num_binary<T: Arith>(a: &[T], al: &Layout, b: &[T], bl: &Layout, op: BinaryOp) -> Result<Vec<T>> {
@@ -466,6 +470,10 @@ pub(crate) fn binary(a: &CpuStorage, al: &Layout, b: &CpuStorage, bl: &Layout, o
         (S::U32(x), S::U32(y)) => S::U32(num_binary(x, al, y, bl, op)?),
         (S::I64(x), S::I64(y)) => S::I64(num_binary(x, al, y, bl, op)?),
         (S::U8(x), S::U8(y)) => S::U8(num_binary(x, al, y, bl, op)?),
+        (S::I8(x), S::I8(y)) => S::I8(num_binary(x, al, y, bl, op)?),
+        (S::I16(x), S::I16(y)) => S::I16(num_binary(x, al, y, bl, op)?),
+        (S::U16(x), S::U16(y)) => S::U16(num_binary(x, al, y, bl, op)?),
+        (S::U64(x), S::U64(y)) => S::U64(num_binary(x, al, y, bl, op)?),
         (S::Bool(x), S::Bool(y)) => S::Bool(bool_binary(x, al, y, bl, op)?),
         _ => return Err(a.not_same_dtype(op.name(), b)),
     })
@@ -540,6 +548,10 @@ pub(crate) fn cmp(a: &CpuStorage, al: &Layout, b: &CpuStorage, bl: &Layout, op: 
         (S::U32(x), S::U32(y)) => plain_cmp(x, al, y, bl, op),
         (S::I64(x), S::I64(y)) => plain_cmp(x, al, y, bl, op),
         (S::U8(x), S::U8(y)) => plain_cmp(x, al, y, bl, op),
+        (S::I8(x), S::I8(y)) => plain_cmp(x, al, y, bl, op),
+        (S::I16(x), S::I16(y)) => plain_cmp(x, al, y, bl, op),
+        (S::U16(x), S::U16(y)) => plain_cmp(x, al, y, bl, op),
+        (S::U64(x), S::U64(y)) => plain_cmp(x, al, y, bl, op),
         (S::Bool(x), S::Bool(y)) => plain_cmp(x, al, y, bl, op),
         _ => return Err(a.not_same_dtype(op.name(), b)),
     }))
@@ -641,6 +653,10 @@ pub(crate) fn where_cond(
         (S::U32(x), S::U32(y)) => S::U32(select(m, cl, x, tl, y, fl)),
         (S::I64(x), S::I64(y)) => S::I64(select(m, cl, x, tl, y, fl)),
         (S::U8(x), S::U8(y)) => S::U8(select(m, cl, x, tl, y, fl)),
+        (S::I8(x), S::I8(y)) => S::I8(select(m, cl, x, tl, y, fl)),
+        (S::I16(x), S::I16(y)) => S::I16(select(m, cl, x, tl, y, fl)),
+        (S::U16(x), S::U16(y)) => S::U16(select(m, cl, x, tl, y, fl)),
+        (S::U64(x), S::U64(y)) => S::U64(select(m, cl, x, tl, y, fl)),
         (S::Bool(x), S::Bool(y)) => S::Bool(select(m, cl, x, tl, y, fl)),
         _ => return Err(t.not_same_dtype("where", f)),
     })

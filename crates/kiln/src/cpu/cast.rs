@@ -1,11 +1,11 @@
-//! Dtype conversion on the CPU for all 9x9 pairs, plus the block engine the elementwise kernels share:
+//! Dtype conversion on the CPU for all 13x13 pairs, plus the block engine the elementwise kernels share:
 //! a view is walked as contiguous slices (borrowed when the view is contiguous along its inner dim,
 //! gathered into a small stack buffer otherwise), so every kernel is a plain loop over slices.
 //!
 //! Conversion rules (those of Rust's `as`, which match NumPy/PyTorch): float to int truncates toward
 //! zero and saturates, NaN gives 0; int to int wraps; anything to bool is `x != 0` (NaN is true); bool
 //! to anything is 0/1. f16/bf16 go through f32 with `half`'s bulk slice conversions (F16C where the
-//! CPU has it); sources that f32 cannot hold exactly (f64, i32, u32, i64) go to f16/bf16 through f64
+//! CPU has it); sources that f32 cannot hold exactly (f64, i32, u32, i64, u64) go to f16/bf16 through f64
 //! so they are rounded once.
 
 use super::{strided, CpuStorage};
@@ -151,6 +151,10 @@ trait Plain: Copy + Send + Sync {
     fn c_u32(self) -> u32;
     fn c_i64(self) -> i64;
     fn c_u8(self) -> u8;
+    fn c_i8(self) -> i8;
+    fn c_i16(self) -> i16;
+    fn c_u16(self) -> u16;
+    fn c_u64(self) -> u64;
     fn c_bool(self) -> bool;
 }
 
@@ -183,6 +187,22 @@ macro_rules! plain_num {
                 self as u8
             }
             #[inline(always)]
+            fn c_i8(self) -> i8 {
+                self as i8
+            }
+            #[inline(always)]
+            fn c_i16(self) -> i16 {
+                self as i16
+            }
+            #[inline(always)]
+            fn c_u16(self) -> u16 {
+                self as u16
+            }
+            #[inline(always)]
+            fn c_u64(self) -> u64 {
+                self as u64
+            }
+            #[inline(always)]
             #[allow(clippy::float_cmp)]
             fn c_bool(self) -> bool {
                 self != (0 as $t)
@@ -196,6 +216,10 @@ plain_num!(i32, false);
 plain_num!(u32, false);
 plain_num!(i64, false);
 plain_num!(u8, true);
+plain_num!(i8, true);
+plain_num!(i16, true);
+plain_num!(u16, true);
+plain_num!(u64, false);
 
 impl Plain for bool {
     const EXACT_IN_F32: bool = true;
@@ -222,6 +246,22 @@ impl Plain for bool {
     #[inline(always)]
     fn c_u8(self) -> u8 {
         self as u8
+    }
+    #[inline(always)]
+    fn c_i8(self) -> i8 {
+        self as i8
+    }
+    #[inline(always)]
+    fn c_i16(self) -> i16 {
+        self as i16
+    }
+    #[inline(always)]
+    fn c_u16(self) -> u16 {
+        self as u16
+    }
+    #[inline(always)]
+    fn c_u64(self) -> u64 {
+        self as u64
     }
     #[inline(always)]
     fn c_bool(self) -> bool {
@@ -258,6 +298,10 @@ pub(crate) fn cast(s: &CpuStorage, l: &Layout, dtype: DType) -> Result<CpuStorag
         CpuStorage::I64(v) => from_plain(v, l, dtype),
         CpuStorage::U8(v) => from_plain(v, l, dtype),
         CpuStorage::Bool(v) => from_plain(v, l, dtype),
+        CpuStorage::I8(v) => from_plain(v, l, dtype),
+        CpuStorage::I16(v) => from_plain(v, l, dtype),
+        CpuStorage::U16(v) => from_plain(v, l, dtype),
+        CpuStorage::U64(v) => from_plain(v, l, dtype),
     })
 }
 
@@ -319,6 +363,38 @@ fn from_plain<S: Plain>(v: &[S], l: &Layout, dtype: DType) -> CpuStorage {
                 |x| S::c_bool(x),
             )
         })),
+        DType::I8 => CpuStorage::I8(map_blocks(v, l, |s, d| {
+            zip_map(
+                s,
+                d,
+                #[inline(always)]
+                |x| S::c_i8(x),
+            )
+        })),
+        DType::I16 => CpuStorage::I16(map_blocks(v, l, |s, d| {
+            zip_map(
+                s,
+                d,
+                #[inline(always)]
+                |x| S::c_i16(x),
+            )
+        })),
+        DType::U16 => CpuStorage::U16(map_blocks(v, l, |s, d| {
+            zip_map(
+                s,
+                d,
+                #[inline(always)]
+                |x| S::c_u16(x),
+            )
+        })),
+        DType::U64 => CpuStorage::U64(map_blocks(v, l, |s, d| {
+            zip_map(
+                s,
+                d,
+                #[inline(always)]
+                |x| S::c_u64(x),
+            )
+        })),
         DType::F16 => CpuStorage::F16(plain_to_half(v, l)),
         DType::BF16 => CpuStorage::BF16(plain_to_half(v, l)),
     }
@@ -377,6 +453,10 @@ fn from_half<H: HalfFloat>(v: &[H], l: &Layout, dtype: DType) -> CpuStorage {
         DType::I64 => CpuStorage::I64(half_via_f32(v, l, f32::c_i64)),
         DType::U8 => CpuStorage::U8(half_via_f32(v, l, f32::c_u8)),
         DType::Bool => CpuStorage::Bool(half_via_f32(v, l, f32::c_bool)),
+        DType::I8 => CpuStorage::I8(half_via_f32(v, l, f32::c_i8)),
+        DType::I16 => CpuStorage::I16(half_via_f32(v, l, f32::c_i16)),
+        DType::U16 => CpuStorage::U16(half_via_f32(v, l, f32::c_u16)),
+        DType::U64 => CpuStorage::U64(half_via_f32(v, l, f32::c_u64)),
         DType::F16 => CpuStorage::F16(half_to_half(v, l)),
         DType::BF16 => CpuStorage::BF16(half_to_half(v, l)),
     }

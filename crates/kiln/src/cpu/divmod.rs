@@ -86,6 +86,10 @@ int_divmod!(i32, true);
 int_divmod!(i64, true);
 int_divmod!(u32, false);
 int_divmod!(u8, false);
+int_divmod!(i8, true);
+int_divmod!(i16, true);
+int_divmod!(u16, false);
+int_divmod!(u64, false);
 
 #[cfg(test)]
 mod tests {

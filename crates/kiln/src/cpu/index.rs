@@ -15,6 +15,10 @@ fn ids_to_usize(op: &'static str, ids: &CpuStorage, il: &Layout) -> Result<Vec<u
         CpuStorage::I32(v) => strided::unary_map(v, il, |x| x as usize),
         CpuStorage::U32(v) => strided::unary_map(v, il, |x| x as usize),
         CpuStorage::U8(v) => strided::unary_map(v, il, |x| x as usize),
+        CpuStorage::I8(v) => strided::unary_map(v, il, |x| x as usize),
+        CpuStorage::I16(v) => strided::unary_map(v, il, |x| x as usize),
+        CpuStorage::U16(v) => strided::unary_map(v, il, |x| x as usize),
+        CpuStorage::U64(v) => strided::unary_map(v, il, |x| x as usize),
         other => return Err(unsupported(op, other.dtype())),
     })
 }

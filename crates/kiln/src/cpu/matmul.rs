@@ -206,6 +206,10 @@ pub(crate) fn matmul(a: &CpuStorage, al: &Layout, b: &CpuStorage, bl: &Layout) -
         (S::U32(x), S::U32(y)) => S::U32(int_batched(x, al, y, bl)),
         (S::I64(x), S::I64(y)) => S::I64(int_batched(x, al, y, bl)),
         (S::U8(x), S::U8(y)) => S::U8(int_batched(x, al, y, bl)),
+        (S::I8(x), S::I8(y)) => S::I8(int_batched(x, al, y, bl)),
+        (S::I16(x), S::I16(y)) => S::I16(int_batched(x, al, y, bl)),
+        (S::U16(x), S::U16(y)) => S::U16(int_batched(x, al, y, bl)),
+        (S::U64(x), S::U64(y)) => S::U64(int_batched(x, al, y, bl)),
         (S::Bool(_), S::Bool(_)) => return Err(unsupported("matmul", a.dtype())),
         _ => return Err(a.not_same_dtype("matmul", b)),
     })

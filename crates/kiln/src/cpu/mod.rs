@@ -36,6 +36,10 @@ pub enum CpuStorage {
     I64(Vec<i64>),
     U8(Vec<u8>),
     Bool(Vec<bool>),
+    I8(Vec<i8>),
+    I16(Vec<i16>),
+    U16(Vec<u16>),
+    U64(Vec<u64>),
 }
 
 /// Runs `$body` with `$v` bound to the typed vector of any variant.
@@ -51,6 +55,10 @@ macro_rules! with_vec {
             $crate::cpu::CpuStorage::I64($v) => $body,
             $crate::cpu::CpuStorage::U8($v) => $body,
             $crate::cpu::CpuStorage::Bool($v) => $body,
+            $crate::cpu::CpuStorage::I8($v) => $body,
+            $crate::cpu::CpuStorage::I16($v) => $body,
+            $crate::cpu::CpuStorage::U16($v) => $body,
+            $crate::cpu::CpuStorage::U64($v) => $body,
         }
     };
 }
@@ -69,6 +77,10 @@ macro_rules! map_vec {
             $crate::cpu::CpuStorage::I64($v) => $crate::cpu::CpuStorage::I64($body),
             $crate::cpu::CpuStorage::U8($v) => $crate::cpu::CpuStorage::U8($body),
             $crate::cpu::CpuStorage::Bool($v) => $crate::cpu::CpuStorage::Bool($body),
+            $crate::cpu::CpuStorage::I8($v) => $crate::cpu::CpuStorage::I8($body),
+            $crate::cpu::CpuStorage::I16($v) => $crate::cpu::CpuStorage::I16($body),
+            $crate::cpu::CpuStorage::U16($v) => $crate::cpu::CpuStorage::U16($body),
+            $crate::cpu::CpuStorage::U64($v) => $crate::cpu::CpuStorage::U64($body),
         }
     };
 }
@@ -108,6 +120,10 @@ impl CpuStorage {
             DType::I64 => fill::<i64>(n, value),
             DType::U8 => fill::<u8>(n, value),
             DType::Bool => fill::<bool>(n, value),
+            DType::I8 => fill::<i8>(n, value),
+            DType::I16 => fill::<i16>(n, value),
+            DType::U16 => fill::<u16>(n, value),
+            DType::U64 => fill::<u64>(n, value),
         }
     }
 
@@ -128,6 +144,10 @@ impl BackendStorage for CpuStorage {
             CpuStorage::I64(_) => DType::I64,
             CpuStorage::U8(_) => DType::U8,
             CpuStorage::Bool(_) => DType::Bool,
+            CpuStorage::I8(_) => DType::I8,
+            CpuStorage::I16(_) => DType::I16,
+            CpuStorage::U16(_) => DType::U16,
+            CpuStorage::U64(_) => DType::U64,
         }
     }
 
@@ -176,7 +196,7 @@ impl BackendStorage for CpuStorage {
                 }
             };
         }
-        arm!(F32, F16, BF16, F64, I32, U32, I64, U8, Bool);
+        arm!(F32, F16, BF16, F64, I32, U32, I64, U8, Bool, I8, I16, U16, U64);
         Ok(())
     }
 

@@ -11,7 +11,7 @@
 //! - otherwise the view is gathered into a contiguous copy with the reduced axes innermost, then *rows*.
 //!
 //! f16/bf16 are converted to f32 in small pieces (vectorised) and accumulate in f32; integers and bool
-//! sum and multiply into i64 with wrapping arithmetic.
+//! sum and multiply into i64 with wrapping arithmetic (u64 into u64).
 
 use super::{strided, CpuStorage};
 use crate::layout::collapse;
@@ -82,7 +82,7 @@ macro_rules! num_int {
     )*};
 }
 num_float!(f32, f64);
-num_int!(i64, i32, u32, u8);
+num_int!(i64, i32, u32, u8, i8, i16, u16, u64);
 
 impl Num for bool {
     const ZERO: Self = false;
@@ -237,7 +237,7 @@ macro_rules! conv_int {
         }
     )*};
 }
-conv_int!(i32, u32, u8, bool);
+conv_int!(i32, u32, u8, bool, i8, i16, u16);
 
 /// Pieces of `x` for [`Conv::view`], with their start indices.
 #[inline(always)]
@@ -542,6 +542,10 @@ macro_rules! arith {
             CpuStorage::I64(v) => CpuStorage::I64(reduce_with::<i64, i64, $op, i64>(v, $l, $axes)),
             CpuStorage::U8(v) => CpuStorage::I64(reduce_with::<u8, i64, $op, i64>(v, $l, $axes)),
             CpuStorage::Bool(v) => CpuStorage::I64(reduce_with::<bool, i64, $op, i64>(v, $l, $axes)),
+            CpuStorage::I8(v) => CpuStorage::I64(reduce_with::<i8, i64, $op, i64>(v, $l, $axes)),
+            CpuStorage::I16(v) => CpuStorage::I64(reduce_with::<i16, i64, $op, i64>(v, $l, $axes)),
+            CpuStorage::U16(v) => CpuStorage::I64(reduce_with::<u16, i64, $op, i64>(v, $l, $axes)),
+            CpuStorage::U64(v) => CpuStorage::U64(reduce_with::<u64, u64, $op, u64>(v, $l, $axes)),
         }
     };
 }
@@ -558,6 +562,10 @@ macro_rules! extreme {
             CpuStorage::I64(v) => CpuStorage::I64(reduce_with::<i64, i64, $op, i64>(v, $l, $axes)),
             CpuStorage::U8(v) => CpuStorage::U8(reduce_with::<u8, u8, $op, u8>(v, $l, $axes)),
             CpuStorage::Bool(v) => CpuStorage::Bool(reduce_with::<bool, bool, $op, bool>(v, $l, $axes)),
+            CpuStorage::I8(v) => CpuStorage::I8(reduce_with::<i8, i8, $op, i8>(v, $l, $axes)),
+            CpuStorage::I16(v) => CpuStorage::I16(reduce_with::<i16, i16, $op, i16>(v, $l, $axes)),
+            CpuStorage::U16(v) => CpuStorage::U16(reduce_with::<u16, u16, $op, u16>(v, $l, $axes)),
+            CpuStorage::U64(v) => CpuStorage::U64(reduce_with::<u64, u64, $op, u64>(v, $l, $axes)),
         }
     };
 }
@@ -574,6 +582,10 @@ macro_rules! arg {
             CpuStorage::I64(v) => arg_with::<i64, i64, $op>(v, $l, $axis),
             CpuStorage::U8(v) => arg_with::<u8, u8, $op>(v, $l, $axis),
             CpuStorage::Bool(v) => arg_with::<bool, bool, $op>(v, $l, $axis),
+            CpuStorage::I8(v) => arg_with::<i8, i8, $op>(v, $l, $axis),
+            CpuStorage::I16(v) => arg_with::<i16, i16, $op>(v, $l, $axis),
+            CpuStorage::U16(v) => arg_with::<u16, u16, $op>(v, $l, $axis),
+            CpuStorage::U64(v) => arg_with::<u64, u64, $op>(v, $l, $axis),
         })
     };
 }
@@ -648,6 +660,10 @@ pub(crate) fn cumsum(s: &CpuStorage, l: &Layout, axis: usize) -> Result<CpuStora
         CpuStorage::I64(v) => CpuStorage::I64(cumsum_with::<i64, i64, i64>(v, l, axis)),
         CpuStorage::U8(v) => CpuStorage::I64(cumsum_with::<u8, i64, i64>(v, l, axis)),
         CpuStorage::Bool(v) => CpuStorage::I64(cumsum_with::<bool, i64, i64>(v, l, axis)),
+        CpuStorage::I8(v) => CpuStorage::I64(cumsum_with::<i8, i64, i64>(v, l, axis)),
+        CpuStorage::I16(v) => CpuStorage::I64(cumsum_with::<i16, i64, i64>(v, l, axis)),
+        CpuStorage::U16(v) => CpuStorage::I64(cumsum_with::<u16, i64, i64>(v, l, axis)),
+        CpuStorage::U64(v) => CpuStorage::U64(cumsum_with::<u64, u64, u64>(v, l, axis)),
     })
 }
 

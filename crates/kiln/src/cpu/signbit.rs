@@ -16,5 +16,9 @@ pub(crate) fn signbit(s: &CpuStorage, l: &Layout) -> Result<CpuStorage> {
         S::U32(v) => strided::unary_map(v, l, |_: u32| false),
         S::U8(v) => strided::unary_map(v, l, |_: u8| false),
         S::Bool(v) => strided::unary_map(v, l, |_: bool| false),
+        S::I8(v) => strided::unary_map(v, l, |x: i8| x < 0),
+        S::I16(v) => strided::unary_map(v, l, |x: i16| x < 0),
+        S::U16(v) => strided::unary_map(v, l, |_: u16| false),
+        S::U64(v) => strided::unary_map(v, l, |_: u64| false),
     }))
 }

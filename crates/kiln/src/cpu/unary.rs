@@ -388,6 +388,10 @@ int_unary!(i32, signed);
 int_unary!(i64, signed);
 int_unary!(u32, unsigned);
 int_unary!(u8, unsigned);
+int_unary!(i8, signed);
+int_unary!(i16, signed);
+int_unary!(u16, unsigned);
+int_unary!(u64, unsigned);
 
 /// The integer kernel of `op`; float-only ops never get here (the API casts to f32 first).
 fn int_unary<T: IntUnary>(v: &[T], l: &Layout, op: UnaryOp) -> Result<Vec<T>> {
@@ -467,6 +471,10 @@ pub(crate) fn unary(s: &CpuStorage, l: &Layout, op: UnaryOp) -> Result<CpuStorag
         CpuStorage::U32(v) => CpuStorage::U32(int_unary(v, l, op)?),
         CpuStorage::I64(v) => CpuStorage::I64(int_unary(v, l, op)?),
         CpuStorage::U8(v) => CpuStorage::U8(int_unary(v, l, op)?),
+        CpuStorage::I8(v) => CpuStorage::I8(int_unary(v, l, op)?),
+        CpuStorage::I16(v) => CpuStorage::I16(int_unary(v, l, op)?),
+        CpuStorage::U16(v) => CpuStorage::U16(int_unary(v, l, op)?),
+        CpuStorage::U64(v) => CpuStorage::U64(int_unary(v, l, op)?),
         CpuStorage::Bool(_) => return Err(unsupported(op.name(), s.dtype())),
     })
 }

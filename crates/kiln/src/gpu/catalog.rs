@@ -9,10 +9,27 @@ use crate::op::{BinaryOp, CmpOp, UnaryOp};
 use crate::DType;
 
 /// The dtypes the GPU stores.
-const DTYPES: [DType; 8] =
-    [DType::F32, DType::F16, DType::BF16, DType::I32, DType::U32, DType::I64, DType::U8, DType::Bool];
+const DTYPES: [DType; 12] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::I32,
+    DType::U32,
+    DType::I64,
+    DType::U8,
+    DType::Bool,
+    DType::I8,
+    DType::I16,
+    DType::U16,
+    DType::U64,
+];
 const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 const IDS: [DType; 4] = [DType::I64, DType::I32, DType::U32, DType::U8];
+
+/// i64 and u64 (two words an element): no vectorised path; arithmetic runs on the host.
+fn wide(dt: DType) -> bool {
+    matches!(dt, DType::I64 | DType::U64)
+}
 
 /// The vectorised elementwise variants (`elementwise_vec.rs`) of `dt`.
 fn vectorised(push: &mut impl FnMut(String, String), dt: DType) {
@@ -42,7 +59,7 @@ fn vectorised(push: &mut impl FnMut(String, String), dt: DType) {
     for v in ["ccc", "bvs"] {
         push(format!("vec_where:{v}:{dt}"), ewv::source(v, &[DType::Bool, dt, dt], dt, pw::WHERE_BODY, ""));
     }
-    for to in DTYPES.into_iter().filter(|&t| t != DType::I64) {
+    for to in DTYPES.into_iter().filter(|&t| !wide(t)) {
         push(format!("vec_cast:{dt}->{to}"), ewv::source("c", &[dt], to, &pw::cast_body(dt, to), ""));
     }
     push(format!("vec_copy:v:{dt}"), ewv::source("v", &[dt], dt, pw::COPY_BODY, ""));
@@ -79,7 +96,7 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
                 );
             }
         }
-        if dt != DType::I64 {
+        if !wide(dt) {
             push(format!("signbit:g:{dt}"), pw::source("g", &[dt], DType::Bool, &ew::signbit_body(dt), ""));
         }
         for v in ["ccc", "gsg"] {
@@ -91,7 +108,7 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
         for v in ["c", "g"] {
             push(format!("copy:{v}:{dt}"), pw::source(v, &[dt], dt, pw::COPY_BODY, ""));
         }
-        if dt != DType::I64 {
+        if !wide(dt) {
             vectorised(&mut push, dt);
         }
         // Sub-word elements whose rows do not fill whole words take the elementwise fallback.

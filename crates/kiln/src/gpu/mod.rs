@@ -65,7 +65,7 @@ impl BackendStorage for GpuStorage {
     }
 
     fn unary(&self, l: &Layout, op: UnaryOp) -> Result<Self> {
-        if self.dtype == DType::I64 {
+        if is_wide(self.dtype) {
             return on_host(&[(self, l)], |h, hl| h[0].unary(&hl[0], op));
         }
         let t = wgsl::ct(self.dtype);
@@ -86,7 +86,7 @@ impl BackendStorage for GpuStorage {
 
     fn binary(&self, l: &Layout, rhs: &Self, rl: &Layout, op: BinaryOp) -> Result<Self> {
         self.same_ctx(op.name(), rhs)?;
-        if self.dtype == DType::I64 {
+        if is_wide(self.dtype) {
             return on_host(&[(self, l), (rhs, rl)], |h, hl| h[0].binary(&hl[0], &h[1], &hl[1], op));
         }
         let body = elementwise::binary_body(op, self.dtype);
@@ -96,7 +96,7 @@ impl BackendStorage for GpuStorage {
     }
 
     fn signbit(&self, l: &Layout) -> Result<Self> {
-        if self.dtype == DType::I64 {
+        if is_wide(self.dtype) {
             return on_host(&[(self, l)], |h, hl| h[0].signbit(&hl[0]));
         }
         let body = elementwise::signbit_body(self.dtype);
@@ -105,7 +105,7 @@ impl BackendStorage for GpuStorage {
 
     fn cmp(&self, l: &Layout, rhs: &Self, rl: &Layout, op: CmpOp) -> Result<Self> {
         self.same_ctx(op.name(), rhs)?;
-        if self.dtype == DType::I64 {
+        if is_wide(self.dtype) {
             return on_host(&[(self, l), (rhs, rl)], |h, hl| h[0].cmp(&hl[0], &h[1], &hl[1], op));
         }
         let body = elementwise::cmp_body(op);
@@ -132,7 +132,7 @@ impl BackendStorage for GpuStorage {
     }
 
     fn reduce(&self, l: &Layout, op: ReduceOp, axes: &[usize]) -> Result<Self> {
-        if self.dtype == DType::I64 {
+        if is_wide(self.dtype) {
             return on_host(&[(self, l)], |h, hl| h[0].reduce(&hl[0], op, axes));
         }
         reduce::reduce(self, l, op, axes)
@@ -144,7 +144,7 @@ impl BackendStorage for GpuStorage {
 
     fn matmul(&self, l: &Layout, rhs: &Self, rl: &Layout) -> Result<Self> {
         self.same_ctx("matmul", rhs)?;
-        if self.dtype == DType::I64 {
+        if is_wide(self.dtype) {
             return on_host(&[(self, l), (rhs, rl)], |h, hl| h[0].matmul(&hl[0], &h[1], &hl[1]));
         }
         matmul::matmul(self, l, rhs, rl)
@@ -208,8 +208,13 @@ pub(crate) fn fused_exprs() -> fused::Exprs {
     }
 }
 
+/// i64 and u64: 64-bit integers, which WGSL lacks, so their arithmetic runs on the host.
+fn is_wide(dt: DType) -> bool {
+    matches!(dt, DType::I64 | DType::U64)
+}
+
 /// Runs a CPU op on host copies of `inputs` and uploads the result. i64 arithmetic, comparisons,
-/// reductions and matmul take this path: WGSL has no 64-bit integers, and a 32-bit kernel would give
+/// reductions and matmul take this path (u64 too): WGSL has no 64-bit integers, and a 32-bit kernel would give
 /// wrong answers past 2^31. Moving i64 data (copies, casts, `where`) stays on the GPU, exactly.
 fn on_host(
     inputs: &[(&GpuStorage, &Layout)],

@@ -63,6 +63,10 @@ fn scalar_dtype(op: &'static str, dtype: DType, v: f64, for_cmp: bool) -> Result
         DType::U8 => (0.0..=u8::MAX as f64).contains(&v),
         DType::I32 => (i32::MIN as f64..=i32::MAX as f64).contains(&v),
         DType::U32 => (0.0..=u32::MAX as f64).contains(&v),
+        DType::I8 => (i8::MIN as f64..=i8::MAX as f64).contains(&v),
+        DType::I16 => (i16::MIN as f64..=i16::MAX as f64).contains(&v),
+        DType::U16 => (0.0..=u16::MAX as f64).contains(&v),
+        DType::U64 => (0.0..2.0 * two_63).contains(&v),
         _ => (-two_63..two_63).contains(&v),
     };
     if fits {

@@ -1,6 +1,7 @@
 //! Index-driven selection: `index_select`, `embedding`, `gather`.
 //!
-//! Index tensors hold `i64`, `i32`, `u32` or `u8`. On the CPU every index is checked before the
+//! Index tensors hold any integer dtype (`i8`, `i16`, `u16` and `u64` ids are widened to `i64`
+//! first; a `u64` past `i64::MAX` becomes negative, so it is out of range). On the CPU every index is checked before the
 //! backend runs: negative indices are refused (like PyTorch's `index_select`/`gather`; there is no
 //! wrap-around) and so are indices at or past the size of the axis, with an error naming the index,
 //! the axis and its size. On the GPU the ids stay on the device (checking them on the host would
@@ -11,14 +12,23 @@
 use crate::{DType, Error, Result, Shape, Tensor};
 
 /// Index dtypes the index ops accept.
-const INDEX_DTYPES: [DType; 4] = [DType::I64, DType::I32, DType::U32, DType::U8];
+const INDEX_DTYPES: [DType; 8] =
+    [DType::I64, DType::I32, DType::U32, DType::U8, DType::I8, DType::I16, DType::U16, DType::U64];
+
+/// `ids` in a dtype the backends' index kernels read: the narrow integers and u64 become i64.
+fn kernel_ids(ids: &Tensor) -> Result<Tensor> {
+    match ids.dtype() {
+        DType::I8 | DType::I16 | DType::U16 | DType::U64 => ids.to_dtype(DType::I64),
+        _ => Ok(ids.clone()),
+    }
+}
 
 /// Checks that `ids` is an integer tensor on `src`'s device whose values all lie in `0..size`
 /// (`size` being the size of `axis` of `src`).
 fn check_ids(op: &'static str, src: &Tensor, ids: &Tensor, axis: usize) -> Result<()> {
     src.same_device(op, ids)?;
     if !INDEX_DTYPES.contains(&ids.dtype()) {
-        return Err(Error::dtype(op, ids.dtype(), "index tensors must be i64, i32, u32 or u8"));
+        return Err(Error::dtype(op, ids.dtype(), "index tensors must have an integer dtype"));
     }
     if !ids.device().is_cpu() {
         // On the GPU the kernels read the ids on the device (a host check would read them back and
@@ -57,6 +67,10 @@ impl Tensor {
         if ids.rank() != 1 {
             return Err(Error::shape(op, format!("indices must be 1-D, got shape {}", ids.shape())));
         }
+        if !ids.dtype().is_int() {
+            check_ids(op, self, ids, axis)?;
+        }
+        let ids = &kernel_ids(ids)?;
         check_ids(op, self, ids, axis)?;
         let mut dims = self.dims().to_vec();
         dims[axis] = ids.elem_count();
@@ -105,10 +119,14 @@ impl Tensor {
             // Nothing to read: checked like PyTorch only for dtype and device.
             self.same_device(op, ids)?;
             if !INDEX_DTYPES.contains(&ids.dtype()) {
-                return Err(Error::dtype(op, ids.dtype(), "index tensors must be i64, i32, u32 or u8"));
+                return Err(Error::dtype(op, ids.dtype(), "index tensors must have an integer dtype"));
             }
             return Tensor::zeros(ids.shape(), self.dtype(), self.device());
         }
+        if !ids.dtype().is_int() {
+            check_ids(op, self, ids, axis)?;
+        }
+        let ids = &kernel_ids(ids)?;
         check_ids(op, self, ids, axis)?;
         let s = self.storage().gather(self.layout(), &ids.storage(), ids.layout(), axis)?;
         Ok(Tensor::from_storage(s, ids.shape(), self.device()))

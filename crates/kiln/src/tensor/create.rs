@@ -181,6 +181,10 @@ impl Tensor {
             DType::I64 => conv::<i64>(values),
             DType::U8 => conv::<u8>(values),
             DType::Bool => conv::<bool>(values),
+            DType::I8 => conv::<i8>(values),
+            DType::I16 => conv::<i16>(values),
+            DType::U16 => conv::<u16>(values),
+            DType::U64 => conv::<u64>(values),
         };
         Tensor::from_cpu_storage(data, shape, device)
     }

@@ -38,6 +38,10 @@ pub fn int_vec(t: &Tensor) -> Vec<i128> {
         DType::U32 => t.to_vec::<u32>().unwrap().into_iter().map(i128::from).collect(),
         DType::I64 => t.to_vec::<i64>().unwrap().into_iter().map(i128::from).collect(),
         DType::U8 => t.to_vec::<u8>().unwrap().into_iter().map(i128::from).collect(),
+        DType::I8 => t.to_vec::<i8>().unwrap().into_iter().map(i128::from).collect(),
+        DType::I16 => t.to_vec::<i16>().unwrap().into_iter().map(i128::from).collect(),
+        DType::U16 => t.to_vec::<u16>().unwrap().into_iter().map(i128::from).collect(),
+        DType::U64 => t.to_vec::<u64>().unwrap().into_iter().map(i128::from).collect(),
         DType::Bool => t.to_vec::<bool>().unwrap().into_iter().map(i128::from).collect(),
         d => panic!("int_vec of {d}"),
     }
@@ -50,6 +54,10 @@ pub fn wrap(v: i128, dtype: DType) -> i128 {
         DType::U32 => v as u32 as i128,
         DType::I64 => v as i64 as i128,
         DType::U8 => v as u8 as i128,
+        DType::I8 => v as i8 as i128,
+        DType::I16 => v as i16 as i128,
+        DType::U16 => v as u16 as i128,
+        DType::U64 => v as u64 as i128,
         DType::Bool => (v != 0) as i128,
         d => panic!("wrap to {d}"),
     }

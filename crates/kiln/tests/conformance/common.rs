@@ -56,7 +56,8 @@ pub fn supported(dev: &Device, list: &[DType]) -> Vec<DType> {
 }
 
 pub const FLOATS: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
-pub const INTS: [DType; 4] = [DType::I32, DType::U32, DType::I64, DType::U8];
+pub const INTS: [DType; 8] =
+    [DType::I32, DType::U32, DType::I64, DType::U8, DType::I8, DType::I16, DType::U16, DType::U64];
 
 /// Absolute and relative tolerance for results of simple (correctly rounded in f32) ops per dtype.
 /// Ops with longer error chains multiply these by a factor they state.
@@ -82,8 +83,8 @@ pub fn random_values(n: usize, dtype: DType, seed: u64) -> Vec<f64> {
     (0..n)
         .map(|_| match dtype {
             DType::Bool => (r.random::<f64>() < 0.5) as u8 as f64,
-            DType::U8 | DType::U32 => (r.random::<f64>() * 10.0).floor(),
-            DType::I32 | DType::I64 => (r.random::<f64>() * 20.0).floor() - 10.0,
+            DType::U8 | DType::U32 | DType::U16 | DType::U64 => (r.random::<f64>() * 10.0).floor(),
+            DType::I32 | DType::I64 | DType::I8 | DType::I16 => (r.random::<f64>() * 20.0).floor() - 10.0,
             _ => {
                 // Box-Muller keeps this free of extra crates.
                 let (u1, u2) = (r.random::<f64>().max(1e-12), r.random::<f64>());

@@ -186,6 +186,10 @@ fn cast_ref(x: f64, to: DType) -> f64 {
         DType::I32 => x32 as i32 as f64,
         DType::U32 => x32 as u32 as f64,
         DType::I64 => x32 as i64 as f64,
+        DType::I8 => x32 as i8 as f64,
+        DType::I16 => x32 as i16 as f64,
+        DType::U16 => x32 as u16 as f64,
+        DType::U64 => x32 as u64 as f64,
         DType::Bool => (x32 != 0.0) as u8 as f64,
         _ => unreachable!(),
     }
@@ -198,7 +202,8 @@ fn float_to_int_casts(dev: &Device) {
         let v = round_to(&vals, from);
         for kind in ALL_LAYOUTS {
             let x = tensor_in(&v, &[v.len()], from, kind, dev);
-            for to in [DType::U8, DType::I32, DType::U32, DType::I64, DType::Bool] {
+            for to in [DType::U8, DType::I32, DType::U32, DType::I64, DType::Bool, DType::I8, DType::I16, DType::U16, DType::U64]
+            {
                 let exp = v.iter().map(|&x| cast_ref(x, to)).collect();
                 assert_exact(
                     &x.to_dtype(to).unwrap(),

@@ -18,6 +18,7 @@ mod kv_pool;
 mod matmul;
 mod matmul_coop;
 mod matmul_coop_tiles;
+mod narrow_ints;
 mod nn;
 mod quant;
 mod reduce;

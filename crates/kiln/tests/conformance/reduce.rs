@@ -168,8 +168,8 @@ fn prod_values(n: usize, dtype: DType, seed: u64) -> Vec<f64> {
     let v = random_values(n, dtype, seed);
     match dtype {
         DType::Bool => v,
-        DType::U8 | DType::U32 => v.iter().map(|x| x.rem_euclid(4.0)).collect(),
-        DType::I32 | DType::I64 => v.iter().map(|x| x.rem_euclid(7.0) - 3.0).collect(),
+        DType::U8 | DType::U32 | DType::U16 | DType::U64 => v.iter().map(|x| x.rem_euclid(4.0)).collect(),
+        DType::I32 | DType::I64 | DType::I8 | DType::I16 => v.iter().map(|x| x.rem_euclid(7.0) - 3.0).collect(),
         _ => v
             .iter()
             .map(|x| [1.0 - 1.0 / 128.0, 1.0, 1.0 + 1.0 / 128.0][(x.abs() * 1e3) as usize % 3] * x.signum())

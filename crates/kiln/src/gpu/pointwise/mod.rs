@@ -146,11 +146,12 @@ fn dtype_list(dtypes: &[DType]) -> String {
 pub(crate) fn source(variants: &str, inputs: &[DType], out: DType, body: &str, funcs: &str) -> String {
     // An i64 output is written from `wide(e)`: both words of an i64 input when the op only moves
     // or converts data, else the i32 `value(e)` sign-extended.
+    let w64 = |d: DType| matches!(d, DType::I64 | DType::U64);
     let wide = match (out, inputs) {
-        (DType::I64, [DType::I64]) if body == COPY_BODY || body == cast_body(DType::I64, DType::I64) => {
+        (o, [i]) if w64(o) && w64(*i) && (body == COPY_BODY || body == cast_body(*i, o)) => {
             "fn wide(e: u32) -> vec2<u32> { let o = at0(e); return vec2<u32>(in0[2u * o], in0[2u * o + 1u]); }".into()
         }
-        (DType::I64, [DType::Bool, DType::I64, DType::I64]) if body == WHERE_BODY => {
+        (o, [DType::Bool, a, b]) if w64(o) && a == b && *a == o && body == WHERE_BODY => {
             "fn wide(e: u32) -> vec2<u32> { let o1 = at1(e); let o2 = at2(e); \
              return select(vec2<u32>(in2[2u * o2], in2[2u * o2 + 1u]), vec2<u32>(in1[2u * o1], in1[2u * o1 + 1u]), \
              ld0(at0(e)) != 0u); }"
@@ -158,6 +159,8 @@ pub(crate) fn source(variants: &str, inputs: &[DType], out: DType, body: &str, f
         }
         (DType::I64, [from]) if body == cast_body(*from, DType::I64) => wide_cast(*from),
         (DType::I64, _) => wgsl::WIDE_SIGN_EXTEND.to_string(),
+        (DType::U64, [from]) if body == cast_body(*from, DType::U64) => wide_cast_u64(*from),
+        (DType::U64, _) => wgsl::WIDE_ZERO_EXTEND.to_string(),
         _ => String::new(),
     };
     let decls: String = (0..inputs.len())
@@ -194,8 +197,18 @@ pub(crate) fn cast_body(from: DType, to: DType) -> String {
              return f32(hi) * 4294967296.0 + f32(lo);"
                 .into()
         }
-        (DType::I64, DType::Bool) => {
+        (DType::I64 | DType::U64, DType::Bool) => {
             "let o = at0(e); return select(0u, 1u, (in0[2u * o] | in0[2u * o + 1u]) != 0u);".into()
+        }
+        // u64 to a float in one rounding: the top 32 significant bits (a sticky bit for the rest)
+        // converted, then scaled by a power of two (exact).
+        (DType::U64, t) if t.is_float() => {
+            "let o = at0(e); let lo = in0[2u * o]; let hi = in0[2u * o + 1u]; \
+             if (hi == 0u) { return f32(lo); } let z = countLeadingZeros(hi); \
+             let top = select((hi << z) | (lo >> (32u - z)), hi, z == 0u); \
+             let rest = select(lo << z, lo, z == 0u); \
+             return ldexp(f32(top | select(0u, 1u, rest != 0u)), i32(32u - z));"
+                .into()
         }
         _ => format!("let x = ld0(at0(e)); return {};", cast_expr(from, to)),
     }
@@ -220,6 +233,26 @@ fn wide_cast(from: DType) -> String {
     }
 }
 
+/// `wide(e)` of a cast into u64 from `from`, with the CPU's semantics (Rust's `as`): floats truncate
+/// and saturate to `0..=u64::MAX` (NaN gives 0), signed integers sign-extend (wrapping), unsigned
+/// ones zero-extend.
+fn wide_cast_u64(from: DType) -> String {
+    match ct(from) {
+        "f32" => "fn wide(e: u32) -> vec2<u32> {
+    let x = ld0(at0(e));
+    if (is_nan(x) || x <= 0.0) { return vec2<u32>(0u, 0u); }
+    if (x >= 18446744073709551616.0) { return vec2<u32>(0xffffffffu, 0xffffffffu); }
+    let t = trunc(x);
+    if (t < 4294967296.0) { return vec2<u32>(u32(t), 0u); }
+    let hi = floor(t / 4294967296.0);
+    return vec2<u32>(u32(t - hi * 4294967296.0), u32(hi));
+}"
+        .into(),
+        "u32" => wgsl::WIDE_ZERO_EXTEND.replace("value(e)", "ld0(at0(e))"),
+        _ => wgsl::WIDE_SIGN_EXTEND.replace("value(e)", "ld0(at0(e))"),
+    }
+}
+
 /// The WGSL expression converting `x` (compute type of `from`) to the compute type of `to`, with the
 /// CPU's semantics: floats to integers truncate toward zero and saturate, NaN gives 0; integers to
 /// narrower integers wrap; anything nonzero is `true`.
@@ -232,6 +265,12 @@ pub(crate) fn cast_expr(from: DType, to: DType) -> String {
             _ => "select(0u, 1u, x != 0u)".into(),
         },
         ("f32", DType::U8) => "select(u32(clamp(x, 0.0, 255.0)), 0u, is_nan(x))".into(),
+        ("f32", DType::U16) => "select(u32(clamp(x, 0.0, 65535.0)), 0u, is_nan(x))".into(),
+        ("f32", DType::I8) => "select(i32(clamp(x, -128.0, 127.0)), 0, is_nan(x))".into(),
+        ("f32", DType::I16) => "select(i32(clamp(x, -32768.0, 32767.0)), 0, is_nan(x))".into(),
+        ("f32", DType::U64) => {
+            "select(select(u32(clamp(x, 0.0, 4294967040.0)), 0xffffffffu, x >= 4294967296.0), 0u, is_nan(x))".into()
+        }
         ("f32", DType::U32) => {
             "select(select(u32(clamp(x, 0.0, 4294967040.0)), 0xffffffffu, x >= 4294967296.0), 0u, is_nan(x))".into()
         }
@@ -240,6 +279,10 @@ pub(crate) fn cast_expr(from: DType, to: DType) -> String {
                 .into()
         }
         (_, DType::U8) => format!("{}(x) & 0xffu", if fi == "i32" { "bitcast<u32>" } else { "" }),
+        (_, DType::U16) => format!("{}(x) & 0xffffu", if fi == "i32" { "bitcast<u32>" } else { "" }),
+        // Wrap to the narrow type: its low bits moved to the top, then an arithmetic shift down.
+        (_, DType::I8) => format!("({}(x) << 24u) >> 24u", if fi == "u32" { "bitcast<i32>" } else { "" }),
+        (_, DType::I16) => format!("({}(x) << 16u) >> 16u", if fi == "u32" { "bitcast<i32>" } else { "" }),
         _ if fi == ti => "x".into(),
         ("i32", _) if ti == "u32" => "bitcast<u32>(x)".into(),
         ("u32", _) if ti == "i32" => "bitcast<i32>(x)".into(),
@@ -293,6 +336,10 @@ impl GpuStorage {
             DType::U32 => CpuStorage::U32(bytemuck::pod_collect_to_vec(&bytes)),
             DType::I64 => CpuStorage::I64(bytemuck::pod_collect_to_vec(&bytes)),
             DType::U8 => CpuStorage::U8(bytes),
+            DType::I8 => CpuStorage::I8(bytemuck::pod_collect_to_vec(&bytes)),
+            DType::I16 => CpuStorage::I16(bytemuck::pod_collect_to_vec(&bytes)),
+            DType::U16 => CpuStorage::U16(bytemuck::pod_collect_to_vec(&bytes)),
+            DType::U64 => CpuStorage::U64(bytemuck::pod_collect_to_vec(&bytes)),
             DType::Bool => {
                 if self.ctx.poison.load(std::sync::atomic::Ordering::Relaxed) {
                     if let Some(i) = bytes.iter().position(|&b| b > 1) {

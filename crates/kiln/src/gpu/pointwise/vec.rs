@@ -1,7 +1,7 @@
 //! The vectorised elementwise path (`elementwise_vec.wgsl`): each invocation computes four output
 //! words (4 to 16 elements, `lanes`), loading its inputs with 16-byte vector loads. Memory-bound ops
 //! need the bytes in flight that this gives; the scalar kernel of `elementwise.rs` stays the general
-//! fallback (i64, views whose rows are not whole vectors, misaligned offsets, index ops).
+//! fallback (i64/u64, views whose rows are not whole vectors, misaligned offsets, index ops).
 //!
 //! Input variants: `c` contiguous (rank 1), `v` strided with a unit inner stride, both read into a
 //! private cache; `s` one scalar; `b` broadcast along the inner dim (inner stride 0), one element per
@@ -27,7 +27,8 @@ pub(crate) fn lanes(out: DType) -> usize {
 /// The variant of each input, or `None` when the vectorised path does not apply.
 /// `inputs` holds each input's (dtype, offset, collapsed strides, buffer size in bytes).
 pub(crate) fn plan(out: DType, dims: &[usize], inputs: &[(DType, usize, &[usize], u64)]) -> Option<String> {
-    if out == DType::I64 || inputs.iter().any(|i| i.0 == DType::I64) {
+    let wide = |d: DType| matches!(d, DType::I64 | DType::U64);
+    if wide(out) || inputs.iter().any(|i| wide(i.0)) {
         return None;
     }
     let l = lanes(out);
@@ -135,6 +136,14 @@ fn word(out: DType, k: usize) -> String {
         DType::U8 | DType::Bool => {
             (0..4).map(|j| format!("(({} & 0xffu) << {}u)", v(4 * k + j), 8 * j)).collect::<Vec<_>>().join(" | ")
         }
+        DType::I8 => (0..4)
+            .map(|j| format!("((bitcast<u32>({}) & 0xffu) << {}u)", v(4 * k + j), 8 * j))
+            .collect::<Vec<_>>()
+            .join(" | "),
+        DType::I16 => {
+            format!("(bitcast<u32>({}) & 0xffffu) | (bitcast<u32>({}) << 16u)", v(2 * k), v(2 * k + 1))
+        }
+        DType::U16 => format!("({} & 0xffffu) | ({} << 16u)", v(2 * k), v(2 * k + 1)),
         _ => v(k),
     }
 }

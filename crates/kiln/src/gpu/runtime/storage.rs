@@ -13,12 +13,12 @@ use std::sync::Arc;
 
 /// What a fresh buffer holds when poisoning is on, per dtype a value the tested ops do not produce,
 /// so that an element no kernel wrote fails the check: NaN for floats, 0xDEADBEEF for 32- and 64-bit
-/// integers (not -1, which random data hits often), 0xA5 bytes for u8 (165) and bool (neither 0 nor
-/// 1: `to_cpu` reports such a bool as an error).
+/// integers (not -1, which random data hits often), 0xA5 bytes for u8 (165), i8 (-91), i16/u16
+/// (0xA5A5) and bool (neither 0 nor 1: `to_cpu` reports such a bool as an error).
 pub(crate) fn poison_word(dtype: DType) -> u32 {
     match dtype {
-        DType::I32 | DType::U32 | DType::I64 => 0xDEAD_BEEF,
-        DType::U8 | DType::Bool => 0xA5A5_A5A5,
+        DType::I32 | DType::U32 | DType::I64 | DType::U64 => 0xDEAD_BEEF,
+        DType::U8 | DType::Bool | DType::I8 | DType::I16 | DType::U16 => 0xA5A5_A5A5,
         _ => u32::MAX,
     }
 }
@@ -126,6 +126,10 @@ pub(crate) fn host_bytes(data: &CpuStorage) -> Vec<u8> {
         CpuStorage::U32(v) => bytemuck::cast_slice(v).to_vec(),
         CpuStorage::I64(v) => bytemuck::cast_slice(v).to_vec(),
         CpuStorage::U8(v) => v.clone(),
+        CpuStorage::I8(v) => bytemuck::cast_slice(v).to_vec(),
+        CpuStorage::I16(v) => bytemuck::cast_slice(v).to_vec(),
+        CpuStorage::U16(v) => bytemuck::cast_slice(v).to_vec(),
+        CpuStorage::U64(v) => bytemuck::cast_slice(v).to_vec(),
         CpuStorage::Bool(v) => v.iter().map(|&b| b as u8).collect(),
         CpuStorage::F64(_) => unreachable!("f64 is refused by alloc before any upload"),
     }

@@ -1,5 +1,6 @@
 //! How each dtype lives in a WGSL kernel. Every buffer is `array<u32>`: 4-byte types are one element
-//! per word, f16/bf16 two, u8/bool four, i64 one element in two words (low word first). Kernels read
+//! per word, f16/bf16/i16/u16 two, u8/i8/bool four, i64/u64 one element in two words (low word
+//! first). Kernels read
 //! any element with a generated `ldN(e)` function into a compute type (`f32` for floats, `i32` for
 //! signed, `u32` for unsigned and bool) and write whole words, so no two invocations ever write the
 //! same word. f64 is refused: Metal has no f64, and SHADER_F64 on Vulkan lacks the transcendentals.
@@ -10,16 +11,16 @@ use crate::{DType, Error, Result};
 pub(crate) fn ct(dt: DType) -> &'static str {
     match dt {
         DType::F32 | DType::F16 | DType::BF16 | DType::F64 => "f32",
-        DType::I32 | DType::I64 => "i32",
-        DType::U32 | DType::U8 | DType::Bool => "u32",
+        DType::I32 | DType::I64 | DType::I8 | DType::I16 => "i32",
+        DType::U32 | DType::U8 | DType::Bool | DType::U16 | DType::U64 => "u32",
     }
 }
 
 /// Elements per 32-bit word when writing (`i64` writes one element as two words: 1 here).
 pub(crate) fn per_word(dt: DType) -> usize {
     match dt {
-        DType::F16 | DType::BF16 => 2,
-        DType::U8 | DType::Bool => 4,
+        DType::F16 | DType::BF16 | DType::I16 | DType::U16 => 2,
+        DType::U8 | DType::Bool | DType::I8 => 4,
         _ => 1,
     }
 }
@@ -49,6 +50,12 @@ pub(crate) fn loader(name: &str, buf: &str, dt: DType) -> String {
         }
         DType::U8 | DType::Bool => format!("return ({buf}[e >> 2u] >> (8u * (e & 3u))) & 0xffu;"),
         DType::I64 => format!("return bitcast<i32>({buf}[2u * e]);"),
+        // Sign extension: the byte (half word) moved to the top, then an arithmetic shift down.
+        DType::I8 => format!("return bitcast<i32>({buf}[e >> 2u] << (24u - 8u * (e & 3u))) >> 24u;"),
+        DType::I16 => format!("return bitcast<i32>({buf}[e >> 1u] << (16u - 16u * (e & 1u))) >> 16u;"),
+        DType::U16 => format!("return ({buf}[e >> 1u] >> (16u * (e & 1u))) & 0xffffu;"),
+        // The low word, like i64 (ops that need all 64 bits read both words themselves).
+        DType::U64 => format!("return {buf}[2u * e];"),
     };
     format!("fn {name}(e: u32) -> {} {{ {body} }}\n", ct(dt))
 }
@@ -72,7 +79,9 @@ pub(crate) fn store_word(dt: DType, n: usize) -> (String, usize) {
         DType::F32 => "if (w >= n) { return; } dst[w] = bitcast<u32>(value(w));".to_string(),
         DType::I32 => "if (w >= n) { return; } dst[w] = bitcast<u32>(value(w));".to_string(),
         DType::U32 => "if (w >= n) { return; } dst[w] = value(w);".to_string(),
-        DType::I64 => "if (w >= n) { return; } let v = wide(w); dst[2u * w] = v.x; dst[2u * w + 1u] = v.y;".to_string(),
+        DType::I64 | DType::U64 => {
+            "if (w >= n) { return; } let v = wide(w); dst[2u * w] = v.x; dst[2u * w + 1u] = v.y;".to_string()
+        }
         DType::F16 | DType::BF16 => {
             let pack = if dt == DType::F16 {
                 "pack2x16float(vec2<f32>(a, b))"
@@ -88,6 +97,15 @@ pub(crate) fn store_word(dt: DType, n: usize) -> (String, usize) {
              for (var j = 0u; j < 4u; j++) { if (e + j < n) { word |= (value(e + j) & 0xffu) << (8u * j); } } \
              dst[w] = word;"
             .to_string(),
+        DType::I8 => "let e = 4u * w; if (e >= n) { return; } var word = 0u; \
+             for (var j = 0u; j < 4u; j++) { if (e + j < n) { word |= (bitcast<u32>(value(e + j)) & 0xffu) << (8u * j); } } \
+             dst[w] = word;"
+            .to_string(),
+        DType::I16 | DType::U16 => format!(
+            "let e = 2u * w; if (e >= n) {{ return; }} var word = {c}(value(e)) & 0xffffu; \
+             if (e + 1u < n) {{ word |= ({c}(value(e + 1u)) & 0xffffu) << 16u; }} dst[w] = word;",
+            c = if dt == DType::I16 { "bitcast<u32>" } else { "" }
+        ),
         DType::F64 => unreachable!("f64 is refused before kernels are built"),
     };
     (s, n.div_ceil(per_word(dt)))
@@ -96,6 +114,9 @@ pub(crate) fn store_word(dt: DType, n: usize) -> (String, usize) {
 /// The default `wide(e)` of an i64 output: `value(e)` sign-extended.
 pub(crate) const WIDE_SIGN_EXTEND: &str = "fn wide(e: u32) -> vec2<u32> { let v = value(e); \
      return vec2<u32>(bitcast<u32>(v), select(0u, 0xffffffffu, v < 0)); }";
+
+/// The default `wide(e)` of a u64 output: `value(e)` zero-extended (u32 compute type).
+pub(crate) const WIDE_ZERO_EXTEND: &str = "fn wide(e: u32) -> vec2<u32> { return vec2<u32>(value(e), 0u); }";
 
 /// A WGSL literal of `v` in compute type `ct`, as bits in a parameter word.
 pub(crate) fn param_bits(ct: &str, v: f64) -> u32 {

@@ -7,9 +7,9 @@ kiln runs ops as they are called (queued on the GPU, not a lazy graph): ``mx.eva
 (NumPy arguments are uploaded first); it does not fuse the ops into one kernel. WGSL kernels remain
 available through ``kiln.Backend`` (kiln's own API), and ``execute_kernel`` runs them too.
 
-Data types follow pydotcompute's table: float64 becomes float32 ("MLX prefers float32"); int8 and
-int16 are held as int32 and uint16 as uint32 (kiln has no narrower integers yet; the values are
-exact, the dtype of the device array is the wider one); uint64 is refused (TypeError).
+Data types follow pydotcompute's table: float64 becomes float32 ("MLX prefers float32"); every
+other listed dtype (int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bool) keeps
+its dtype.
 """
 
 import os
@@ -41,10 +41,11 @@ _DTYPE_MAP = {
     "float64": "float32",
     "int32": "int32",
     "int64": "int64",
-    "int16": "int32",
-    "int8": "int32",
+    "int16": "int16",
+    "int8": "int8",
     "uint32": "uint32",
-    "uint16": "uint32",
+    "uint64": "uint64",
+    "uint16": "uint16",
     "uint8": "uint8",
     "bool": "bool",
     "bfloat16": "bfloat16",
