@@ -18,6 +18,7 @@ mod matmul;
 mod matmul_coop;
 mod matmul_coop_tiles;
 mod nn;
+mod paged_attention;
 mod quant;
 mod reduce;
 mod regressions;
