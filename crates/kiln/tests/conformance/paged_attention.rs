@@ -5,7 +5,8 @@
 //! is NaN (a kernel reading a position past a sequence's length, or another sequence's block,
 //! fails); GPU outputs poisoned. Also equal to `sdpa` over the gathered keys, NaN keys poison only
 //! their rows, and bad input (block ids past the pool, zero or uncovered lengths, shapes, dtypes,
-//! block sizes) gives errors naming the problem.
+//! block sizes) gives errors naming the problem. `KvBlockPool::write_last` (the batched append)
+//! stores each sequence's newest position exactly and touches nothing else.
 //!
 //! Tolerance per output element (`ref_paged`): each score's dot product error
 //! `(d + 2) u sum|q k| |scale|`, exp's `(3 + 2|s - max|) u`, one rounding per key and per tile in the
@@ -22,7 +23,8 @@ backend_tests!(
     paged_matches_reference,
     paged_equals_gathered_sdpa,
     paged_nan_keys_poison_their_rows,
-    paged_refuses_bad_input
+    paged_refuses_bad_input,
+    write_last_stores_each_newest_position
 );
 
 struct Case {
@@ -234,4 +236,61 @@ fn paged_refuses_bad_input(dev: &Device) {
     let kt = Tensor::zeros((6, hkv, d, bs), DType::F32, dev).unwrap().transpose(2, 3).unwrap();
     assert!(msg(q.sdpa_paged(&kt, &v, &ok, None)).contains("contiguous"));
     assert!(msg(q.sdpa_paged(&k, &v, &ok, Some(f64::NAN))).contains("scale"));
+}
+
+/// Each sequence's row lands in the slot of its last position (through its table) and every other
+/// element of the pool keeps its value; rows of odd length in 16-bit dtypes take the per-sequence
+/// copies. Bad input is refused before anything is written.
+fn write_last_stores_each_newest_position(dev: &Device) {
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        for (h, d, dv, bs) in [(2, 8, 6, 4), (3, 5, 7, 3)] {
+            let blocks = 9;
+            let pool = KvBlockPool::new(blocks, h, bs, d, dv, dtype, dev).unwrap();
+            let (kp, vp) = pool.tensors();
+            // Known contents everywhere first.
+            let k0 = random_values(blocks * h * bs * d, dtype, 1);
+            let v0 = random_values(blocks * h * bs * dv, dtype, 2);
+            let kt = tensor(&k0, &[blocks, h, bs, d], dtype, dev);
+            let vt = tensor(&v0, &[blocks, h, bs, dv], dtype, dev);
+            for s in 0..blocks {
+                let t = [s as u32];
+                let k = kt.narrow(0, s, 1).unwrap();
+                let v = vt.narrow(0, s, 1).unwrap();
+                pool.write(&t, 0, &k, &v).unwrap();
+            }
+            let (k0, v0) = (kp.to_f64_vec().unwrap(), vp.to_f64_vec().unwrap());
+            let tables: [&[u32]; 3] = [&[4, 1], &[7], &[0, 8, 2]];
+            let lens = [6usize.min(2 * bs), 1, 2 * bs + 1];
+            let table = BlockTable::new(&tables, &lens, bs, dev).unwrap();
+            // Rows as strided views: stored (h, b, 1, e).
+            let kn = random_values(3 * h * d, dtype, 3);
+            let vn = random_values(3 * h * dv, dtype, 4);
+            let k = tensor(&kn, &[h, 3, 1, d], dtype, dev).permute(&[1, 0, 2, 3]).unwrap();
+            let v = tensor(&vn, &[h, 3, 1, dv], dtype, dev).permute(&[1, 0, 2, 3]).unwrap();
+            pool.write_last(&table, &k, &v).unwrap();
+            let (mut kw, mut vw) = (k0.clone(), v0.clone());
+            let (kq, vq) =
+                (k.contiguous().unwrap().to_f64_vec().unwrap(), v.contiguous().unwrap().to_f64_vec().unwrap());
+            for (b, (t, &n)) in tables.iter().zip(&lens).enumerate() {
+                let j = n - 1;
+                for hh in 0..h {
+                    let slot = (t[j / bs] as usize * h + hh) * bs + j % bs;
+                    kw[slot * d..(slot + 1) * d].copy_from_slice(&kq[(b * h + hh) * d..][..d]);
+                    vw[slot * dv..(slot + 1) * dv].copy_from_slice(&vq[(b * h + hh) * dv..][..dv]);
+                }
+            }
+            assert_eq!(kp.to_f64_vec().unwrap(), kw, "{dev} {dtype} h {h} d {d}: keys");
+            assert_eq!(vp.to_f64_vec().unwrap(), vw, "{dev} {dtype} h {h} dv {dv}: values");
+            // Refused: a table of another block size or past the pool, rows of other shapes or dtype.
+            let other = BlockTable::new(&tables, &lens, bs + 1, dev).unwrap();
+            assert!(pool.write_last(&other, &k, &v).unwrap_err().to_string().contains("blocks of"));
+            let far = BlockTable::new(&[&[9], &[7], &[0]], &[1, 1, 1], bs, dev).unwrap();
+            assert!(pool.write_last(&far, &k, &v).unwrap_err().to_string().contains("block 9"));
+            let two = k.narrow(0, 0, 2).unwrap();
+            assert!(pool.write_last(&table, &two, &v).unwrap_err().to_string().contains("(b, h, 1, d)"));
+            let wrong = if dtype == DType::F32 { DType::F16 } else { DType::F32 };
+            assert!(pool.write_last(&table, &k.to_dtype(wrong).unwrap(), &v).is_err());
+            assert_eq!(kp.to_f64_vec().unwrap(), kw, "{dev} {dtype}: a refused write changed the pool");
+        }
+    }
 }
