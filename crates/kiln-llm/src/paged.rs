@@ -3,8 +3,10 @@
 //! when it is admitted ([`PagedPool::reserve`], for every position it can reach) and gives them back
 //! when dropped, so admission is decided by free blocks and memory never grows past the pool.
 //!
-//! Attention reads a sequence's keys and values through its block table
-//! ([`kiln::KvBlockPool::gather`]: the blocks copied into one contiguous run, then `sdpa`).
+//! A batched decode step ([`crate::Model::forward_batch`]) writes every sequence's new position with
+//! one [`kiln::KvBlockPool::write_last`] per layer and attends through the block tables with one
+//! [`kiln::Tensor::sdpa_paged`] (no copy of the blocks); a prefill chunk appends through
+//! [`SeqKv::append`] and attends over [`kiln::KvBlockPool::gather`]'s contiguous copy.
 
 use crate::model::{Model, SeqKv};
 use crate::{LlmError, Result};
@@ -112,9 +114,37 @@ impl PagedSeq {
     pub fn capacity(&self) -> usize {
         self.blocks.len() * self.layers.first().map_or(0, KvBlockPool::block_size)
     }
+
+    /// The pool of layer `layer`.
+    pub(crate) fn pool(&self, layer: usize) -> Result<&KvBlockPool> {
+        self.layers.get(layer).ok_or_else(|| LlmError::Arg(format!("KV pool has no layer {layer}")))
+    }
+
+    /// Whether both sequences take their blocks from one pool.
+    pub(crate) fn same_pool(&self, other: &PagedSeq) -> bool {
+        Arc::ptr_eq(&self.free, &other.free)
+    }
+
+    /// Records `t` positions that a batched write stored in layer `layer`'s blocks.
+    pub(crate) fn advance(&mut self, layer: usize, t: usize) -> Result<()> {
+        let cap = self.capacity();
+        let n = self.lens.get_mut(layer).ok_or_else(|| LlmError::Arg(format!("KV pool has no layer {layer}")))?;
+        if *n + t > cap {
+            return Err(LlmError::Arg(format!(
+                "the sequence would reach {} positions, its KV blocks hold {cap}",
+                *n + t
+            )));
+        }
+        *n += t;
+        Ok(())
+    }
 }
 
 impl SeqKv for PagedSeq {
+    fn paged(&mut self) -> Option<&mut PagedSeq> {
+        Some(self)
+    }
+
     fn len(&self) -> usize {
         self.lens.iter().copied().min().unwrap_or(0)
     }

@@ -1,12 +1,14 @@
 //! Batched forward passes (continuous batching) against one sequence at a time: the same greedy
 //! tokens and the same logits (to rounding), with sequences joining, prefilling in chunks and leaving
-//! while others decode. On the CPU and the GPU.
+//! while others decode, with contiguous caches and with a paged pool (blocks of 4 positions: the
+//! decode steps attend through the block tables). On the CPU and the GPU.
 
 mod common;
 
 use common::{devices, fixture, row_err};
 use kiln::{DType, Device};
-use kiln_llm::{BatchSeq, Cache, LoadOptions, Model, ModelDir, SeqKv};
+use kiln_llm::paged::PagedPool;
+use kiln_llm::{BatchSeq, LoadOptions, Model, ModelDir, SeqKv};
 
 fn load(dev: &Device) -> Model {
     let dir = ModelDir::open(fixture("llama")).unwrap();
@@ -33,7 +35,7 @@ struct Seq {
     join: usize,
     /// Prompt tokens per prefill chunk.
     chunk: usize,
-    cache: Cache,
+    cache: Box<dyn SeqKv>,
     fed: usize,
     toks: Vec<u32>,
     rows: Vec<Vec<f32>>,
@@ -41,9 +43,26 @@ struct Seq {
 
 #[test]
 fn batched_decode_equals_per_sequence_decode() {
+    batched_equals_alone(false);
+}
+
+#[test]
+fn paged_batched_decode_equals_per_sequence_decode() {
+    batched_equals_alone(true);
+}
+
+fn batched_equals_alone(paged: bool) {
     const STEPS: usize = 10;
     for dev in devices() {
         let model = load(&dev);
+        let pool = PagedPool::new(&model, 4, 5 * 16).unwrap();
+        let store = |n: usize| -> Box<dyn SeqKv> {
+            if paged {
+                Box::new(pool.reserve(n).unwrap())
+            } else {
+                Box::new(model.new_cache())
+            }
+        };
         let vocab = model.config.vocab_size as u32;
         let prompts: Vec<Vec<u32>> = [(7u32, 5usize), (11, 1), (3, 13), (29, 8), (5, 21)]
             .iter()
@@ -56,7 +75,7 @@ fn batched_decode_equals_per_sequence_decode() {
                 prompt: p.clone(),
                 join: [0, 0, 2, 3, 5][i],
                 chunk: [64, 1, 4, 3, 6][i],
-                cache: model.new_cache(),
+                cache: store(p.len() + STEPS),
                 fed: 0,
                 toks: vec![],
                 rows: vec![],
@@ -82,10 +101,8 @@ fn batched_decode_equals_per_sequence_decode() {
                 .collect();
             let logits = {
                 let refs = seqs.iter_mut().enumerate().filter(|(i, _)| active.contains(i)).map(|(_, s)| s);
-                let mut batch: Vec<BatchSeq> = refs
-                    .zip(&inputs)
-                    .map(|(s, t)| BatchSeq { tokens: t, kv: &mut s.cache as &mut dyn SeqKv })
-                    .collect();
+                let mut batch: Vec<BatchSeq> =
+                    refs.zip(&inputs).map(|(s, t)| BatchSeq { tokens: t, kv: s.cache.as_mut() }).collect();
                 model.forward_batch(&mut batch).unwrap().to_vec::<f32>().unwrap()
             };
             let v = vocab as usize;
@@ -104,10 +121,14 @@ fn batched_decode_equals_per_sequence_decode() {
         }
         for (i, s) in seqs.iter().enumerate() {
             let (toks, rows) = alone(&model, &s.prompt, STEPS);
-            assert_eq!(s.toks, toks, "{dev}: sequence {i} (prompt {:?}): batched vs alone tokens", s.prompt);
+            assert_eq!(
+                s.toks, toks,
+                "{dev} paged {paged}: sequence {i} (prompt {:?}): batched vs alone tokens",
+                s.prompt
+            );
             for (j, (a, b)) in s.rows.iter().zip(&rows).enumerate() {
                 let e = row_err(a, b);
-                assert!(e < 1e-4, "{dev}: sequence {i} step {j}: logits differ by {e}");
+                assert!(e < 1e-4, "{dev} paged {paged}: sequence {i} step {j}: logits differ by {e}");
             }
             assert_eq!(s.cache.len(), s.prompt.len() + STEPS - 1);
         }

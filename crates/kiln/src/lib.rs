@@ -38,6 +38,7 @@ pub use kv_cache::KvCache;
 pub use kv_pool::KvBlockPool;
 pub use layout::Layout;
 pub use ops::decode::LinearInput;
+pub use ops::paged::BlockTable;
 pub use ops::rope::RopeLayout;
 pub use shape::Shape;
 pub use tensor::Tensor;

@@ -2,12 +2,14 @@
 //! sequence brings its next tokens (one for a decode step, a chunk for a prefill) and its own KV
 //! store and position. The tokens of all sequences are stacked into one `(T, hidden)` activation, so
 //! every projection is one matrix product with `M = T` rows (the weights are read once for the whole
-//! batch); rotary embeddings take each row's own position; attention runs per sequence over that
-//! sequence's keys and values.
+//! batch); rotary embeddings take each row's own position. Decode rows of paged sequences (one pool)
+//! are stacked first: one kernel per layer stores their new keys and values through their block
+//! tables and one attends through them (`KvBlockPool::write_last`, `Tensor::sdpa_paged`); other
+//! rows (prefill chunks, contiguous caches) attend per sequence over that sequence's keys and values.
 
 use super::{Fused, Model};
 use crate::{LlmError, Result};
-use kiln::{DType, RopeLayout, Tensor};
+use kiln::{BlockTable, DType, RopeLayout, Tensor};
 
 /// The keys and values of one sequence, layer by layer. [`super::Cache`] (one contiguous buffer per
 /// layer) and `crate::paged::PagedSeq` (blocks of a shared pool) are the two stores.
@@ -20,6 +22,10 @@ pub trait SeqKv {
     /// Appends `k`, `v` `(1, kv_heads, t, head_dim)` to layer `layer` and returns all of that layer's
     /// keys and values `(1, kv_heads, len, head_dim)`, the new ones last.
     fn append(&mut self, layer: usize, k: &Tensor, v: &Tensor) -> Result<(Tensor, Tensor)>;
+    /// The store as a paged sequence (its decode steps then attend through the block table).
+    fn paged(&mut self) -> Option<&mut crate::paged::PagedSeq> {
+        None
+    }
 }
 
 impl SeqKv for super::Cache {
@@ -48,9 +54,6 @@ impl Model {
             return Err(LlmError::Arg("forward_batch: no sequences".into()));
         }
         let cfg = &self.config;
-        let mut ids = Vec::new();
-        let mut positions = Vec::new();
-        let mut spans = Vec::with_capacity(seqs.len()); // (first row, rows) per sequence
         for (i, s) in seqs.iter().enumerate() {
             let (t, offset) = (s.tokens.len(), s.kv.len());
             if t == 0 {
@@ -66,10 +69,55 @@ impl Model {
             if let Some(&bad) = s.tokens.iter().find(|&&id| id as usize >= cfg.vocab_size) {
                 return Err(LlmError::Arg(format!("token id {bad} is outside the vocabulary ({})", cfg.vocab_size)));
             }
-            spans.push((ids.len(), t));
+        }
+        // The paged decode rows (one token, a pool shared with the first of them) first.
+        let mut first: Option<usize> = None;
+        let mut fast = vec![false; seqs.len()];
+        for i in 0..seqs.len() {
+            if seqs[i].tokens.len() != 1 || seqs[i].kv.paged().is_none() {
+                continue;
+            }
+            fast[i] = match first {
+                None => {
+                    first = Some(i);
+                    true
+                }
+                Some(f) => {
+                    let (a, b) = seqs.split_at_mut(i);
+                    let (x, y) = (a[f].kv.paged().expect("paged"), b[0].kv.paged().expect("paged"));
+                    x.same_pool(y)
+                }
+            };
+        }
+        let order: Vec<usize> =
+            (0..seqs.len()).filter(|&i| fast[i]).chain((0..seqs.len()).filter(|&i| !fast[i])).collect();
+        let nd = fast.iter().filter(|&&f| f).count();
+        let mut ids = Vec::new();
+        let mut positions = Vec::new();
+        let mut spans = vec![(0, 0); seqs.len()]; // (first row, rows) per sequence
+        for &i in &order {
+            let s = &seqs[i];
+            let (t, offset) = (s.tokens.len(), s.kv.len());
+            spans[i] = (ids.len(), t);
             ids.extend(s.tokens.iter().map(|&x| x as i64));
             positions.extend((offset..offset + t).map(|p| p as i64));
         }
+        // The decode rows' block tables, for every layer: each attends to its positions and the new one.
+        let table = if nd > 0 {
+            let mut tables = Vec::with_capacity(nd);
+            let mut lens = Vec::with_capacity(nd);
+            let mut bs = 0;
+            for &i in &order[..nd] {
+                lens.push(seqs[i].kv.len() + 1);
+                let p = seqs[i].kv.paged().expect("paged");
+                bs = p.pool(0)?.block_size();
+                tables.push(p.block_table().to_vec());
+            }
+            let refs: Vec<&[u32]> = tables.iter().map(Vec::as_slice).collect();
+            Some(BlockTable::new(&refs, &lens, bs, &self.device)?)
+        } else {
+            None
+        };
         let total = ids.len();
         let (hd, nh, nkv) = (cfg.head_dim, cfg.num_heads, cfg.num_kv_heads);
         let ids = Tensor::from_vec(ids, total, &self.device)?;
@@ -94,16 +142,28 @@ impl Model {
                 }
             };
             let mut outs = Vec::with_capacity(seqs.len());
-            for (s, &(start, t)) in seqs.iter_mut().zip(&spans) {
-                let (ks, vs) = s.kv.append(l, &k.narrow(2, start, t)?, &v.narrow(2, start, t)?)?;
-                outs.push(q.narrow(2, start, t)?.sdpa(&ks, &vs, true, None)?); // (1, nh, t, hd)
+            if let Some(table) = &table {
+                // (nd, heads, 1, hd) views of the decode rows.
+                let rows = |y: &Tensor| -> Result<Tensor> { Ok(y.narrow(2, 0, nd)?.permute(&[2, 1, 0, 3])?) };
+                let pool = seqs[order[0]].kv.paged().expect("paged").pool(l)?.clone();
+                pool.write_last(table, &rows(&k)?, &rows(&v)?)?;
+                for &i in &order[..nd] {
+                    seqs[i].kv.paged().expect("paged").advance(l, 1)?;
+                }
+                let (kp, vp) = pool.tensors();
+                outs.push(rows(&q)?.sdpa_paged(kp, vp, table, None)?.reshape((nd, nh * hd))?);
+            }
+            for &i in &order[nd..] {
+                let (start, t) = spans[i];
+                let (ks, vs) = seqs[i].kv.append(l, &k.narrow(2, start, t)?, &v.narrow(2, start, t)?)?;
+                let att = q.narrow(2, start, t)?.sdpa(&ks, &vs, true, None)?; // (1, nh, t, hd)
+                outs.push(att.transpose(1, 2)?.reshape((t, nh * hd))?);
             }
             let att = if outs.len() == 1 {
                 outs.pop().expect("one")
             } else {
-                Tensor::concat(&outs.iter().collect::<Vec<_>>(), 2)?
+                Tensor::concat(&outs.iter().collect::<Vec<_>>(), 0)?
             };
-            let att = att.transpose(1, 2)?.reshape((total, nh * hd))?;
             x = layer.o.forward_add(&att, &x)?;
             let h = x.rms_norm(&layer.mlp_norm, cfg.rms_norm_eps)?;
             let gu = layer.gate_up.forward(&h, &[cfg.intermediate_size; 2])?;
@@ -111,7 +171,7 @@ impl Model {
             x = layer.down.forward_add(&mlp, &x)?;
         }
         let last: Vec<i64> = spans.iter().map(|&(start, t)| (start + t - 1) as i64).collect();
-        let x = if last.len() == total {
+        let x = if last.iter().enumerate().all(|(i, &r)| r == i as i64) && last.len() == total {
             x
         } else {
             x.index_select(&Tensor::from_vec(last.clone(), last.len(), &self.device)?, 0)?

@@ -159,6 +159,8 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
     super::quant::catalog(&mut push);
     super::decode::catalog(&mut push);
     out.extend(attention::catalog());
+    out.extend(attention::paged_decode::catalog());
+    out.extend(attention::paged_write::catalog());
     // Cooperative-matrix f16 matmul (SPIR-V and, for 8x8, MSL only: naga's HLSL has no coop matrix).
     out.extend(matmul::coop::catalog());
     // Kernels `kiln::compile` generates (samples of its programs).

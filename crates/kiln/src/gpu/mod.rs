@@ -12,7 +12,7 @@
 //! This file is the face on top: `impl BackendStorage for GpuStorage` forwards each op to its family;
 //! `catalog.rs` lists every kernel variant of every family for the shader-translation test.
 
-mod attention;
+pub(crate) mod attention;
 mod catalog;
 mod custom;
 pub(crate) mod decode;

@@ -9,6 +9,7 @@ mod join;
 mod mask;
 mod matmul;
 mod nn;
+pub(crate) mod paged;
 mod reduce;
 pub(crate) mod rope;
 mod unary;

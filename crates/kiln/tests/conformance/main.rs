@@ -20,6 +20,7 @@ mod matmul_coop;
 mod matmul_coop_tiles;
 mod narrow_ints;
 mod nn;
+mod paged_attention;
 mod quant;
 mod reduce;
 mod regressions;

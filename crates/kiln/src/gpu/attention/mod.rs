@@ -11,6 +11,9 @@
 //! launch fewer than about [`TARGET_GROUPS`] workgroups, and then merge the splits with the combine
 //! kernel.
 
+pub(crate) mod paged_decode;
+pub(crate) mod paged_write;
+
 use crate::gpu::runtime::kernels::render;
 use crate::gpu::runtime::wgsl::{self, loader, PRELUDE};
 use crate::gpu::runtime::GpuStorage;

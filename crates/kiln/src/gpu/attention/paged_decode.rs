@@ -1,0 +1,196 @@
+//! Decode attention through a block table (`paged_decode.wgsl`): one query per sequence over that
+//! sequence's keys and values in a paged KV pool, split-K over the positions as the decode kernel
+//! (`decode.wgsl`) with the same combine kernel merging the splits. The pool is never gathered
+//! into a contiguous copy. The API checks shapes, dtypes and the table before this runs (block ids
+//! in range, lengths covered by the table, every length at least 1); the kernel still clamps block
+//! ids to the pool.
+
+use super::{combine_source, dispatch, granular, granule_loaders, lines, store_fns, MAX_HEAD};
+use crate::gpu::runtime::kernels::render;
+use crate::gpu::runtime::wgsl::PRELUDE;
+use crate::gpu::runtime::GpuStorage;
+use crate::{DType, Error, Layout, Result};
+
+const PAGED: &str = include_str!("paged_decode.wgsl");
+
+/// Positions one tile of the kernel takes (splits are multiples of it).
+const TILE: usize = 32;
+/// Workgroups the split heuristic aims for, and positions a split takes at least.
+const TARGET_GROUPS: usize = 1024;
+const MIN_SPLIT: usize = 64;
+/// Most splits per row (bounds the combine kernel's loop).
+const MAX_SPLITS: usize = 1024;
+
+/// One variant: rows per workgroup, head sizes padded (q/k to 32, v to 4), vectorised pool reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PagedConfig {
+    r: usize,
+    dp: usize,
+    dvp: usize,
+    vec: bool,
+}
+
+impl PagedConfig {
+    pub(crate) fn new(d: usize, dv: usize, group: usize, vec: bool) -> PagedConfig {
+        PagedConfig {
+            r: group.next_power_of_two().min(4),
+            dp: d.div_ceil(32).max(1) * 32,
+            dvp: dv.div_ceil(4).max(1) * 4,
+            vec,
+        }
+    }
+
+    /// Workgroup memory in vec4s.
+    fn total(self) -> usize {
+        let (dp4, dv4) = (self.dp / 4, self.dvp / 4);
+        let walk = self.r * dp4 + 256 + TILE;
+        let g = 128 / dv4;
+        walk.max(g * self.r * dv4 + g)
+    }
+
+    fn key(self, dt: DType, out: DType) -> String {
+        format!("attention_paged:{dt}:{out}:r{}:{}:{}:{}", self.r, self.dp, self.dvp, self.vec)
+    }
+}
+
+/// The kernel for pool dtype `dt`, written as `out` (f32 partial rows, or the final dtype).
+pub(crate) fn paged_source(dt: DType, out: DType, c: PagedConfig) -> String {
+    const XYZW: [&str; 4] = ["x", "y", "z", "w"];
+    let r = 0..c.r;
+    let ind = "            ";
+    let (loaders, arrays) = granule_loaders(dt, [false, c.vec, c.vec]);
+    let n = |x: usize| x.to_string();
+    render(
+        PAGED,
+        &[
+            ("KV_ARRAY", arrays[1]),
+            ("PRELUDE", PRELUDE),
+            ("LOADERS", &loaders),
+            ("STORE", &store_fns(out)),
+            ("R", &n(c.r)),
+            ("DP4", &n(c.dp / 4)),
+            ("DV4", &n(c.dvp / 4)),
+            ("TOTAL", &n(c.total())),
+            ("DECLARE", &lines(r.clone(), |x| format!("    var o{x} = vec4<f32>(0.0);"))),
+            (
+                "PARTIAL_DOT",
+                &lines(r.clone(), |x| format!("{ind}    pd.{} += dot(sm[QB + {x}u * DP4 + c4], kx);", XYZW[x])),
+            ),
+            ("RESCALE", &lines(r.clone(), |x| format!("        o{x} *= a.{};", XYZW[x]))),
+            ("ACCUMULATE", &lines(r.clone(), |x| format!("{ind}    o{x} += pr.{} * v;", XYZW[x]))),
+            ("WRITE_O", &lines(r.clone(), |x| format!("        sm[OB + (grp * R + {x}u) * DV4 + cq] = o{x};"))),
+        ],
+    )
+}
+
+/// Every variant for head sizes 64, 128, 80 and 256 and GQA groups 1, 2 and 4+ (for the MSL/HLSL
+/// translation test).
+pub(crate) fn catalog() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for dt in [DType::F32, DType::F16, DType::BF16] {
+        let outs: &[DType] = if dt == DType::F32 { &[DType::F32] } else { &[dt, DType::F32] };
+        for d in [64, 128, 80, 256] {
+            for group in [1, 2, 4] {
+                for vec in [true, false] {
+                    let c = PagedConfig::new(d, d, group, vec);
+                    for &o in outs {
+                        out.push((c.key(dt, o), paged_source(dt, o, c)));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The operands of [`paged_decode`], checked by the API.
+pub(crate) struct PagedArgs<'a> {
+    /// Queries `(b, hq, 1, d)`, any strides.
+    pub(crate) q: (&'a GpuStorage, &'a Layout),
+    /// Contiguous pools `(blocks, hkv, block_size, d)` and `(blocks, hkv, block_size, dv)`.
+    pub(crate) k: (&'a GpuStorage, &'a Layout),
+    pub(crate) v: (&'a GpuStorage, &'a Layout),
+    /// u32 `(b, max_blocks)` block ids and `(b,)` lengths (>= 1), contiguous from element 0.
+    pub(crate) table: &'a GpuStorage,
+    pub(crate) lens: &'a GpuStorage,
+    pub(crate) max_blocks: usize,
+    /// The longest length (sizes the splits).
+    pub(crate) max_len: usize,
+    pub(crate) scale: f64,
+}
+
+/// Attention output `(b, hq, 1, dv)` in the queries' dtype.
+pub(crate) fn paged_decode(a: &PagedArgs) -> Result<GpuStorage> {
+    let (q, ql) = a.q;
+    let (k, kl) = a.k;
+    let (v, vl) = a.v;
+    for o in [k, v, a.table, a.lens] {
+        q.same_ctx("sdpa_paged", o)?;
+    }
+    let (b, hq, d) = (ql.dims()[0], ql.dims()[1], ql.dims()[3]);
+    let (nblocks, hkv, bs, dv) = (kl.dims()[0], kl.dims()[1], kl.dims()[2], vl.dims()[3]);
+    if d > MAX_HEAD || dv > MAX_HEAD {
+        return Err(Error::Gpu {
+            op: "sdpa_paged",
+            msg: format!("head sizes up to {MAX_HEAD} are supported, got d={d}, dv={dv}"),
+        });
+    }
+    let ctx = &q.ctx;
+    let dt = q.dtype;
+    let group = hq / hkv;
+    let cfg = PagedConfig::new(d, dv, group, granular(k, kl) && granular(v, vl));
+    let nrc = group.div_ceil(cfg.r);
+    let base = b * hkv * nrc;
+    let want = TARGET_GROUPS.div_ceil(base.max(1)).max(1);
+    let c = a.max_len.div_ceil(want).max(MIN_SPLIT).max(a.max_len.div_ceil(MAX_SPLITS)).div_ceil(TILE) * TILE;
+    let nsplit = a.max_len.div_ceil(c).max(1);
+    let rows = b * hq;
+    let groups = base * nsplit;
+    let part_start = 2 * rows * nsplit;
+    let out_dt = if dt != DType::F32 && dv.is_multiple_of(2) { dt } else { DType::F32 };
+    let out = GpuStorage::alloc(ctx, out_dt, rows * dv)?;
+    let (qs, ks, vs) = (ql.strides(), kl.offset(), vl.offset());
+    let mut params = vec![0u32; 21];
+    params.copy_from_slice(
+        &[
+            b,
+            hq,
+            hkv,
+            d,
+            dv,
+            0,
+            nrc,
+            nsplit,
+            c,
+            (nsplit > 1) as usize,
+            groups,
+            part_start,
+            bs,
+            a.max_blocks,
+            nblocks,
+            ql.offset(),
+            qs[0],
+            qs[1],
+            qs[3],
+            ks,
+            vs,
+        ]
+        .map(|x| x as u32),
+    );
+    params[5] = (a.scale as f32).to_bits();
+    let part =
+        if nsplit > 1 { Some(GpuStorage::alloc(ctx, DType::F32, part_start + rows * nsplit * dv)?) } else { None };
+    let dst = part.as_ref().unwrap_or(&out);
+    let o = if nsplit > 1 { DType::F32 } else { out_dt };
+    let bufs =
+        [dst.buffer.raw(), q.buffer.raw(), k.buffer.raw(), v.buffer.raw(), a.table.buffer.raw(), a.lens.buffer.raw()];
+    dispatch(q, cfg.key(dt, o), || paged_source(dt, o, cfg), &bufs, &params, groups, 1)?;
+    if let Some(part) = part {
+        // Every row sees all splits (non-causal, `tk` the longest length); splits past a sequence's
+        // length hold an empty (-inf, 0) partial row, which the combine skips.
+        let cp = [rows, dv, nsplit, c, 1, a.max_len, 0, part_start, dv.div_ceil(4)].map(|x| x as u32);
+        let bufs = [out.buffer.raw(), part.buffer.raw()];
+        dispatch(q, format!("attention_combine:{out_dt}"), || combine_source(out_dt), &bufs, &cp, rows, 1)?;
+    }
+    out.finish(dt)
+}
