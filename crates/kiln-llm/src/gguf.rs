@@ -10,8 +10,10 @@
 //! `--tokenizer tokenizer.json`.
 
 use crate::config::{Arch, LlamaConfig, RopeScaling};
+use crate::embedding::{max_tensor_bytes, rows_per_block, split_rows, Embedding};
 use crate::model::{effective_context, Layer, Linear, LoadOptions, MemoryEstimate, Model, Weight};
 use crate::{ChatTemplate, LlmError, Result, Tokenizer};
+use kiln::quant::QTensor;
 use kiln::{DType, Device, Tensor};
 use kiln_gguf::{names, Gguf, GgufError, GgufTensor, Value};
 use std::collections::HashMap;
@@ -49,12 +51,17 @@ impl GgufModel {
             }
             let elems = info.shape.iter().product::<usize>() as u64;
             let quant = !matches!(info.ggml_type, 0 | 1 | 30);
-            let mut b = if quant && info.name != "token_embd.weight" { info.size } else { elems * size };
-            if quant && info.name == "token_embd.weight" && cfg.tie_word_embeddings {
+            let embd = info.name == "token_embd.weight";
+            let mut b = if quant && !embd { info.size } else { elems * size };
+            // The table (and a dense tied head) is split in row blocks that fit the largest
+            // buffer (`embedding.rs`): one row must fit; a quantized tied head is one tensor.
+            let mut one = if embd { cfg.hidden_size as u64 * size } else { b };
+            if quant && embd && cfg.tie_word_embeddings {
                 b += info.size; // the quantized copy is the LM head
+                one = one.max(info.size);
             }
             weight_bytes += b;
-            largest = largest.max(b);
+            largest = largest.max(one);
         }
         let ctx = effective_context(cfg, max_context);
         let per_layer_kv = (cfg.num_kv_heads * cfg.head_dim * ctx) as u64 * size;
@@ -138,18 +145,41 @@ impl GgufModel {
         let lm_head =
             if cfg.tie_word_embeddings { None } else { Some(w.linear("lm_head", cfg.vocab_size, h, false)?) };
         let embed_name = "model.embed_tokens.weight";
-        let (embed, lm_head) = match (w.take(embed_name, &[cfg.vocab_size, h])?, lm_head) {
+        // The table in `dtype`, in row blocks that each fit the device's largest buffer (one block
+        // where the whole table fits); a tied dense LM head multiplies by the same blocks.
+        let vocab = cfg.vocab_size;
+        let row_bytes = (h * dtype.size_in_bytes()) as u64;
+        let rows = rows_per_block("token_embd.weight", vocab, row_bytes, max_tensor_bytes(device))?;
+        let dense_head = |blocks: &[Tensor]| match blocks {
+            [t] => Weight::Dense(t.clone()),
+            _ => Weight::Rows(blocks.to_vec()),
+        };
+        let (blocks, lm_head) = match (w.take(embed_name, &[vocab, h])?, lm_head) {
             (GgufTensor::Float(t), head) => {
-                let t = to_dtype(t, dtype)?;
-                let head = head.unwrap_or_else(|| Linear { w: Weight::Dense(t.clone()), b: None });
-                (t, head)
+                let blocks = if rows >= vocab { vec![to_dtype(t, dtype)?] } else { split_rows(&t, rows, dtype)? };
+                let head = head.unwrap_or_else(|| Linear { w: dense_head(&blocks), b: None });
+                (blocks, head)
             }
             (GgufTensor::Quant(q), head) => {
-                let t = q.dequantize(dtype)?;
-                let w = if dequantize { Weight::Dense(t.clone()) } else { Weight::Quant(q) };
-                (t, head.unwrap_or(Linear { w, b: None }))
+                let blocks = if rows >= vocab {
+                    vec![q.dequantize(dtype)?]
+                } else {
+                    // Each block dequantized on its own from the file's bytes of its rows.
+                    let (qt, raw) = (q.qtype(), q.to_raw()?);
+                    let raw_row = h / qt.block_elems() * qt.block_bytes();
+                    (0..vocab.div_ceil(rows))
+                        .map(|b| {
+                            let len = rows.min(vocab - b * rows);
+                            let bytes = &raw[b * rows * raw_row..(b * rows + len) * raw_row];
+                            QTensor::from_raw(bytes, qt, (len, h), device)?.dequantize(dtype)
+                        })
+                        .collect::<kiln::Result<Vec<_>>>()?
+                };
+                let w = if dequantize { dense_head(&blocks) } else { Weight::Quant(q) };
+                (blocks, head.unwrap_or(Linear { w, b: None }))
             }
         };
+        let embed = Embedding::from_blocks(blocks, rows);
         let mut freqs = crate::rope::inv_freq(hd, cfg.rope_theta, cfg.rope_scaling.as_ref());
         if self.file.tensor_info("rope_freqs.weight").is_some() {
             // Llama 3 scaling as llama.cpp stores it: each frequency divided by its factor.

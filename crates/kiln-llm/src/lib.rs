@@ -18,6 +18,7 @@
 
 pub mod chat;
 pub mod config;
+pub mod embedding;
 mod error;
 pub mod generate;
 pub mod gguf;

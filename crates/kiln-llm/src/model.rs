@@ -3,6 +3,7 @@
 //! Hugging Face `(out, in)` layout and go through `Tensor::linear`.
 
 use crate::config::LlamaConfig;
+use crate::embedding::Embedding;
 use crate::rope::{inv_freq, RopeTables};
 use crate::weights::WeightSource;
 use crate::{LlmError, Result};
@@ -12,10 +13,13 @@ use kiln::{DType, Device, KvCache, LinearInput, RopeLayout, Tensor};
 mod batch;
 pub use batch::{BatchSeq, SeqKv};
 
-/// The weight of a linear layer: dense in the model's dtype, or quantized blocks (GGUF files).
+/// The weight of a linear layer: dense in the model's dtype, or quantized blocks (GGUF files), or
+/// dense row blocks each within the device's largest buffer (a large vocabulary's tied LM head; see
+/// `embedding.rs`).
 pub(crate) enum Weight {
     Dense(Tensor),
     Quant(QTensor),
+    Rows(Vec<Tensor>),
 }
 
 pub(crate) struct Linear {
@@ -28,6 +32,14 @@ impl Linear {
         Ok(match &self.w {
             Weight::Dense(w) => x.linear(w, self.b.as_ref())?,
             Weight::Quant(q) => x.qlinear(q, self.b.as_ref())?,
+            Weight::Rows(ws) => {
+                let ys = ws.iter().map(|w| x.linear(w, None)).collect::<kiln::Result<Vec<_>>>()?;
+                let y = Tensor::concat(&ys.iter().collect::<Vec<_>>(), -1)?;
+                match &self.b {
+                    Some(b) => y.add(b)?,
+                    None => y,
+                }
+            }
         })
     }
 
@@ -76,6 +88,7 @@ fn format_of(w: &Weight) -> (DType, Option<QuantType>) {
     match w {
         Weight::Dense(t) => (t.dtype(), None),
         Weight::Quant(q) => (DType::U32, Some(q.qtype())),
+        Weight::Rows(ts) => (ts[0].dtype(), None),
     }
 }
 
@@ -93,6 +106,7 @@ impl Fused {
             match &l.w {
                 Weight::Dense(t) => dense.push(t),
                 Weight::Quant(q) => quant.push(q),
+                Weight::Rows(ts) => dense.extend(ts),
             }
         }
         let w = if quant.is_empty() {
@@ -191,7 +205,7 @@ impl Layer {
 /// A loaded model on one device, in one dtype.
 pub struct Model {
     pub config: LlamaConfig,
-    embed: Tensor,
+    embed: Embedding,
     layers: Vec<Layer>,
     norm: Tensor,
     lm_head: Linear,
@@ -341,6 +355,7 @@ impl Model {
         let max_context = effective_context(&cfg, opts.max_context);
         let freqs = inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling.as_ref());
         let rope = RopeTables::new(&freqs, max_context, dtype, device)?;
+        let embed = Embedding::whole(embed);
         Ok(Model { config: cfg, embed, layers, norm, lm_head, rope, max_context, dtype, device: device.clone() })
     }
 
@@ -348,7 +363,7 @@ impl Model {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn from_parts(
         config: LlamaConfig,
-        embed: Tensor,
+        embed: Embedding,
         layers: Vec<Layer>,
         norm: Tensor,
         lm_head: Linear,
@@ -394,6 +409,7 @@ impl Model {
             let w = match &l.w {
                 Weight::Dense(t) => dense(t),
                 Weight::Quant(q) => q.storage_bytes() as u64,
+                Weight::Rows(ts) => ts.iter().map(dense).sum(),
             };
             w + l.b.as_ref().map_or(0, dense)
         };
@@ -402,8 +418,12 @@ impl Model {
             .iter()
             .map(|l| dense(&l.attn_norm) + dense(&l.mlp_norm) + l.linears().into_iter().map(lin).sum::<u64>())
             .sum();
-        let tied = matches!(&self.lm_head.w, Weight::Dense(t) if t.shares_storage_with(&self.embed));
-        layers + dense(&self.embed) + dense(&self.norm) + if tied { 0 } else { lin(&self.lm_head) }
+        let tied = match &self.lm_head.w {
+            Weight::Dense(t) => self.embed.shares_storage_with(t),
+            Weight::Rows(ts) => ts.iter().all(|t| self.embed.shares_storage_with(t)),
+            Weight::Quant(_) => false,
+        };
+        layers + self.embed.bytes() + dense(&self.norm) + if tied { 0 } else { lin(&self.lm_head) }
     }
     pub fn device(&self) -> &Device {
         &self.device
