@@ -31,10 +31,10 @@ mod tests;
 #[cfg(test)]
 mod variant_tests;
 
-pub use catalog::kernel_catalog;
-pub use matmul::coop as matmul_coop;
 #[doc(hidden)]
 pub use attention::sdpa_coop_tensors;
+pub use catalog::kernel_catalog;
+pub use matmul::coop as matmul_coop;
 pub use runtime::bandwidth::copy_bandwidth;
 pub use runtime::{format_report, list_adapters, AdapterSummary, Gpu, GpuContext, GpuStorage, KernelTime, MemoryStats};
 

@@ -106,25 +106,30 @@ pub(crate) fn source(c: &Config) -> String {
 
     // The scores of this subgroup's rows against the key tile, stored row-major at `slot` of `ss`.
     let nsf = BK / s;
-    let mut scores = String::from("        {\n");
+    // The score accumulators are declared once (`S_DECL`, outside the loops) and reset per tile.
+    let mut s_decl = String::new();
+    let mut scores = String::new();
     for j in 0..nsf {
-        scores += &format!("        var s_{j} = zero;\n");
+        s_decl += &format!("    var s_{j} = zero;\n");
+        scores += &format!("        s_{j} = zero;\n");
     }
     for ks in 0..c.d / s {
-        scores += &format!("        {{\n        let qa = {};\n", frag(true, "A", "sq", format!("sg * {}u + {}u", s * lq, ks * s), lq));
+        scores += &format!(
+            "        {{\n        let qa = {};\n",
+            frag(true, "A", "sq", format!("sg * {}u + {}u", s * lq, ks * s), lq)
+        );
         for j in 0..nsf {
-            scores += &format!(
-                "        s_{j} = {}(qa, {}, s_{j}{lane_arg});\n",
-                mma("qk"),
-                frag(false, "B", "sk", format!("{}u", j * s * lq + ks * s), lq)
-            );
+            scores +=
+                &format!("        let kb{j} = {};\n", frag(false, "B", "sk", format!("{}u", j * s * lq + ks * s), lq));
+        }
+        for j in 0..nsf {
+            scores += &format!("        s_{j} = {}(qa, kb{j}, s_{j}{lane_arg});\n", mma("qk"));
         }
         scores += "        }\n";
     }
     for j in 0..nsf {
         scores += &format!("        {}\n", store(&format!("s_{j}"), &format!("slot + {}u", j * s)));
     }
-    scores += "        }\n";
 
     // P v into the output accumulators.
     let nov = c.dv / s;
@@ -134,23 +139,28 @@ pub(crate) fn source(c: &Config) -> String {
     }
     let mut pv = String::new();
     for ks in 0..BK / s {
-        pv += &format!("        {{\n        let pa = {};\n", frag(true, "A", "sp", format!("sg * {}u + {}u", s * lp, ks * s), lp));
+        pv += &format!(
+            "        {{\n        let pa = {};\n",
+            frag(true, "A", "sp", format!("sg * {}u + {}u", s * lp, ks * s), lp)
+        );
         for j in 0..nov {
-            pv += &format!(
-                "        o_{j} = {}(pa, {}, o_{j}{lane_arg});\n",
-                mma("pv"),
-                frag(true, "B", "sv", format!("{}u", ks * s * lv + j * s), lv)
-            );
+            pv += &format!("        let vb{j} = {};\n", frag(true, "B", "sv", format!("{}u", ks * s * lv + j * s), lv));
+            pv += &format!("        o_{j} = {}(pa, vb{j}, o_{j}{lane_arg});\n", mma("pv"));
         }
         pv += "        }\n";
     }
 
     // Each output accumulator through this subgroup's slot of `ss`, then written by the lanes.
     let write = if c.pairs {
-        let pack = if c.bf16 { "bf16_bits(vals[cc]) | (bf16_bits(vals[cc + 1u]) << 16u)" } else { "pack2x16float(vec2<f32>(vals[cc], vals[cc + 1u]))" };
+        let pack = if c.bf16 {
+            "bf16_bits(vals[cc]) | (bf16_bits(vals[cc + 1u]) << 16u)"
+        } else {
+            "pack2x16float(vec2<f32>(vals[cc], vals[cc + 1u]))"
+        };
         format!("for (var cc = 0u; cc < OPL; cc += 2u) {{ let oc = c0 + cc; if (oc < dv) {{ dst[(orow + oc) >> 1u] = {pack}; }} }}")
     } else {
-        "for (var cc = 0u; cc < OPL; cc++) { let oc = c0 + cc; if (oc < dv) { dst[orow + oc] = vals[cc]; } }".to_string()
+        "for (var cc = 0u; cc < OPL; cc++) { let oc = c0 + cc; if (oc < dv) { dst[orow + oc] = vals[cc]; } }"
+            .to_string()
     };
     let unscale_v = if c.bf16 { "v = unscale(v, line_exp(mx[xv + oc]));" } else { "" };
     let mut epilogue = String::new();
@@ -319,6 +329,7 @@ fn unscale(v: f32, e: i32) -> f32 {{
             ("SCORE", score),
             ("PV", &pv),
             ("O_DECL", &o_decl),
+            ("S_DECL", &s_decl),
             ("EPILOGUE", &epilogue),
             ("P_AT", &p_at),
             ("ENABLE", &enable),
@@ -443,9 +454,11 @@ pub(crate) fn config(ctx: &GpuContext, bf16: bool, d: usize, dv: usize, emulate:
         .find(|c| c.workgroup_bytes() <= limit && NSG * c.sg <= ctx.limits.max_compute_invocations_per_workgroup)
 }
 
+/// The automatic path takes this kernel only with `KILN_COOP_ATTN=1`: its first run on an H100
+/// (session 7) gave wrong results that the emulated kernel does not show (docs/PERFORMANCE.md).
 fn disabled_by_env() -> bool {
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *OFF.get_or_init(|| std::env::var("KILN_COOP_ATTN").is_ok_and(|v| v == "0"))
+    *OFF.get_or_init(|| !std::env::var("KILN_COOP_ATTN").is_ok_and(|v| v == "1"))
 }
 
 /// Attention through the cooperative kernel, or `None` where it does not apply (dtype, head sizes,
@@ -462,7 +475,7 @@ pub(crate) fn try_flash_coop(
     emulate: Option<u32>,
     force: bool,
 ) -> Option<Result<GpuStorage>> {
-    if emulate.is_none() && disabled_by_env() {
+    if !force && emulate.is_none() && disabled_by_env() {
         return None;
     }
     let dt = q.dtype;
@@ -541,9 +554,36 @@ fn run(
         let (sq, sk, sv) = (ql.strides(), kl.strides(), vl.strides());
         let (qd, kd) = ([b, hq], [b, hkv]);
         let (qs, ks, vs) = ([sq[0], sq[1]], [sk[0], sk[1]], [sv[0], sv[1]]);
-        let lq = Lines { lines: tq, k: d, offset: ql.offset(), line_stride: sq[2], k_stride: sq[3], batch: b * hq, dims: &qd, strides: &qs };
-        let lk = Lines { lines: tk, k: d, offset: kl.offset(), line_stride: sk[2], k_stride: sk[3], batch: b * hkv, dims: &kd, strides: &ks };
-        let lv = Lines { lines: dv, k: tk, offset: vl.offset(), line_stride: sv[3], k_stride: sv[2], batch: b * hkv, dims: &kd, strides: &vs };
+        let lq = Lines {
+            lines: tq,
+            k: d,
+            offset: ql.offset(),
+            line_stride: sq[2],
+            k_stride: sq[3],
+            batch: b * hq,
+            dims: &qd,
+            strides: &qs,
+        };
+        let lk = Lines {
+            lines: tk,
+            k: d,
+            offset: kl.offset(),
+            line_stride: sk[2],
+            k_stride: sk[3],
+            batch: b * hkv,
+            dims: &kd,
+            strides: &ks,
+        };
+        let lv = Lines {
+            lines: dv,
+            k: tk,
+            offset: vl.offset(),
+            line_stride: sv[3],
+            k_stride: sv[2],
+            batch: b * hkv,
+            dims: &kd,
+            strides: &vs,
+        };
         line_maxima::line_maxima(q, &lq, &mx, xq)?;
         line_maxima::line_maxima(k, &lk, &mx, xk)?;
         line_maxima::line_maxima(v, &lv, &mx, xv)?;

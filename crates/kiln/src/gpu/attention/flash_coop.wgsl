@@ -133,6 +133,7 @@ fn main(
     let slot = sg * S * LS;
     let eq = {{EQ}};
 
+{{S_DECL}}
     // Pass 1: the maximum and sum of each row's probabilities (this lane's columns).
     var m = -inf_f32();
     var l = 0.0;

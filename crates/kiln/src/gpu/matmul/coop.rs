@@ -408,14 +408,13 @@ pub(crate) fn source(c: &Config) -> String {
     }
 
     // Operand bindings and chunk readers. `base + s * slow_stride + f * fast_stride`.
-    let bf16 = c.out.bf16();
-    let a = reader(c.a, c.stage, ("p[0]", "p[5]"), ("p[2]", "p[6]"), bf16.then_some("a"));
-    let b = reader(c.b, c.stage, ("p[1]", "p[8]"), ("p[2]", "p[7]"), bf16.then_some("b"));
+    let a = reader(c.a, c.stage, ("p[0]", "p[5]"), ("p[2]", "p[6]"));
+    let b = reader(c.b, c.stage, ("p[1]", "p[8]"), ("p[2]", "p[7]"));
     let (dst, decls_bf16, set_x) = match c.out {
         Out::F16 => ("array<f16>", String::new(), ""),
         out => (
             if out == Out::Bf16Pairs { "array<u32>" } else { "array<f32>" },
-            bf16_decls(&a, &b, c),
+            bf16_decls(),
             "xa = wid.z * m;\n    xb = p[26] + wid.z * n;",
         ),
     };
@@ -567,81 +566,36 @@ struct Reader {
     fs: String,
     vec: bool,
     stage: Stage,
-    /// bf16 data (two per word), scaled into f16 by `scale_{name}` (`None`: f16 data).
-    bf16: Option<&'static str>,
 }
 
 impl Reader {
     /// The whole-chunk read of `vec` variants (the fast stride is 1 and `e` a multiple of the chunk).
     fn full(&self, buf: &str) -> String {
         let w = self.stage.chunk();
-        let shift = w.trailing_zeros();
-        match (self.vec, self.bf16) {
-            (false, _) => String::new(),
-            (true, None) => format!("if (f + {w}u <= nf) {{ return {buf}[e >> {shift}u]; }}"),
-            (true, Some(name)) => format!(
-                "if (f + {w}u <= nf) {{
-            let q = {buf}[e >> {shift}u];
-            let x = vec4<f32>(bitcast<f32>(q.x << 16u), bitcast<f32>(q.x & 0xffff0000u), bitcast<f32>(q.y << 16u), bitcast<f32>(q.y & 0xffff0000u));
-            return scale_{name}(x, s, f, nf);
-        }}"
-            ),
+        if self.vec {
+            format!("if (f + {w}u <= nf) {{ return {buf}[e >> {}u]; }}", w.trailing_zeros())
+        } else {
+            String::new()
         }
     }
     /// The element type of the one-at-a-time binding.
     fn scalar_binding(&self) -> &'static str {
-        if self.bf16.is_some() {
-            "array<u32>"
-        } else {
-            "array<f16>"
-        }
+        "array<f16>"
     }
     /// The element-by-element read of a chunk (edges, general strides): zeros past the fast extent.
     fn part(&self, buf: &str) -> String {
-        match self.bf16 {
-            None => format!(
-                "for (var j = 0u; j < 4u; j++) {{
+        format!(
+            "for (var j = 0u; j < 4u; j++) {{
             if (f + j < nf) {{ v[j] = {buf}[e + j * fs]; }}
         }}"
-            ),
-            Some(name) => format!(
-                "var x = vec4<f32>();
-        for (var j = 0u; j < 4u; j++) {{
-            if (f + j < nf) {{
-                let i = e + j * fs;
-                let q = {buf}[i >> 1u];
-                x[j] = bitcast<f32>(select(q << 16u, q & 0xffff0000u, (i & 1u) == 1u));
-            }}
-        }}
-        v = scale_{name}(x, s, f, nf);"
-            ),
-        }
-    }
-    /// `fn scale_{name}`: a chunk in f32 to f16, each element scaled by `2^-e` of its line, `e` from
-    /// the line's maximum in `mx` at `{first}` + line (the slow index when `k_fast`, else the fast).
-    fn scale_fn(&self, k_fast: bool, first: &str) -> String {
-        let Some(name) = self.bf16 else { return String::new() };
-        let exps = if k_fast {
-            format!("vec4<i32>(-line_exp(mx[{first} + s]))")
-        } else {
-            format!(
-                "-vec4<i32>(line_exp(mx[{first} + min(f, nf - 1u)]), line_exp(mx[{first} + min(f + 1u, nf - 1u)]), \
-                 line_exp(mx[{first} + min(f + 2u, nf - 1u)]), line_exp(mx[{first} + min(f + 3u, nf - 1u)]))"
-            )
-        };
-        format!(
-            "fn scale_{name}(x: vec4<f32>, s: u32, f: u32, nf: u32) -> vec4<f16> {{
-    return vec4<f16>(ldexp(x, {exps}));
-}}
-"
         )
     }
 }
 
 /// `mn` and `k` are (extent, stride) parameter expressions of the operand's M-or-N dim and K dim.
-fn reader(o: Operand, stage: Stage, mn: (&str, &str), k: (&str, &str), bf16: Option<&'static str>) -> Reader {
+fn reader(o: Operand, stage: Stage, mn: (&str, &str), k: (&str, &str)) -> Reader {
     let (slow, fast) = if o.k_fast { (mn, k) } else { (k, mn) };
-    let vec_ty = if bf16.is_some() { "array<vec2<u32>>" } else { "array<vec4<f16>>" };
+    let vec_ty = "array<vec4<f16>>";
     Reader {
         stage,
         binding: if o.vec { vec_ty.into() } else { "array<u32>".into() },
@@ -650,13 +604,12 @@ fn reader(o: Operand, stage: Stage, mn: (&str, &str), k: (&str, &str), bf16: Opt
         ss: slow.1.into(),
         fs: if o.vec { "1u".into() } else { fast.1.into() },
         vec: o.vec,
-        bf16,
     }
 }
 
 /// Declarations of bf16 kernels: the line maxima, where this batch entry's lines start in them, the
-/// scale exponent of a line, and the chunk scalers.
-fn bf16_decls(a: &Reader, b: &Reader, c: &Config) -> String {
+/// scale exponent of a line and the scaling back of a result.
+fn bf16_decls() -> String {
     format!(
         "@group(0) @binding(5) var<storage, read> mx: array<u32>;
 var<private> xa: u32;
@@ -670,12 +623,9 @@ fn unscale(v: f32, row: u32, col: u32) -> f32 {{
     let h = e / 2;
     return ldexp(ldexp(v, h), e - h);
 }}
-
-{}{}",
+",
         crate::gpu::runtime::wgsl::PRELUDE,
         line_maxima::LINE_EXP,
-        a.scale_fn(c.a.k_fast, "xa"),
-        b.scale_fn(c.b.k_fast, "xb"),
     )
 }
 
@@ -770,6 +720,7 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
         }
     }
     out.push(("line_maxima".into(), line_maxima::source()));
+    out.push(("line_scale".into(), line_maxima::scale_source()));
     // Vector staging (Vulkan only, 16x16): every operand staging with each vector form, and the
     // larger sweep shapes (8 subgroups of 4x4 tiles, 16-deep K slices).
     for stage in [Stage::H4] {
@@ -940,12 +891,41 @@ fn matmul_coop(
         return None;
     }
     let (sa, sb) = (al.strides(), bl.strides());
+    // bf16: each operand is converted to a contiguous f16 copy, every line (row of A, column of B)
+    // scaled by a power of two (`line_maxima`), in the orientation it has (K-contiguous or not);
+    // the kernel reads those and scales the products back. Their layouts, known before any work.
+    let a_kfast = k == 1 || sa[rank - 1] == 1 || (m != 1 && sa[rank - 2] != 1 && sa[rank - 1] <= sa[rank - 2]);
+    let b_kfast = k == 1 || sb[rank - 2] == 1 || (n != 1 && sb[rank - 1] != 1 && sb[rank - 2] <= sb[rank - 1]);
+    let staged = |lines: usize, kfast: bool, b_side: bool| {
+        // (line stride, k stride) of the copy, then as (M/N dim stride, K stride) of the operand.
+        let (ls, ks) = if kfast { (k, 1) } else { (1, lines) };
+        let (d, st) = if b_side { ([k, lines], [ks, ls]) } else { ([lines, k], [ls, ks]) };
+        if batch > 1 {
+            Layout::new(vec![batch, d[0], d[1]].into(), vec![lines * k, st[0], st[1]], 0)
+        } else {
+            Layout::new(d.to_vec().into(), st.to_vec(), 0)
+        }
+    };
+    let conv = bf16.then(|| (staged(m, a_kfast, false), staged(n, b_kfast, true)));
+    let (cal, cbl) = match &conv {
+        Some((x, y)) => (x, y),
+        None => (al, bl),
+    };
+    let (bd, bs) = if bf16 { (vec![batch], vec![vec![m * k], vec![n * k]]) } else { (bd, bs) };
+    let (crank, csa, csb) = (cal.rank(), cal.strides(), cbl.strides());
     // Batch strides only step with more than one batch (`collapse` gives [1] for none).
     let bstr = |i: usize| if batch > 1 { &bs[i][..] } else { &[] };
+    let size = |x: &GpuStorage, l: &Layout| {
+        if bf16 {
+            (l.elem_count().max(batch * k) * 2).max(16) as u64
+        } else {
+            x.buffer.size()
+        }
+    };
     let ops = |w: usize| {
         (
-            operand(m, sa[rank - 2], k, sa[rank - 1], al.offset(), bstr(0), a.buffer.size(), w),
-            operand(n, sb[rank - 1], k, sb[rank - 2], bl.offset(), bstr(1), b.buffer.size(), w),
+            operand(m, csa[crank - 2], k, csa[crank - 1], cal.offset(), bstr(0), size(a, cal), w),
+            operand(n, csb[crank - 1], k, csb[crank - 2], cbl.offset(), bstr(1), size(b, cbl), w),
         )
     };
     // Vector staging on Vulkan (Metal's simdgroup loads take only scalar pointers).
@@ -1006,7 +986,30 @@ fn matmul_coop(
     if batch > max {
         return None;
     }
-    Some(run(a, al, b, bl, &c, (m, n, k), batch, (&bd, &bs), tiles(&c)))
+    let (bd0, bs0) = collapse(batch_dims, &[&al.strides()[..rank - 2], &bl.strides()[..rank - 2]]);
+    Some((|| {
+        let Some((cal, cbl)) = &conv else {
+            return run(a, al, b, bl, &c, (m, n, k), batch, (&bd, &bs), tiles(&c), None);
+        };
+        let mx = line_maxima::maxima_buffer(ctx, batch * (m + n))?;
+        let lines = |lines, offset, line_stride, k_stride, strides| line_maxima::Lines {
+            lines,
+            k,
+            offset,
+            line_stride,
+            k_stride,
+            batch,
+            dims: &bd0,
+            strides,
+        };
+        let la = lines(m, al.offset(), sa[rank - 2], sa[rank - 1], &bs0[0][..]);
+        let lb = lines(n, bl.offset(), sb[rank - 1], sb[rank - 2], &bs0[1][..]);
+        line_maxima::line_maxima(a, &la, &mx, 0)?;
+        line_maxima::line_maxima(b, &lb, &mx, batch * m)?;
+        let ha = line_maxima::scale_to_f16(a, &la, &mx, 0, a_kfast)?;
+        let hb = line_maxima::scale_to_f16(b, &lb, &mx, batch * m, b_kfast)?;
+        run(&ha, cal, &hb, cbl, &c, (m, n, k), batch, (&bd, &bs), tiles(&c), Some(&mx))
+    })())
 }
 
 /// How to stage one operand with extents `mn` (its M or N dim) and `k`, and their strides.
@@ -1047,6 +1050,7 @@ fn run(
     batch: usize,
     (bd, bs): (&[usize], &[Vec<usize>]),
     tiles: usize,
+    mx: Option<&GpuStorage>,
 ) -> Result<GpuStorage> {
     let ctx = &a.ctx;
     let rank = al.rank();
@@ -1058,28 +1062,6 @@ fn run(
         Out::Bf16ViaF32 => DType::F32,
     };
     let out = GpuStorage::alloc(ctx, out_dtype, batch * m * n)?;
-    // bf16: the largest magnitude of every row of A and column of B, per batch entry.
-    let mx = if bf16 {
-        let mx = line_maxima::maxima_buffer(ctx, batch * (m + n))?;
-        let (sa, sb) = (al.strides(), bl.strides());
-        let lines = |lines, offset, line_stride, k_stride| line_maxima::Lines {
-            lines,
-            k,
-            offset,
-            line_stride,
-            k_stride,
-            batch,
-            dims: bd,
-            strides: &[],
-        };
-        let la = line_maxima::Lines { strides: &bs[0], ..lines(m, al.offset(), sa[rank - 2], sa[rank - 1]) };
-        let lb = line_maxima::Lines { strides: &bs[1], ..lines(n, bl.offset(), sb[rank - 1], sb[rank - 2]) };
-        line_maxima::line_maxima(a, &la, &mx, 0)?;
-        line_maxima::line_maxima(b, &lb, &mx, batch * m)?;
-        Some(mx)
-    } else {
-        None
-    };
     let st = |l: &Layout, i: usize| l.strides()[i] as u32;
     let mut params = vec![
         m as u32,
@@ -1110,7 +1092,7 @@ fn run(
     let groups = [tiles as u32, 1, batch as u32];
     // Each operand is bound twice: 4 halves at a time and one at a time (edges, general strides).
     let mut bufs = vec![out.buffer.raw(), a.buffer.raw(), a.buffer.raw(), b.buffer.raw(), b.buffer.raw()];
-    bufs.extend(mx.as_ref().map(|mx| mx.buffer.raw()));
+    bufs.extend(mx.map(|mx| mx.buffer.raw()));
     ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(ctx, &kernel, &bufs, &params, groups)?;
     if c.out == Out::Bf16ViaF32 {
         return out.finish(DType::BF16);

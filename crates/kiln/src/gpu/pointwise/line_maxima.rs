@@ -9,11 +9,16 @@ use crate::Result;
 use std::sync::Arc;
 
 const SOURCE: &str = include_str!("line_maxima.wgsl");
+const SCALE: &str = include_str!("line_scale.wgsl");
 /// Elements of one line each invocation reads (`BLOCK` in the kernel).
 const BLOCK: usize = 64;
 
 pub(crate) fn source() -> String {
     SOURCE.to_string()
+}
+
+pub(crate) fn scale_source() -> String {
+    crate::gpu::runtime::kernels::render(SCALE, &[("LINE_EXP", LINE_EXP)])
 }
 
 /// WGSL `fn line_exp(bits) -> i32`: the power of two that puts a line's largest finite magnitude
@@ -84,4 +89,46 @@ pub(crate) fn line_maxima(x: &GpuStorage, l: &Lines, mx: &GpuStorage, first: usi
         &params,
         groups,
     )
+}
+
+/// bf16 `x`'s lines as a contiguous f16 copy scaled by the powers of two of `mx` (from word `first`
+/// on): `(batch, lines, k)` when `k_fast`, else `(batch, k, lines)` (`line_scale.wgsl`).
+pub(crate) fn scale_to_f16(
+    x: &GpuStorage,
+    l: &Lines,
+    mx: &GpuStorage,
+    first: usize,
+    k_fast: bool,
+) -> Result<GpuStorage> {
+    let ctx = &x.ctx;
+    let kernel = ctx.pipelines.get(ctx, "line_scale", 2, scale_source)?;
+    let n = l.batch * l.lines * l.k;
+    let out = GpuStorage::alloc(ctx, crate::DType::F16, n)?;
+    let mut params = vec![
+        l.lines as u32,
+        l.k as u32,
+        l.offset as u32,
+        l.line_stride as u32,
+        l.k_stride as u32,
+        first as u32,
+        k_fast as u32,
+        if l.batch > 1 { l.dims.len() as u32 } else { 0 },
+    ];
+    params.resize(17, 0);
+    if l.batch > 1 {
+        for (i, (&d, &s)) in l.dims.iter().zip(l.strides).enumerate() {
+            params[8 + i] = d as u32;
+            params[12 + i] = s as u32;
+        }
+    }
+    params[16] = n as u32;
+    let groups = wgsl::grid(n.div_ceil(2), 256, ctx.limits.max_compute_workgroups_per_dimension);
+    ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(
+        ctx,
+        &kernel,
+        &[out.buffer.raw(), x.buffer.raw(), mx.buffer.raw()],
+        &params,
+        groups,
+    )?;
+    Ok(out)
 }
