@@ -202,8 +202,17 @@ fn float_to_int_casts(dev: &Device) {
         let v = round_to(&vals, from);
         for kind in ALL_LAYOUTS {
             let x = tensor_in(&v, &[v.len()], from, kind, dev);
-            for to in [DType::U8, DType::I32, DType::U32, DType::I64, DType::Bool, DType::I8, DType::I16, DType::U16, DType::U64]
-            {
+            for to in [
+                DType::U8,
+                DType::I32,
+                DType::U32,
+                DType::I64,
+                DType::Bool,
+                DType::I8,
+                DType::I16,
+                DType::U16,
+                DType::U64,
+            ] {
                 let exp = v.iter().map(|&x| cast_ref(x, to)).collect();
                 assert_exact(
                     &x.to_dtype(to).unwrap(),

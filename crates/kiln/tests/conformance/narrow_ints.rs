@@ -61,13 +61,15 @@ fn values<T: Int>(n: usize, seed: u64) -> Vec<T> {
     let mut r = rng(seed);
     let special = [T::min_v(), T::max_v(), 0, 1, -1, T::min_v() + 1, T::max_v() - 1];
     (0..n)
-        .map(|i| {
-            if i % 5 == 2 {
-                T::wrap(special[(i / 5) % special.len()])
-            } else {
-                T::wrap(r.random::<u64>() as i128)
-            }
-        })
+        .map(
+            |i| {
+                if i % 5 == 2 {
+                    T::wrap(special[(i / 5) % special.len()])
+                } else {
+                    T::wrap(r.random::<u64>() as i128)
+                }
+            },
+        )
         .collect()
 }
 
@@ -131,7 +133,13 @@ fn binary_ops_wrap<T: Int>(dev: &Device) {
                 if p < 0 {
                     T::wrap(match x {
                         1 => 1,
-                        -1 => if p % 2 == 0 { 1 } else { -1 },
+                        -1 => {
+                            if p % 2 == 0 {
+                                1
+                            } else {
+                                -1
+                            }
+                        }
                         _ => 0,
                     })
                 } else {
@@ -166,7 +174,11 @@ fn wraparound_at_the_edges<T: Int>(dev: &Device) {
     let one = Tensor::from_slice(&[T::wrap(1)], vec![1], dev).unwrap();
     assert_eq!(max.add(&one).unwrap().to_vec::<T>().unwrap(), vec![T::wrap(T::min_v()); 5], "{dt}");
     assert_eq!(min.sub(&one).unwrap().to_vec::<T>().unwrap(), vec![T::wrap(T::max_v()); 5], "{dt}");
-    assert_eq!(max.mul(&max).unwrap().to_vec::<T>().unwrap(), vec![T::wrap(T::max_v().wrapping_mul(T::max_v())); 5], "{dt}");
+    assert_eq!(
+        max.mul(&max).unwrap().to_vec::<T>().unwrap(),
+        vec![T::wrap(T::max_v().wrapping_mul(T::max_v())); 5],
+        "{dt}"
+    );
     // neg and abs of MIN wrap to MIN (NumPy); unsigned neg wraps to 2^bits - x.
     assert_eq!(min.neg().unwrap().to_vec::<T>().unwrap(), vec![T::wrap(-T::min_v()); 5], "{dt}");
     assert_eq!(min.abs().unwrap().to_vec::<T>().unwrap(), vec![T::wrap(T::min_v().abs()); 5], "{dt}");
@@ -222,7 +234,9 @@ fn views_and_broadcasting<T: Int>(dev: &Device) {
     let want: Vec<T> = (0..m).flat_map(|r| [1, 3, 5].map(|c| a[r * n + c])).collect();
     assert_eq!(s.to_vec::<T>().unwrap(), want, "stepped copy {dt}");
     assert_eq!(s.contiguous().unwrap().to_vec::<T>().unwrap(), want, "stepped contiguous {dt}");
-    let want_max: Vec<T> = (0..m).map(|r| *[1, 3, 5].map(|c| a[r * n + c]).iter().max_by_key(|v| Into::<i128>::into(**v)).unwrap()).collect();
+    let want_max: Vec<T> = (0..m)
+        .map(|r| *[1, 3, 5].map(|c| a[r * n + c]).iter().max_by_key(|v| Into::<i128>::into(**v)).unwrap())
+        .collect();
     assert_eq!(s.max(&[1], false).unwrap().to_vec::<T>().unwrap(), want_max, "max of stepped {dt}");
     // where over views.
     let mask = ta.gt(&tb).unwrap();
@@ -246,7 +260,11 @@ fn reductions<T: Int>(dev: &Device) {
         let want = rows(&|r| r.iter().sum());
         if dt == DType::U64 {
             assert_eq!(sum.dtype(), DType::U64);
-            assert_eq!(sum.to_vec::<u64>().unwrap(), want.iter().map(|&v| u64::wrap(v)).collect::<Vec<_>>(), "sum {dt}");
+            assert_eq!(
+                sum.to_vec::<u64>().unwrap(),
+                want.iter().map(|&v| u64::wrap(v)).collect::<Vec<_>>(),
+                "sum {dt}"
+            );
         } else {
             assert_eq!(sum.dtype(), DType::I64);
             assert_eq!(sum.to_vec::<i64>().unwrap(), want.iter().map(|&v| v as i64).collect::<Vec<_>>(), "sum {dt}");
@@ -270,9 +288,8 @@ fn reductions<T: Int>(dev: &Device) {
         }
         if shape[0] > 0 {
             // Down the columns (the transposed-reduction path).
-            let want: Vec<T> = (0..shape[1])
-                .map(|c| T::wrap((0..shape[0]).map(|r| e[r * shape[1] + c]).min().unwrap()))
-                .collect();
+            let want: Vec<T> =
+                (0..shape[1]).map(|c| T::wrap((0..shape[0]).map(|r| e[r * shape[1] + c]).min().unwrap())).collect();
             assert_eq!(t.min(&[0], false).unwrap().to_vec::<T>().unwrap(), want, "min axis 0 {dt} {shape:?}");
         }
         // cumsum along rows.
@@ -286,7 +303,11 @@ fn reductions<T: Int>(dev: &Device) {
             }
         }
         if dt == DType::U64 {
-            assert_eq!(cs.to_vec::<u64>().unwrap(), want.iter().map(|&v| u64::wrap(v)).collect::<Vec<_>>(), "cumsum {dt}");
+            assert_eq!(
+                cs.to_vec::<u64>().unwrap(),
+                want.iter().map(|&v| u64::wrap(v)).collect::<Vec<_>>(),
+                "cumsum {dt}"
+            );
         } else {
             assert_eq!(cs.to_vec::<i64>().unwrap(), want.iter().map(|&v| v as i64).collect::<Vec<_>>(), "cumsum {dt}");
         }
@@ -296,8 +317,29 @@ fn reductions<T: Int>(dev: &Device) {
 fn casts<T: Int>(dev: &Device) {
     let dt = T::DTYPE;
     // Floats truncate toward zero and saturate; NaN gives 0 (Rust's `as`).
-    let f = [0.0f32, -0.0, 0.9, -0.9, 1.5, -1.5, 126.7, -127.9, 200.2, -300.0, 40000.0, -70000.5, 3e9, -3e9, 1e19, 3e19,
-        f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 65535.9, 12345.0];
+    let f = [
+        0.0f32,
+        -0.0,
+        0.9,
+        -0.9,
+        1.5,
+        -1.5,
+        126.7,
+        -127.9,
+        200.2,
+        -300.0,
+        40000.0,
+        -70000.5,
+        3e9,
+        -3e9,
+        1e19,
+        3e19,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        65535.9,
+        12345.0,
+    ];
     let tf = Tensor::from_slice(&f, vec![f.len()], dev).unwrap();
     let sat = |x: f32| -> i128 {
         if x.is_nan() {
@@ -309,7 +351,12 @@ fn casts<T: Int>(dev: &Device) {
     let want: Vec<T> = f.iter().map(|&x| T::wrap(sat(x).clamp(T::min_v(), T::max_v()))).collect();
     assert_eq!(tf.to_dtype(dt).unwrap().to_vec::<T>().unwrap(), want, "f32 -> {dt}");
     let tf16 = tf.to_dtype(DType::F16).unwrap();
-    let want: Vec<T> = tf16.to_vec::<half::f16>().unwrap().iter().map(|&x| T::wrap(sat(x.to_f32()).clamp(T::min_v(), T::max_v()))).collect();
+    let want: Vec<T> = tf16
+        .to_vec::<half::f16>()
+        .unwrap()
+        .iter()
+        .map(|&x| T::wrap(sat(x.to_f32()).clamp(T::min_v(), T::max_v())))
+        .collect();
     assert_eq!(tf16.to_dtype(dt).unwrap().to_vec::<T>().unwrap(), want, "f16 -> {dt}");
     // To floats: exact for 8 and 16 bits, one rounding for u64 (like Rust's `as`).
     let a = values::<T>(41, 70);
@@ -374,7 +421,11 @@ fn indexing_and_matmul<T: Int>(dev: &Device) {
     let b = values::<T>(c * 3, 81);
     let tb = Tensor::from_slice(&b, vec![c, 3], dev).unwrap();
     let (ea, eb) = (exact(&a), exact(&b));
-    let want: Vec<T> = (0..r * 3).map(|i| T::wrap((0..c).fold(0i128, |s, k| s.wrapping_add(ea[(i / 3) * c + k].wrapping_mul(eb[k * 3 + i % 3]))))).collect();
+    let want: Vec<T> = (0..r * 3)
+        .map(|i| {
+            T::wrap((0..c).fold(0i128, |s, k| s.wrapping_add(ea[(i / 3) * c + k].wrapping_mul(eb[k * 3 + i % 3]))))
+        })
+        .collect();
     assert_eq!(t.matmul(&tb).unwrap().to_vec::<T>().unwrap(), want, "matmul {dt}");
     // Joins keep the dtype.
     let j = Tensor::concat(&[&t, &t.narrow(0, 1, 2).unwrap()], 0).unwrap();

@@ -202,14 +202,12 @@ pub(crate) fn cast_body(from: DType, to: DType) -> String {
         }
         // u64 to a float in one rounding: the top 32 significant bits (a sticky bit for the rest)
         // converted, then scaled by a power of two (exact).
-        (DType::U64, t) if t.is_float() => {
-            "let o = at0(e); let lo = in0[2u * o]; let hi = in0[2u * o + 1u]; \
+        (DType::U64, t) if t.is_float() => "let o = at0(e); let lo = in0[2u * o]; let hi = in0[2u * o + 1u]; \
              if (hi == 0u) { return f32(lo); } let z = countLeadingZeros(hi); \
              let top = select((hi << z) | (lo >> (32u - z)), hi, z == 0u); \
              let rest = select(lo << z, lo, z == 0u); \
              return ldexp(f32(top | select(0u, 1u, rest != 0u)), i32(32u - z));"
-                .into()
-        }
+            .into(),
         _ => format!("let x = ld0(at0(e)); return {};", cast_expr(from, to)),
     }
 }
