@@ -1,10 +1,11 @@
 //! `kiln chat` and `kiln llm-bench` on the tiny Llama fixture (CPU, greedy): chat's answers are the
 //! library's greedy answers to the conversation so far (rendered with the model's chat template),
-//! `/reset` starts over, a full context is an error; llm-bench's JSON describes the model and the
-//! runs it was asked for.
+//! `/reset` starts over, a system message counts; llm-bench's JSON describes the model and the runs
+//! it was asked for, and runs that do not fit the context are refused before loading. (A chat that
+//! fills the context drops its oldest turns: `cli.rs` tests that.)
 
 use kiln::{DType, Device};
-use kiln_llm::{generate, GenerateOptions, LoadOptions, Message, ModelDir, SamplingParams};
+use kiln_llm::{generate, GenerateOptions, LoadOptions, Message, ModelDir, SamplingParams, TokenStream};
 use serde_json::Value;
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
@@ -30,8 +31,10 @@ fn text(b: &[u8]) -> String {
 }
 
 /// The greedy answer of the fixture to `messages` (at most `max_tokens`), without its stop token,
-/// computed with kiln-llm directly.
-fn answer(messages: &[Message], max_tokens: usize) -> String {
+/// computed with kiln-llm directly: (the text as the conversation keeps it, `Tokenizer::decode`; the
+/// text `kiln chat` prints, through `TokenStream`, which holds back a trailing incomplete UTF-8
+/// sequence, as random-weight fixtures end with byte tokens).
+fn answer(messages: &[Message], max_tokens: usize) -> (String, String) {
     let dir = ModelDir::open(FIXTURE).unwrap();
     let model = dir.load(&Device::cpu(), LoadOptions { dtype: DType::F32, max_context: 4096, progress: None }).unwrap();
     let tok = dir.tokenizer().unwrap();
@@ -41,44 +44,46 @@ fn answer(messages: &[Message], max_tokens: usize) -> String {
     let opts = GenerateOptions { max_tokens, sampling: SamplingParams::default(), seed: 0, stop_tokens: stops.clone() };
     let (out, _) = generate(&model, &mut model.new_cache(), &ids, &opts, |_| Ok(())).unwrap();
     let reply: Vec<u32> = out.into_iter().filter(|t| !stops.contains(t)).collect();
-    tok.decode(&reply, true).unwrap()
+    let mut stream = TokenStream::new(&tok);
+    let printed: String = reply.iter().map(|&id| stream.push(id).unwrap()).collect();
+    (tok.decode(&reply, true).unwrap(), printed)
 }
 
 const CHAT: [&str; 7] = ["chat", "--model", FIXTURE, "--device", "cpu", "--max-tokens", "8"];
 
 #[test]
-#[ignore = "written against the chat before issue 20 changed its output and context handling; never passed: fix in the next session (issue 28)"]
+#[ignore = "rewritten for the current chat/llm-bench (streamed text, refusal messages) in session 7 but not yet run (the build did not finish in time): run it and remove this (issue 28)"]
 fn chat_answers_are_the_greedy_answers_to_the_conversation() {
     let o = kiln(&CHAT, "Hello kiln\nWhat next?\n/exit\nnot read\n");
     assert!(o.status.success(), "stderr: {}", text(&o.stderr));
-    let first = answer(&[Message::new("user", "Hello kiln")], 8);
-    let second = answer(
+    let (first, first_out) = answer(&[Message::new("user", "Hello kiln")], 8);
+    let (_, second_out) = answer(
         &[Message::new("user", "Hello kiln"), Message::new("assistant", &first), Message::new("user", "What next?")],
         8,
     );
-    assert!(!first.is_empty() || !second.is_empty(), "the fixture should answer something");
-    assert_eq!(text(&o.stdout), format!("{first}\n{second}\n"));
+    assert!(!first_out.is_empty() || !second_out.is_empty(), "the fixture should answer something");
+    assert_eq!(text(&o.stdout), format!("{first_out}\n{second_out}\n"));
     // Stats per answer on stderr.
     assert_eq!(text(&o.stderr).matches("tokens/s (decode)").count(), 2, "{}", text(&o.stderr));
 }
 
 #[test]
-#[ignore = "written against the chat before issue 20 changed its output and context handling; never passed: fix in the next session (issue 28)"]
+#[ignore = "rewritten for the current chat/llm-bench (streamed text, refusal messages) in session 7 but not yet run (the build did not finish in time): run it and remove this (issue 28)"]
 fn chat_reset_starts_over_and_system_messages_count() {
     let o = kiln(&CHAT, "Hello kiln\n/reset\n\nHello kiln\n");
     assert!(o.status.success(), "stderr: {}", text(&o.stderr));
-    let a = answer(&[Message::new("user", "Hello kiln")], 8);
+    let (_, a) = answer(&[Message::new("user", "Hello kiln")], 8);
     assert_eq!(text(&o.stdout), format!("{a}\n{a}\n"), "after /reset the same question gets the same answer");
     let mut args = CHAT.to_vec();
     args.extend(["--system", "You are a potter."]);
     let o = kiln(&args, "Hello kiln\n");
     assert!(o.status.success(), "stderr: {}", text(&o.stderr));
-    let a = answer(&[Message::new("system", "You are a potter."), Message::new("user", "Hello kiln")], 8);
+    let (_, a) = answer(&[Message::new("system", "You are a potter."), Message::new("user", "Hello kiln")], 8);
     assert_eq!(text(&o.stdout), format!("{a}\n"));
 }
 
 #[test]
-#[ignore = "its --decode-tokens 32 leaves no prompt room in the 32-position context that issue 20's llm-bench checks now refuse; fix in the next session (issue 28)"]
+#[ignore = "rewritten for the current chat/llm-bench (streamed text, refusal messages) in session 7 but not yet run (the build did not finish in time): run it and remove this (issue 28)"]
 fn llm_bench_reports_the_model_and_the_runs_asked_for() {
     let args = [
         "llm-bench",
@@ -115,8 +120,23 @@ fn llm_bench_reports_the_model_and_the_runs_asked_for() {
         assert!(s > 0.0 && (d["tokens_per_sec"].as_f64().unwrap() - 3.0 / s).abs() < 1e-6 * 3.0 / s, "{d}");
     }
     assert!(v["decode_profile"].is_null(), "no GPU profile on the CPU");
-    // Runs that do not fit the context are refused before any work.
-    let o = kiln(&["llm-bench", "--model", FIXTURE, "--device", "cpu", "--max-context", "32", "--prefill", "16"], "");
-    assert!(!o.status.success());
-    assert!(text(&o.stderr).contains("the runs need"), "{}", text(&o.stderr));
+    // Runs that do not fit the context are refused before the weights load, naming the numbers.
+    let small = ["llm-bench", "--model", FIXTURE, "--device", "cpu", "--max-context", "32", "--prefill", "16"];
+    let refused = |extra: &[&str], want: &str| {
+        let o = kiln(&[&small[..], extra].concat(), "");
+        assert!(!o.status.success());
+        let err = text(&o.stderr);
+        assert!(err.contains(want), "{extra:?}: {err}");
+        assert!(!err.contains("loaded in"), "refused after loading: {err}");
+    };
+    // Decoding 30 tokens after a 30-token prompt needs 60 positions.
+    refused(&["--contexts", "30", "--decode-tokens", "30"], "the runs need 60 positions, the context is 32");
+    // The default 32 decode steps leave no room for a prompt in 32 positions.
+    refused(&[], "--decode-tokens 32 leaves no room for a prompt in a context of 32");
+    // What fits runs: 4 steps at context 28 is exactly 32 positions.
+    let o = kiln(&[&small[..], &["--contexts", "28", "--decode-tokens", "4"]].concat(), "");
+    assert!(o.status.success(), "stderr: {}", text(&o.stderr));
+    let v: Value = serde_json::from_slice(&o.stdout).expect("llm-bench prints JSON");
+    assert_eq!(v["decode"][0]["context"], 28);
+    assert_eq!(v["decode"][0]["steps"], 4);
 }

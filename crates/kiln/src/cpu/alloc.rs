@@ -9,13 +9,57 @@
 //! still propagates.
 
 use crate::{Error, Result};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The bytes of `n` elements of `T`, or `TooLarge` when that overflows `isize`.
+/// The largest single host allocation, in bytes; 0 until first read.
+static LIMIT: AtomicU64 = AtomicU64::new(0);
+
+/// The largest single host buffer kiln will try to allocate: a request above it is
+/// `Error::HostOutOfMemory` before the allocator is asked. By default the machine's physical memory
+/// (Linux `MemTotal`; no limit where it cannot be read), since a larger request cannot succeed, and
+/// asking for it makes some allocators (sanitizers, libFuzzer's malloc limit, overcommitting
+/// kernels) abort or kill the process instead of failing. `KILN_HOST_ALLOC_LIMIT` (bytes) or
+/// [`set_host_allocation_limit`] set a lower one.
+pub fn host_allocation_limit() -> u64 {
+    match LIMIT.load(Ordering::Relaxed) {
+        0 => {
+            let from_env = std::env::var("KILN_HOST_ALLOC_LIMIT").ok().and_then(|v| v.trim().parse::<u64>().ok());
+            let limit = from_env.filter(|&b| b > 0).or_else(physical_memory).unwrap_or(u64::MAX);
+            // A limit set meanwhile by `set_host_allocation_limit` wins.
+            match LIMIT.compare_exchange(0, limit, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => limit,
+                Err(set) => set,
+            }
+        }
+        l => l,
+    }
+}
+
+/// Sets [`host_allocation_limit`] for the whole process (at least 1 byte).
+pub fn set_host_allocation_limit(bytes: u64) {
+    LIMIT.store(bytes.max(1), Ordering::Relaxed);
+}
+
+/// `MemTotal` of `/proc/meminfo`, in bytes.
+fn physical_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()?.saturating_mul(1024))
+}
+
+/// The bytes of `n` elements of `T`: `TooLarge` when that overflows `isize`, `HostOutOfMemory` when
+/// it exceeds [`host_allocation_limit`].
 fn bytes_of<T>(op: &'static str, n: usize) -> Result<usize> {
-    n.checked_mul(std::mem::size_of::<T>()).filter(|&b| b <= isize::MAX as usize).ok_or_else(|| Error::TooLarge {
-        op,
-        msg: format!("{n} elements of {} bytes each do not fit in memory", std::mem::size_of::<T>()),
-    })
+    let bytes = n.checked_mul(std::mem::size_of::<T>()).filter(|&b| b <= isize::MAX as usize).ok_or_else(|| {
+        Error::TooLarge {
+            op,
+            msg: format!("{n} elements of {} bytes each do not fit in memory", std::mem::size_of::<T>()),
+        }
+    })?;
+    if bytes as u64 > host_allocation_limit() {
+        return Err(Error::HostOutOfMemory { op, bytes: bytes as u64 });
+    }
+    Ok(bytes)
 }
 
 fn oom<T>(op: &'static str, n: usize) -> Error {

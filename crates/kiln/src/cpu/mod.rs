@@ -3,6 +3,7 @@
 //! backend is checked against. f16 and bf16 are stored as such and computed in f32.
 
 pub(crate) mod alloc;
+pub use alloc::{host_allocation_limit, set_host_allocation_limit};
 mod attention;
 mod binary;
 mod cast;
