@@ -269,7 +269,8 @@ fn check_bf16(
             if !e.is_finite() {
                 return !(e.is_nan() && g.is_nan() || e == g);
             }
-            !((g - e).abs() <= e.abs() / 256.0 + mass[i] / 65536.0)
+            let err = (g - e).abs();
+            err.is_nan() || err > e.abs() / 256.0 + mass[i] / 65536.0
         })
         .take(5)
         .map(|i| format!("at {i}: got {}, expected {}", got[i], expected[i]))

@@ -435,7 +435,7 @@ pub(crate) fn config(ctx: &GpuContext, bf16: bool, d: usize, dv: usize, emulate:
         Some(s) => (ctx.has(wgpu::Features::SHADER_F16) && matches!(s, 8 | 16)).then_some((s, 32))?,
         None => support(ctx)?,
     };
-    if d == 0 || dv == 0 || d > MAX_HEAD || dv > MAX_HEAD || sg % s != 0 || (BK / (sg / s)) % 4 != 0 {
+    if d == 0 || dv == 0 || d > MAX_HEAD || dv > MAX_HEAD || !sg.is_multiple_of(s) || !(BK / (sg / s)).is_multiple_of(4) {
         return None;
     }
     let vulkan = ctx.summary.backend == "Vulkan" || emulate.is_some();
@@ -447,7 +447,7 @@ pub(crate) fn config(ctx: &GpuContext, bf16: bool, d: usize, dv: usize, emulate:
         d: round(d).max(4),
         dv: round(dv),
         bf16,
-        pairs: dv % 2 == 0,
+        pairs: dv.is_multiple_of(2),
         ls: BK + 4,
         emulate: emulate.is_some(),
     };
