@@ -435,7 +435,8 @@ pub(crate) fn config(ctx: &GpuContext, bf16: bool, d: usize, dv: usize, emulate:
         Some(s) => (ctx.has(wgpu::Features::SHADER_F16) && matches!(s, 8 | 16)).then_some((s, 32))?,
         None => support(ctx)?,
     };
-    if d == 0 || dv == 0 || d > MAX_HEAD || dv > MAX_HEAD || !sg.is_multiple_of(s) || !(BK / (sg / s)).is_multiple_of(4) {
+    if d == 0 || dv == 0 || d > MAX_HEAD || dv > MAX_HEAD || !sg.is_multiple_of(s) || !(BK / (sg / s)).is_multiple_of(4)
+    {
         return None;
     }
     let vulkan = ctx.summary.backend == "Vulkan" || emulate.is_some();
