@@ -52,7 +52,6 @@ fn answer(messages: &[Message], max_tokens: usize) -> (String, String) {
 const CHAT: [&str; 7] = ["chat", "--model", FIXTURE, "--device", "cpu", "--max-tokens", "8"];
 
 #[test]
-#[ignore = "rewritten for the current chat/llm-bench (streamed text, refusal messages) in session 7 but not yet run (the build did not finish in time): run it and remove this (issue 28)"]
 fn chat_answers_are_the_greedy_answers_to_the_conversation() {
     let o = kiln(&CHAT, "Hello kiln\nWhat next?\n/exit\nnot read\n");
     assert!(o.status.success(), "stderr: {}", text(&o.stderr));
@@ -68,7 +67,6 @@ fn chat_answers_are_the_greedy_answers_to_the_conversation() {
 }
 
 #[test]
-#[ignore = "rewritten for the current chat/llm-bench (streamed text, refusal messages) in session 7 but not yet run (the build did not finish in time): run it and remove this (issue 28)"]
 fn chat_reset_starts_over_and_system_messages_count() {
     let o = kiln(&CHAT, "Hello kiln\n/reset\n\nHello kiln\n");
     assert!(o.status.success(), "stderr: {}", text(&o.stderr));
@@ -83,7 +81,6 @@ fn chat_reset_starts_over_and_system_messages_count() {
 }
 
 #[test]
-#[ignore = "rewritten for the current chat/llm-bench (streamed text, refusal messages) in session 7 but not yet run (the build did not finish in time): run it and remove this (issue 28)"]
 fn llm_bench_reports_the_model_and_the_runs_asked_for() {
     let args = [
         "llm-bench",
