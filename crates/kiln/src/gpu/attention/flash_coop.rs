@@ -312,8 +312,7 @@ fn unscale(v: f32, e: i32) -> f32 {{
             "enable wgpu_cooperative_matrix;".to_string(),
             format!("coopLoadT<{}>(&ss[0], {ls}u)", mat("f32", "C")),
             // The lane from the local index (a subgroup is 32 consecutive invocations on the
-            // adapters that run this): `subgroup_invocation_id` beside `subgroup_id` is suspected
-            // of the wrong results of the first H100 runs.
+            // adapters that run this), as the emulated kernel does.
             "@builtin(subgroup_id) sg: u32,".to_string(),
             format!("let lane = li % {}u;", c.sg),
             String::new(),
@@ -458,8 +457,8 @@ pub(crate) fn config(ctx: &GpuContext, bf16: bool, d: usize, dv: usize, emulate:
         .find(|c| c.workgroup_bytes() <= limit && NSG * c.sg <= ctx.limits.max_compute_invocations_per_workgroup)
 }
 
-/// The automatic path takes this kernel only with `KILN_COOP_ATTN=1`: its first run on an H100
-/// (session 7) gave wrong results that the emulated kernel does not show (docs/PERFORMANCE.md).
+/// The automatic path takes this kernel only with `KILN_COOP_ATTN=1`: on an H100 (session 7, three
+/// runs) it gave wrong results that the emulated kernel does not show (docs/PERFORMANCE.md).
 fn disabled_by_env() -> bool {
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *OFF.get_or_init(|| !std::env::var("KILN_COOP_ATTN").is_ok_and(|v| v == "1"))
