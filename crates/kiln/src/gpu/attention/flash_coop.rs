@@ -497,10 +497,7 @@ pub(crate) fn try_flash_coop(
     if !force && groups < MIN_GROUPS {
         return None;
     }
-    let fits = |l: &Layout| {
-        l.offset() as u64 + l.dims().iter().zip(l.strides()).map(|(&d, &s)| (d as u64 - 1) * s as u64).sum::<u64>()
-            < u32::MAX as u64
-    };
+    let fits = wgsl::indexable;
     let aligned = [q, k, v].iter().all(|s| s.buffer.size().is_multiple_of(8));
     if !fits(ql) || !fits(kl) || !fits(vl) || !aligned || (b * hq * tq * dv) as u64 >= u32::MAX as u64 {
         return None;
@@ -526,10 +523,6 @@ fn run(
     let (hkv, tk, dv) = (kl.dims()[1], kl.dims()[2], vl.dims()[3]);
     let out_dt = if c.pairs { dt } else { DType::F32 };
     let out = GpuStorage::alloc(ctx, out_dt, b * hq * tq * dv)?;
-    let view = |l: &Layout| {
-        let s = l.strides();
-        [l.offset() as u32, s[0] as u32, s[1] as u32, s[2] as u32, s[3] as u32]
-    };
     let (xq, xk, xv) = (0, b * hq * tq, b * hq * tq + b * hkv * tk);
     let mut params = vec![0u32; 36];
     params[..10].copy_from_slice(&[
@@ -545,9 +538,9 @@ fn run(
         tq.div_ceil(c.bq() as usize) as u32,
     ]);
     params[14] = groups as u32;
-    params[16..21].copy_from_slice(&view(ql));
-    params[21..26].copy_from_slice(&view(kl));
-    params[26..31].copy_from_slice(&view(vl));
+    params[16..21].copy_from_slice(&wgsl::view_words(ql));
+    params[21..26].copy_from_slice(&wgsl::view_words(kl));
+    params[26..31].copy_from_slice(&wgsl::view_words(vl));
     params[31..34].copy_from_slice(&[xq as u32, xk as u32, xv as u32]);
     params[34] = c.s * c.s / c.sg;
     params[35] = c.s;

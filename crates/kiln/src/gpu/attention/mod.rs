@@ -621,12 +621,6 @@ pub fn sdpa_coop_tensors(
     Some(out.map(|s| crate::Tensor::from_storage(Storage::Gpu(s), dims, q.device())))
 }
 
-/// Offset and b/h/t/e strides of a 4-d view, as parameter words.
-fn view_words(l: &Layout) -> [u32; 5] {
-    let s = l.strides();
-    [l.offset() as u32, s[0] as u32, s[1] as u32, s[2] as u32, s[3] as u32]
-}
-
 /// Whether a view can be read in aligned 4-element granules (`granule_loaders`).
 fn granular(s: &GpuStorage, l: &Layout) -> bool {
     let st = l.strides();
@@ -703,9 +697,9 @@ pub(crate) fn attention(
         (p.scale as f32).to_bits(),
         p.causal as u32,
     ]);
-    params[16..21].copy_from_slice(&view_words(ql));
-    params[21..26].copy_from_slice(&view_words(kl));
-    params[26..31].copy_from_slice(&view_words(vl));
+    params[16..21].copy_from_slice(&wgsl::view_words(ql));
+    params[21..26].copy_from_slice(&wgsl::view_words(kl));
+    params[26..31].copy_from_slice(&wgsl::view_words(vl));
     let too_small = || Error::Gpu {
         op: "attention",
         msg: format!("d={d}, dv={dv} need more workgroup memory than the adapter's {limit} bytes"),

@@ -22,6 +22,7 @@
 
 use crate::gpu::pointwise::line_maxima;
 use crate::gpu::runtime::kernels::render;
+use crate::gpu::runtime::wgsl;
 use crate::gpu::runtime::GpuStorage;
 use crate::layout::collapse;
 use crate::storage::Storage;
@@ -883,10 +884,7 @@ fn matmul_coop(
     }
     let (bd, bs) = collapse(batch_dims, &[&al.strides()[..rank - 2], &bl.strides()[..rank - 2]]);
     // Every index the kernel computes must fit in u32.
-    let fits = |l: &Layout| {
-        l.offset() as u64 + l.dims().iter().zip(l.strides()).map(|(&d, &s)| (d as u64 - 1) * s as u64).sum::<u64>()
-            < u32::MAX as u64
-    };
+    let fits = wgsl::indexable;
     if bd.len() > 4 || !fits(al) || !fits(bl) || (batch * m * n) as u64 >= u32::MAX as u64 {
         return None;
     }

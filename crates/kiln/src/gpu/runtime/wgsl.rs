@@ -5,7 +5,7 @@
 //! signed, `u32` for unsigned and bool) and write whole words, so no two invocations ever write the
 //! same word. f64 is refused: Metal has no f64, and SHADER_F64 on Vulkan lacks the transcendentals.
 
-use crate::{DType, Error, Result};
+use crate::{DType, Error, Layout, Result};
 
 /// The WGSL type a dtype computes in.
 pub(crate) fn ct(dt: DType) -> &'static str {
@@ -28,6 +28,19 @@ pub(crate) fn per_word(dt: DType) -> usize {
 /// Bytes a buffer of `n` elements of `dt` needs (whole words).
 pub(crate) fn buffer_bytes(dt: DType, n: usize) -> u64 {
     ((n * dt.size_in_bytes()).div_ceil(4) * 4) as u64
+}
+
+/// Whether every element index of the view `l` (offset plus the largest step along each dim) fits
+/// in a kernel's u32 index arithmetic. Views of no element are not asked about.
+pub(crate) fn indexable(l: &Layout) -> bool {
+    l.offset() as u64 + l.dims().iter().zip(l.strides()).map(|(&d, &s)| (d as u64 - 1) * s as u64).sum::<u64>()
+        < u32::MAX as u64
+}
+
+/// A rank-4 view as parameter words: its offset, then its four strides.
+pub(crate) fn view_words(l: &Layout) -> [u32; 5] {
+    let s = l.strides();
+    [l.offset() as u32, s[0] as u32, s[1] as u32, s[2] as u32, s[3] as u32]
 }
 
 /// Refuses dtypes the GPU backend cannot store.
