@@ -3,8 +3,10 @@
 //! error; the f16 rounding of the output alone gives ~3e-4) and timed with GPU timestamps (median of
 //! `RUNS` after 0.3 s of back-to-back runs). Also times the default path (`matmul`/`linear`).
 //!
-//! Run: `cargo run --release -p kiln --example coop_sweep [SPEC...]` with SPEC `WMxWN:TMxTN:BK:STAGE`
-//! (e.g. `4x2:4x4:16:h4:deep`); `KILN_SWEEP_CASES=sq4096,lin512x11008` picks cases;
+//! Run: `cargo run --release -p kiln --example coop_sweep [SPEC...]` with SPEC
+//! `WMxWN:TMxTN:BK:STAGE[:FLAG]...` (e.g. `4x2:4x4:16:h4:deep:fast`; flags `deep`/`a3` slices in
+//! flight, `fast` unchecked interior reads, and the ablations `noload`/`nobarrier`/`nomma`, whose
+//! results are wrong by design and marked so); `KILN_SWEEP_CASES=sq4096,lin512x11008` picks cases;
 //! `KILN_SWEEP_DTYPE=bf16` runs bf16 operands (staged as scaled f16) instead of f16.
 
 use kiln::gpu::matmul_coop::{matmul_coop_spec, CoopSpec, CoopTile};
@@ -23,17 +25,19 @@ const CASES: [(&str, usize, usize, usize, usize, bool); 7] = [
     ("bmm32x2048x128", 32, 2048, 128, 2048, false),
 ];
 
-const SPECS: [&str; 10] = [
-    "2x2:4x4:32:h4",
-    "2x2:4x4:32:h4:deep",
-    "2x4:4x2:32:h4",
-    "2x4:4x2:32:h4:deep",
-    "4x2:4x4:16:h4",
+const SPECS: [&str; 12] = [
     "4x2:4x4:16:h4:deep",
-    "2x4:4x4:16:h4:deep",
-    "4x4:2x2:16:h4:deep",
-    "4x2:2x4:32:h4:deep",
-    "2x4:4x4:16:h1:deep",
+    "4x2:4x4:16:h4:deep:fast",
+    "4x2:4x4:16:h4:a3:fast",
+    "2x4:4x4:16:h4:deep:fast",
+    "2x2:4x4:32:h4",
+    "2x2:4x4:32:h4:deep:fast",
+    "2x2:4x4:32:h4:a3:fast",
+    "2x2:4x4:16:h4:a3:fast",
+    "2x4:4x2:32:h4:deep",
+    "2x4:4x2:32:h4:deep:fast",
+    "2x4:4x2:32:h4:a3:fast",
+    "4x4:2x2:16:h4:deep:fast",
 ];
 
 fn median(dev: &Device, f: &dyn Fn() -> Result<Tensor>) -> Result<f64> {

@@ -126,6 +126,13 @@ fn run_spec(dev: &Device, spec: &str, emulate: Option<u32>, views: &[(View, View
     }
     *seed += 2;
     check(dev, spec, emulate, &[], (bm, 2 * p.bk as usize, bn), views[0], false, false, *seed);
+    // K a whole number of slices (an odd count: the unrolled loop's tail), whole and edge tiles:
+    // the `fast` reads of interior tiles beside the checked ones, batched too.
+    for &v in &views[..2.min(views.len())] {
+        *seed += 2;
+        check(dev, spec, emulate, &[], (2 * bm + 5, 5 * p.bk as usize, bn + 3), v, false, false, *seed);
+    }
+    check(dev, spec, emulate, &[2], (bm, 3 * p.bk as usize, 2 * bn), views[0], false, true, *seed + 1);
     check(dev, spec, emulate, &[3], (45, 41, 19), views[0], false, false, *seed);
     check(dev, spec, emulate, &[2, 2], (20, 40, 44), views[1 % views.len()], true, false, *seed + 1);
     check(dev, spec, emulate, &[], (33, 50, 35), views[0], false, true, *seed + 1);
@@ -142,7 +149,15 @@ fn coop_tiles_emulated() {
     // Software adapters run the emulated products slowly: small tiles with every view, the large
     // shapes of the sweep on the fast layouts only.
     let mut seed = 500;
-    for spec in ["2x2:2x2:32:h1", "2x2:2x2:32:h4", "2x2:2x2:32:h4:deep", "2x2:2x2:16:h1:deep"] {
+    for spec in [
+        "2x2:2x2:32:h1",
+        "2x2:2x2:32:h4",
+        "2x2:2x2:32:h4:deep",
+        "2x2:2x2:16:h1:deep",
+        "2x2:2x2:32:h4:fast",
+        "2x2:2x2:16:h4:a3:fast",
+        "2x2:2x2:16:h1:a3",
+    ] {
         run_spec(&dev, spec, Some(16), &VIEWS, &mut seed);
     }
     // The large tiles need about 45 KiB of workgroup memory: adapters with less (lavapipe: 32 KiB)
@@ -183,6 +198,10 @@ fn coop_tiles_on_device() {
         "2x4:4x4:16:h4:deep",
         "4x4:2x2:16:h4:deep",
         "2x2:2x2:32:h1:deep",
+        "4x2:4x4:16:h4:deep:fast",
+        "2x4:4x4:16:h4:a3:fast",
+        "2x2:4x4:32:h4:deep:fast",
+        "2x4:4x2:32:h4:a3:fast",
     ] {
         run_spec(&dev, spec, None, &VIEWS, &mut seed);
     }

@@ -112,8 +112,17 @@ pub(crate) struct Config {
     pub(crate) bk: u32,
     /// Workgroup-memory layout of the staged tiles.
     pub(crate) stage: Stage,
-    /// Read slices two ahead into alternating register sets (see the K loop in `source`).
-    pub(crate) deep: bool,
+    /// Slices in flight in registers while one is multiplied: 1 (the next slice), 2 (`deep`) or 3,
+    /// each in its own register set (see the K loop in `source`).
+    pub(crate) ahead: u32,
+    /// Interior workgroups (whole tiles, K a multiple of the slice, vector operands) run a copy of
+    /// the K loop whose reads have no bounds checks and whose addresses are computed once.
+    pub(crate) fast: bool,
+    /// The fast path reads 8 halves (16 bytes) a chunk: both operands' offsets and strides are
+    /// multiples of 8.
+    pub(crate) wide: bool,
+    /// Sweep-only ablations that make the result wrong, to see where the time goes (`Probe`).
+    pub(crate) probe: Probe,
     pub(crate) a: Operand,
     pub(crate) b: Operand,
     /// Cooperative ops replaced by plain WGSL over workgroup memory with the same data layout (a
@@ -122,6 +131,17 @@ pub(crate) struct Config {
     /// bf16 operands and result (see [`Out`]); the operands are staged as f16, each line scaled by a
     /// power of two (`pointwise/line_maxima.rs`).
     pub(crate) out: Out,
+}
+
+/// Ablations for `examples/coop_sweep.rs` (results are wrong with any but `None`): `NoLoad` reads no
+/// global memory in the K loop (the staged values are constants), `NoBarrier` drops the K loop's
+/// barrier, `NoMma` drops the multiply-adds (fragments are still loaded).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Probe {
+    None,
+    NoLoad,
+    NoBarrier,
+    NoMma,
 }
 
 /// The result a kernel writes: f16 (f16 operands), or for bf16 operands bf16 written in pairs of
@@ -149,7 +169,24 @@ impl Config {
             CoopTile::Wide => (2, 4, 4, 2),
             CoopTile::Auto | CoopTile::Large => (2, 2, 4, 4),
         };
-        Config { s, sg, wm, wn, tm, tn, bk: 32, stage: Stage::H1, deep: false, a, b, emulate: false, out: Out::F16 }
+        Config {
+            s,
+            sg,
+            wm,
+            wn,
+            tm,
+            tn,
+            bk: 32,
+            stage: Stage::H1,
+            ahead: 1,
+            fast: false,
+            wide: false,
+            probe: Probe::None,
+            a,
+            b,
+            emulate: false,
+            out: Out::F16,
+        }
     }
 
     fn bm(&self) -> u32 {
@@ -203,7 +240,7 @@ impl Config {
     pub(crate) fn key(&self) -> String {
         let op = |o: Operand| format!("{}{}", if o.k_fast { "k" } else { "mn" }, if o.vec { "x4" } else { "x1" });
         format!(
-            "matmul_coop{}{}:{s}x{s}:sg{}:{}x{}:{}x{}:bk{}:{}{}:A={}:B={}",
+            "matmul_coop{}{}:{s}x{s}:sg{}:{}x{}:{}x{}:bk{}:{}{}{}{}:A={}:B={}",
             if self.emulate { "_emulated" } else { "" },
             match self.out {
                 Out::F16 => "",
@@ -217,7 +254,17 @@ impl Config {
             self.tn,
             self.bk,
             self.stage.name(),
-            if self.deep { ":deep" } else { "" },
+            match self.ahead {
+                1 => String::new(),
+                2 => ":deep".into(),
+                n => format!(":a{n}"),
+            },
+            match (self.fast, self.wide) {
+                (true, true) => ":fast16",
+                (true, false) => ":fast",
+                _ => "",
+            },
+            if self.probe == Probe::None { String::new() } else { format!(":{:?}", self.probe) },
             op(self.a),
             op(self.b),
             s = self.s
@@ -234,7 +281,13 @@ impl Config {
         // Vector staging needs every fragment to start on a whole element: the tile edges (multiples
         // of `s`) and the padded rows must be multiples of the element.
         let unit = self.stage.unit();
+        let ok8 = |(slow, fast): (u32, u32)| {
+            fast.is_multiple_of(8) && wg.is_multiple_of(fast / 8) && (slow * fast / 8).is_multiple_of(wg)
+        };
+        let wide_ok = !self.wide || (self.fast && unit == 4 && ok8(self.a_tile()) && ok8(self.b_tile()));
         matches!(self.s, 8 | 16)
+            && wide_ok
+            && (1..=3).contains(&self.ahead)
             && self.s.is_multiple_of(unit)
             && PAD.is_multiple_of(unit)
             && self.bk.is_multiple_of(self.s)
@@ -277,10 +330,22 @@ pub(crate) fn source(c: &Config) -> String {
             accs += &format!("    var c_{i}_{j} = zero;\n");
         }
     }
-    // Register sets for slices read ahead: one, or two with `deep` (named by set, so that no value is
-    // copied while its load is in flight).
-    let sets = if c.deep { 2 } else { 1 };
+    // Register sets for the slices in flight (`ahead`), named by set so that no value is copied
+    // while its load is in flight.
+    let sets = c.ahead;
+    // 16-byte chunks of the wide fast path: (slow, fast) of this invocation's first chunk, chunks
+    // per invocation and the slow step between them, as for the 8-byte chunks.
+    let (a_chunks8, b_chunks8) = (a_ts * a_tf / 8 / wg, b_ts * b_tf / 8 / wg);
+    let (a_step8, b_step8) = (wg / (a_tf / 8).max(1), wg / (b_tf / 8).max(1));
     for set in 0..sets {
+        if c.wide {
+            for i in 0..a_chunks8 {
+                decls += &format!("    var wa{set}_{i}l: {reg};\n    var wa{set}_{i}h: {reg};\n");
+            }
+            for i in 0..b_chunks8 {
+                decls += &format!("    var wb{set}_{i}l: {reg};\n    var wb{set}_{i}h: {reg};\n");
+            }
+        }
         for i in 0..a_chunks {
             decls += &format!("    var ra{set}_{i}: {reg};\n");
         }
@@ -292,15 +357,92 @@ pub(crate) fn source(c: &Config) -> String {
     // Global (slow, fast) origin of this workgroup's slice for each operand.
     let (a_s0, a_f0) = if c.a.k_fast { ("m0", "k0") } else { ("k0", "m0") };
     let (b_s0, b_f0) = if c.b.k_fast { ("n0", "k0") } else { ("k0", "n0") };
+    // Checked reads (any tile, any strides): through `chunk_a`/`chunk_b`, zeros outside.
     let load = |set: u32| {
         let mut load = String::new();
         for i in 0..a_chunks {
-            load += &format!("        ra{set}_{i} = chunk_a(a_base, {a_s0} + a_s + {}u, {a_f0} + a_f);\n", i * a_step);
+            let v = if c.probe == Probe::NoLoad {
+                format!("{reg}(f16(k0 & 7u))")
+            } else {
+                format!("chunk_a(a_base, {a_s0} + a_s + {}u, {a_f0} + a_f)", i * a_step)
+            };
+            load += &format!("        ra{set}_{i} = {v};\n");
         }
         for i in 0..b_chunks {
-            load += &format!("        rb{set}_{i} = chunk_b(b_base, {b_s0} + b_s + {}u, {b_f0} + b_f);\n", i * b_step);
+            let v = if c.probe == Probe::NoLoad {
+                format!("{reg}(f16(k0 & 3u))")
+            } else {
+                format!("chunk_b(b_base, {b_s0} + b_s + {}u, {b_f0} + b_f)", i * b_step)
+            };
+            load += &format!("        rb{set}_{i} = {v};\n");
         }
         load
+    };
+    // Unchecked reads of interior tiles (`fast`): `fa_i`/`fb_i` are the chunks' element offsets at
+    // k0 = 0 (multiples of 4: vector operands only), K advances them by `A_KS`/`B_KS` per element.
+    // Slices past K (the unrolled loop's tail) are not read.
+    // With `wide`, each chunk is 8 halves read as the two `vec4<f16>` at 2y and 2y + 1 (y the chunk's
+    // index in 16-byte units): a pair the compiler can prove 16-byte aligned, so one 16-byte load.
+    // (naga rejects `bitcast<vec2<f16>>` of a u32, so no `vec4<u32>` view of the operands is used.)
+    let fast_load = |set: u32| {
+        let mut regs: Vec<(String, String)> = Vec::new();
+        if c.wide {
+            for (r, f, buf, ks, n) in [("wa", "fa", "a4", "a_ks", a_chunks8), ("wb", "fb", "b4", "b_ks", b_chunks8)] {
+                for i in 0..n {
+                    let y = format!("(({f}_{i} + k0 * {ks}) >> 3u)");
+                    regs.push((format!("{r}{set}_{i}l"), format!("{buf}[2u * {y}]")));
+                    regs.push((format!("{r}{set}_{i}h"), format!("{buf}[2u * {y} + 1u]")));
+                }
+            }
+        } else {
+            for (r, f, buf, ks, n) in [("ra", "fa", "a4", "a_ks", a_chunks), ("rb", "fb", "b4", "b_ks", b_chunks)] {
+                for i in 0..n {
+                    regs.push((format!("{r}{set}_{i}"), format!("{buf}[({f}_{i} + k0 * {ks}) >> 2u]")));
+                }
+            }
+        }
+        let mut load = String::from("        if (k0 < kk) {\n");
+        for (r, v) in &regs {
+            load += &format!("        {r} = {v};\n");
+        }
+        load += "        } else {\n";
+        for (r, _) in &regs {
+            load += &format!("        {r} = {reg}();\n");
+        }
+        load + "        }\n"
+    };
+    let fast_setup = || {
+        let mut setup = String::new();
+        let origin = |k_fast: bool, mn0: &str, sl: String, f: &str| {
+            if k_fast {
+                format!("({mn0} + {sl}) * ss + {f}")
+            } else {
+                format!("({sl}) * ss + {mn0} + {f}")
+            }
+        };
+        // Slow stride and per-K step of each operand: A (M: p[5], K: p[6]), B (K: p[7], N: p[8]).
+        let (a_ss, a_ks) = if c.a.k_fast { ("p[5]", "1u") } else { ("p[6]", "p[6]") };
+        let (b_ss, b_ks) = if c.b.k_fast { ("p[8]", "1u") } else { ("p[7]", "p[7]") };
+        setup += &format!("        let a_ks = {a_ks};\n        let b_ks = {b_ks};\n        var ss = {a_ss};\n");
+        let (na, nb, sa_, sb_, fa_, fb_, ast, bst) = if c.wide {
+            (a_chunks8, b_chunks8, "a_s8", "b_s8", "a_f8", "b_f8", a_step8, b_step8)
+        } else {
+            (a_chunks, b_chunks, "a_s", "b_s", "a_f", "b_f", a_step, b_step)
+        };
+        for i in 0..na {
+            setup += &format!(
+                "        let fa_{i} = a_base + {};\n",
+                origin(c.a.k_fast, "m0", format!("{sa_} + {}u", i * ast), fa_)
+            );
+        }
+        setup += &format!("        ss = {b_ss};\n");
+        for i in 0..nb {
+            setup += &format!(
+                "        let fb_{i} = b_base + {};\n",
+                origin(c.b.k_fast, "n0", format!("{sb_} + {}u", i * bst), fb_)
+            );
+        }
+        setup
     };
     let store = |set: u32| {
         let mut store = String::new();
@@ -326,6 +468,23 @@ pub(crate) fn source(c: &Config) -> String {
         store
     };
 
+    // The wide fast path's store: each chunk's two `vec4<f16>` side by side (16-byte aligned).
+    let store8 = |set: u32| {
+        let mut store = String::new();
+        for (name, reg, n, step, ld, st, stage) in [
+            ("sa", "wa", a_chunks8, a_step8, lda, "a_st8", sa_stage),
+            ("sb", "wb", b_chunks8, b_step8, ldb, "b_st8", sb_stage),
+        ] {
+            for i in 0..n {
+                let off = i * step * ld;
+                store += &format!(
+                    "        {{\n        let x = (so * {stage}u + {st} + {off}u) >> 2u;\n        {name}[x] = {reg}{set}_{i}l;\n        {name}[x + 1u] = {reg}{set}_{i}h;\n        }}\n"
+                );
+            }
+        }
+        store
+    };
+
     // One K slice: for each s-deep step, the subgroup's B fragments, then each A fragment against them.
     // Row-major tiles are read with coopLoadT: A staged [m][k] (k fast), B staged [k][n] (n fast).
     let (a_t, b_t) = (c.a.k_fast, !c.b.k_fast);
@@ -343,51 +502,68 @@ pub(crate) fn source(c: &Config) -> String {
             compute +=
                 &format!("            let a_{i} = {};\n", frag(a_t, "A", "sa", format!("sa0 + wa + {off}u"), lda));
             for j in 0..c.tn {
-                compute += &format!("            c_{i}_{j} = {mma}(a_{i}, b_{j}, c_{i}_{j}{lane_arg});\n");
+                compute += &if c.probe == Probe::NoMma {
+                    // Keep the fragments alive without multiplying: a use behind a uniform condition that is
+                    // never true (p[25] is the matrix size).
+                    if j == 0 && !c.emulate {
+                        format!("            if (p[25] == 0u) {{ c_{i}_{j} = {mma}(a_{i}, b_{j}, c_{i}_{j}{lane_arg}); }}\n")
+                    } else {
+                        String::new()
+                    }
+                } else {
+                    format!("            c_{i}_{j} = {mma}(a_{i}, b_{j}, c_{i}_{j}{lane_arg});\n")
+                };
             }
         }
         compute += "        }\n";
     }
 
-    // The K loop. Plain: slice t+1 is read into registers while slice t is multiplied, then stored
-    // into the other workgroup buffer (one barrier per slice). `deep`: slice t+2 is read while t is
-    // multiplied and t+1 (read one iteration earlier) is stored, so each read has a whole iteration
-    // more to arrive; two slices per loop trip alternate the register sets (an odd slice count runs
-    // one extra slice of zeros past K).
-    let (bk, sas, sbs) = (c.bk, sa_stage, sb_stage);
-    let mut main = format!("    var k0 = 0u;\n{}    var so = 0u;\n{}", load(0), store(0));
-    if c.deep {
-        main += &format!("    k0 = {bk}u;\n{}", load(1));
-    }
-    main += &format!("    workgroupBarrier();\n    let zero = {{{{ZERO}}}};\n{accs}");
-    if c.deep {
-        let half = |cur: u32, ahead: u32| {
-            format!(
-                "        {{\n        let sa0 = {}u;\n        let sb0 = {}u;\n        k0 = (t + {}u) * {bk}u;\n{}{compute}        so = {}u;\n{}        workgroupBarrier();\n        }}\n",
-                cur * sas,
-                cur * sbs,
-                2 + cur,
-                load(cur),
-                1 - cur,
-                store(ahead)
-            )
-        };
-        main += &format!("    for (var t = 0u; t < steps; t += 2u) {{\n{}{}    }}\n", half(0, 1), half(1, 0));
-    } else {
+    // The K loop, over `ahead` register sets and two workgroup buffers. Step `t` (slice t in buffer
+    // t % 2): read slice t + ahead into set t % ahead, multiply buffer t % 2, store set
+    // (t + 1) % ahead (slice t + 1, read `ahead - 1` steps earlier) into buffer (t + 1) % 2, one
+    // barrier. Each read thus has `ahead - 1` whole steps, and the time of the current step's
+    // multiplies, to arrive. The loop is unrolled by lcm(ahead, 2) so every set and buffer index is a
+    // constant; slices past K read zeros (checked reads) or are skipped (fast reads).
+    let (bk, sas, sbs, ahead) = (c.bk, sa_stage, sb_stage, c.ahead);
+    let unroll = if ahead % 2 == 0 { ahead } else { 2 * ahead };
+    let barrier = if c.probe == Probe::NoBarrier { "" } else { "        workgroupBarrier();\n" };
+    let kloop = |load: &dyn Fn(u32) -> String, store: &dyn Fn(u32) -> String| {
+        let mut main = format!("    k0 = 0u;\n{}    so = 0u;\n{}", load(0), store(0));
+        for set in 1..ahead {
+            main += &format!("    k0 = {}u;\n{}", set * bk, load(set));
+        }
+        main += "    workgroupBarrier();\n";
+        let mut body = String::new();
+        for u in 0..unroll {
+            body += &format!(
+                "        {{\n        let sa0 = {}u;\n        let sb0 = {}u;\n        k0 = (t + {}u) * {bk}u;\n{}{compute}        so = {}u;\n{}{barrier}        }}\n",
+                (u % 2) * sas,
+                (u % 2) * sbs,
+                u + ahead,
+                load(u % ahead),
+                (u + 1) % 2,
+                store((u + 1) % ahead),
+            );
+        }
+        main + &format!("    for (var t = 0u; t < steps; t += {unroll}u) {{\n{body}    }}\n")
+    };
+    let mut main =
+        format!("    var k0 = 0u;\n    var so = 0u;\n    workgroupBarrier();\n    let zero = {{{{ZERO}}}};\n{accs}");
+    if c.fast && c.a.vec && c.b.vec {
+        // Workgroup-uniform (`&`, not `&&`: naga lowers a short-circuit into a local variable, which
+        // its uniformity analysis takes as non-uniform): the coop ops of both branches stay in
+        // uniform control flow.
         main += &format!(
-            "    for (var t = 0u; t < steps; t++) {{
-        let sa0 = (t & 1u) * {sas}u;
-        let sb0 = (t & 1u) * {sbs}u;
-        k0 = (t + 1u) * {bk}u;
-{}{compute}        so = ((t + 1u) & 1u);
-{}        workgroupBarrier();
-    }}
-",
-            load(0),
-            store(0)
+            "    let interior = (m0 + {bm}u <= m) & (n0 + {bn}u <= n) & (kk % {bk}u == 0u);\n    if (interior) {{\n{}{}    }} else {{\n{}    }}\n",
+            fast_setup(),
+            if c.wide { kloop(&fast_load, &store8) } else { kloop(&fast_load, &store) },
+            kloop(&load, &store),
+            bm = c.bm(),
+            bn = c.bn(),
         );
+    } else {
+        main += &kloop(&load, &store);
     }
-
     // Each accumulator tile: every subgroup stores it into its slot of `sc`, then all write them out.
     let ldc = c.ldc();
     let slot = s * ldc;
@@ -422,6 +598,16 @@ pub(crate) fn source(c: &Config) -> String {
     let wa = if c.a.k_fast { format!("wm * {}u", c.tm * s * lda) } else { format!("wm * {}u", c.tm * s) };
     let wb = if c.b.k_fast { format!("wn * {}u", c.tn * s * ldb) } else { format!("wn * {}u", c.tn * s) };
     let num = |v: u32| v.to_string();
+    // The wide fast path: each invocation's 8-half chunk (slow, fast) in the tiles.
+    let wide_setup = if c.wide {
+        format!(
+                "    let a_s8 = li / {af}u;\n    let a_f8 = (li % {af}u) * 8u;\n    let a_st8 = a_s8 * {lda}u + a_f8;\n    let b_s8 = li / {bf}u;\n    let b_f8 = (li % {bf}u) * 8u;\n    let b_st8 = b_s8 * {ldb}u + b_f8;\n",
+            af = a_tf / 8,
+            bf = b_tf / 8
+        )
+    } else {
+        String::new()
+    };
     let (enable, zero, sg_param, sg_let, emu) = if c.emulate {
         (
             String::new(),
@@ -502,6 +688,7 @@ pub(crate) fn source(c: &Config) -> String {
             ("BF16_DECLS", &decls_bf16),
             ("SET_X", set_x),
             ("PUT", &put_fn(c)),
+            ("WIDE_SETUP", &wide_setup),
         ],
     )
 }
@@ -696,8 +883,8 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
         // The emulated kernel (tests on adapters without cooperative matrices).
         let (a, b) = (Operand { k_fast: true, vec: true }, Operand { k_fast: false, vec: false });
         for stage in [Stage::H1, Stage::H4] {
-            for deep in [false, true] {
-                let c = Config { emulate: true, stage, deep, ..Config::preset(CoopTile::Small, s, 32, a, b) };
+            for ahead in [1, 2, 3] {
+                let c = Config { emulate: true, stage, ahead, ..Config::preset(CoopTile::Small, s, 32, a, b) };
                 out.push((c.key(), source(&c)));
             }
         }
@@ -739,7 +926,9 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
                             wm,
                             wn,
                             bk: 16,
-                            deep: true,
+                            ahead: 2,
+                            fast: vec,
+                            wide: vec,
                             ..Config::preset(CoopTile::Large, 16, 32, a, b)
                         };
                         out.push((c.key(), source(&c)));
@@ -760,8 +949,8 @@ fn disabled_by_env() -> bool {
 
 /// The staging used on Vulkan unless `KILN_COOP_STAGE=h1|h4` says otherwise.
 const DEFAULT_STAGE: Stage = Stage::H4;
-/// Whether the automatic choice reads slices two ahead.
-const DEEP: bool = true;
+/// How many slices the automatic choice keeps in flight.
+const AHEAD: u32 = 2;
 
 fn stage_from_env() -> Option<Stage> {
     static STAGE: std::sync::OnceLock<Option<Stage>> = std::sync::OnceLock::new();
@@ -780,25 +969,52 @@ pub struct CoopSpec {
     /// K slice per stage.
     pub bk: u32,
     pub stage: Stage,
-    /// Slices read two ahead (two register sets).
-    pub deep: bool,
+    /// Slices in flight in registers (1 to 3).
+    pub ahead: u32,
+    /// Unchecked reads for interior tiles.
+    pub fast: bool,
+    /// With `fast`, 16-byte reads where both operands allow them.
+    pub wide: bool,
+    /// An ablation (sweeps only: the result is wrong).
+    pub probe: Probe,
 }
 
 impl CoopSpec {
-    /// `WMxWN:TMxTN:BK:STAGE[:deep]`, e.g. `4x2:4x4:16:h4:deep`.
+    /// `WMxWN:TMxTN:BK:STAGE[:FLAG]...`, e.g. `4x2:4x4:16:h4:deep:fast`. Flags: `deep` (two slices
+    /// in flight) or `a3` (three), `fast` (16-byte reads where aligned, else 8) or `fast8`, and the ablations `noload`, `nobarrier`, `nomma`.
     pub fn parse(text: &str) -> Option<CoopSpec> {
         let parts: Vec<&str> = text.split(':').collect();
         let pair = |p: &str| -> Option<(u32, u32)> {
             let (x, y) = p.split_once('x')?;
             Some((x.parse().ok()?, y.parse().ok()?))
         };
-        let (w, t, bk, st, deep) = match parts[..] {
-            [w, t, bk, st] => (w, t, bk, st, false),
-            [w, t, bk, st, "deep"] => (w, t, bk, st, true),
-            _ => return None,
-        };
+        let [w, t, bk, st, flags @ ..] = &parts[..] else { return None };
         let ((wm, wn), (tm, tn)) = (pair(w)?, pair(t)?);
-        Some(CoopSpec { wm, wn, tm, tn, bk: bk.parse().ok()?, stage: Stage::parse(st)?, deep })
+        let mut spec = CoopSpec {
+            wm,
+            wn,
+            tm,
+            tn,
+            bk: bk.parse().ok()?,
+            stage: Stage::parse(st)?,
+            ahead: 1,
+            fast: false,
+            wide: false,
+            probe: Probe::None,
+        };
+        for flag in flags {
+            match *flag {
+                "deep" => spec.ahead = 2,
+                "a3" => spec.ahead = 3,
+                "fast" => (spec.fast, spec.wide) = (true, true),
+                "fast8" => spec.fast = true,
+                "noload" => spec.probe = Probe::NoLoad,
+                "nobarrier" => spec.probe = Probe::NoBarrier,
+                "nomma" => spec.probe = Probe::NoMma,
+                _ => return None,
+            }
+        }
+        Some(spec)
     }
 }
 
@@ -937,6 +1153,9 @@ fn matmul_coop(
         return None;
     }
     let (a_op, b_op) = ops(stage.chunk() as usize);
+    // Whether the fast path may read 16 bytes at a time: both operands aligned to 8 halves.
+    let (a8, b8) = ops(8);
+    let eight = a8.vec && b8.vec && a8.k_fast == a_op.k_fast && b8.k_fast == b_op.k_fast;
     let max = ctx.limits.max_compute_workgroups_per_dimension as usize;
     let tiles = |c: &Config| m.div_ceil(c.bm() as usize) * n.div_ceil(c.bn() as usize);
     let fits_device = |c: &Config| {
@@ -967,7 +1186,7 @@ fn matmul_coop(
     // (docs/PERFORMANCE.md, session 6), 4x4 accumulators each over 16-deep slices where the output
     // has enough 256x128 tiles, else 4x2 over 32-deep slices (128x128), else the small preset.
     if tile == CoopTile::Auto && stage == Stage::H4 && s == 16 {
-        let big = |wm, wn, tm, tn, bk| Config { wm, wn, tm, tn, bk, deep: DEEP, ..preset(CoopTile::Large) };
+        let big = |wm, wn, tm, tn, bk| Config { wm, wn, tm, tn, bk, ahead: AHEAD, ..preset(CoopTile::Large) };
         let tall = if m >= n { big(4, 2, 4, 4, 16) } else { big(2, 4, 4, 4, 16) };
         let mid = big(2, 4, 4, 2, 32);
         if batch * tiles(&tall) >= LARGE_MIN_TILES / 2 {
@@ -978,7 +1197,18 @@ fn matmul_coop(
     }
     if let Some(sp) = spec {
         let base = preset(CoopTile::Large);
-        candidates = vec![Config { wm: sp.wm, wn: sp.wn, tm: sp.tm, tn: sp.tn, bk: sp.bk, deep: sp.deep, ..base }];
+        candidates = vec![Config {
+            wm: sp.wm,
+            wn: sp.wn,
+            tm: sp.tm,
+            tn: sp.tn,
+            bk: sp.bk,
+            ahead: sp.ahead,
+            fast: sp.fast,
+            wide: sp.fast && sp.wide && eight,
+            probe: sp.probe,
+            ..base
+        }];
     }
     let c = candidates.into_iter().find(|c| c.well_formed() && fits_device(c))?;
     if batch > max {
@@ -1053,7 +1283,8 @@ fn run(
     let ctx = &a.ctx;
     let rank = al.rank();
     let bf16 = c.out.bf16();
-    let kernel = ctx.pipelines.get(ctx, &c.key(), if bf16 { 5 } else { 4 }, || source(c))?;
+    let inputs = 4 + bf16 as usize;
+    let kernel = ctx.pipelines.get(ctx, &c.key(), inputs, || source(c))?;
     let out_dtype = match c.out {
         Out::F16 => DType::F16,
         Out::Bf16Pairs => DType::BF16,

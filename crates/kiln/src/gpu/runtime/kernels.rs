@@ -134,6 +134,7 @@ impl Pipelines {
             bind_group_layouts: &[Some(&layout), Some(&self.params_layout)],
             immediate_size: 0,
         });
+        dump_wgsl(name, src);
         let desc = wgpu::ShaderModuleDescriptor { label: Some(name), source: wgpu::ShaderSource::Wgsl(src.into()) };
         let module = if name.starts_with("custom:") || shader_checks() {
             device.create_shader_module(desc)
@@ -159,6 +160,17 @@ impl Pipelines {
         }
         Ok(Kernel { name: name.to_string(), pipeline, layout })
     }
+}
+
+/// With `KILN_DUMP_WGSL=DIR`, every kernel compiled is also written to `DIR/NAME.wgsl` (the name
+/// reduced to letters, digits, `.`, `_` and `-`), e.g. for `bench/gpu/pipeline-stats` to read the
+/// driver's register counts of them. Failures to write are ignored: this is a debugging aid.
+fn dump_wgsl(name: &str, src: &str) {
+    static DIR: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    let Some(dir) = DIR.get_or_init(|| std::env::var_os("KILN_DUMP_WGSL").map(Into::into)) else { return };
+    let file: String =
+        name.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' }).collect();
+    let _ = std::fs::create_dir_all(dir).and_then(|_| std::fs::write(dir.join(format!("{file}.wgsl")), src));
 }
 
 /// Whether kiln's kernels keep wgpu's runtime checks (`KILN_SHADER_CHECKS=1`).
