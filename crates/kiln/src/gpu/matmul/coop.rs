@@ -14,11 +14,13 @@
 //! keeps enough workgroups in flight when the output is small. `KILN_COOP=0` turns the path off;
 //! `KILN_COOP_TILE=large|wide|small` forces a preset (for benchmarks).
 //!
-//! On Vulkan (issue 22) tiles are staged as `vec4<f16>` (`Stage::H4`, `KILN_COOP_STAGE=h1|h4`) and
-//! the automatic choice takes 8 subgroups of 4x4 accumulators (256x128 or 128x256 tiles, 16-deep K
-//! slices read two ahead, `deep`), else 8 subgroups of 4x2 (128x128), else the small preset: twice
-//! the rate of the 4-subgroup preset on the H100 (docs/PERFORMANCE.md, session 6). Every choice can be
-//! spelled out with [`CoopSpec`] through [`matmul_coop_spec`] (tests, `examples/coop_sweep.rs`).
+//! On Vulkan (issue 22) tiles are staged as `vec4<f16>` (`Stage::H4`, `KILN_COOP_STAGE=h1|h4`);
+//! interior workgroups run a copy of the K loop with unchecked reads (`fast`), and the automatic
+//! choice takes 8 subgroups of 4x4 accumulators (128x256 tiles, 16-deep K slices, three in flight)
+//! where the output has two waves of them, else 4 subgroups of 4x4 (128x128, 32-deep slices, two in
+//! flight), else the presets (docs/PERFORMANCE.md, session 8: 1.5x the session-6 choice on an H200).
+//! Every choice can be spelled out with [`CoopSpec`] through [`matmul_coop_spec`] (tests,
+//! `examples/coop_sweep.rs`).
 
 use crate::gpu::pointwise::line_maxima;
 use crate::gpu::runtime::kernels::render;
@@ -118,9 +120,6 @@ pub(crate) struct Config {
     /// Interior workgroups (whole tiles, K a multiple of the slice, vector operands) run a copy of
     /// the K loop whose reads have no bounds checks and whose addresses are computed once.
     pub(crate) fast: bool,
-    /// The fast path reads 8 halves (16 bytes) a chunk: both operands' offsets and strides are
-    /// multiples of 8.
-    pub(crate) wide: bool,
     /// Sweep-only ablations that make the result wrong, to see where the time goes (`Probe`).
     pub(crate) probe: Probe,
     pub(crate) a: Operand,
@@ -180,7 +179,6 @@ impl Config {
             stage: Stage::H1,
             ahead: 1,
             fast: false,
-            wide: false,
             probe: Probe::None,
             a,
             b,
@@ -259,11 +257,7 @@ impl Config {
                 2 => ":deep".into(),
                 n => format!(":a{n}"),
             },
-            match (self.fast, self.wide) {
-                (true, true) => ":fast16",
-                (true, false) => ":fast",
-                _ => "",
-            },
+            if self.fast { ":fast" } else { "" },
             if self.probe == Probe::None { String::new() } else { format!(":{:?}", self.probe) },
             op(self.a),
             op(self.b),
@@ -281,12 +275,7 @@ impl Config {
         // Vector staging needs every fragment to start on a whole element: the tile edges (multiples
         // of `s`) and the padded rows must be multiples of the element.
         let unit = self.stage.unit();
-        let ok8 = |(slow, fast): (u32, u32)| {
-            fast.is_multiple_of(8) && wg.is_multiple_of(fast / 8) && (slow * fast / 8).is_multiple_of(wg)
-        };
-        let wide_ok = !self.wide || (self.fast && unit == 4 && ok8(self.a_tile()) && ok8(self.b_tile()));
         matches!(self.s, 8 | 16)
-            && wide_ok
             && (1..=3).contains(&self.ahead)
             && self.s.is_multiple_of(unit)
             && PAD.is_multiple_of(unit)
@@ -333,19 +322,7 @@ pub(crate) fn source(c: &Config) -> String {
     // Register sets for the slices in flight (`ahead`), named by set so that no value is copied
     // while its load is in flight.
     let sets = c.ahead;
-    // 16-byte chunks of the wide fast path: (slow, fast) of this invocation's first chunk, chunks
-    // per invocation and the slow step between them, as for the 8-byte chunks.
-    let (a_chunks8, b_chunks8) = (a_ts * a_tf / 8 / wg, b_ts * b_tf / 8 / wg);
-    let (a_step8, b_step8) = (wg / (a_tf / 8).max(1), wg / (b_tf / 8).max(1));
     for set in 0..sets {
-        if c.wide {
-            for i in 0..a_chunks8 {
-                decls += &format!("    var wa{set}_{i}l: {reg};\n    var wa{set}_{i}h: {reg};\n");
-            }
-            for i in 0..b_chunks8 {
-                decls += &format!("    var wb{set}_{i}l: {reg};\n    var wb{set}_{i}h: {reg};\n");
-            }
-        }
         for i in 0..a_chunks {
             decls += &format!("    var ra{set}_{i}: {reg};\n");
         }
@@ -381,24 +358,11 @@ pub(crate) fn source(c: &Config) -> String {
     // Unchecked reads of interior tiles (`fast`): `fa_i`/`fb_i` are the chunks' element offsets at
     // k0 = 0 (multiples of 4: vector operands only), K advances them by `A_KS`/`B_KS` per element.
     // Slices past K (the unrolled loop's tail) are not read.
-    // With `wide`, each chunk is 8 halves read as the two `vec4<f16>` at 2y and 2y + 1 (y the chunk's
-    // index in 16-byte units): a pair the compiler can prove 16-byte aligned, so one 16-byte load.
-    // (naga rejects `bitcast<vec2<f16>>` of a u32, so no `vec4<u32>` view of the operands is used.)
     let fast_load = |set: u32| {
         let mut regs: Vec<(String, String)> = Vec::new();
-        if c.wide {
-            for (r, f, buf, ks, n) in [("wa", "fa", "a4", "a_ks", a_chunks8), ("wb", "fb", "b4", "b_ks", b_chunks8)] {
-                for i in 0..n {
-                    let y = format!("(({f}_{i} + k0 * {ks}) >> 3u)");
-                    regs.push((format!("{r}{set}_{i}l"), format!("{buf}[2u * {y}]")));
-                    regs.push((format!("{r}{set}_{i}h"), format!("{buf}[2u * {y} + 1u]")));
-                }
-            }
-        } else {
-            for (r, f, buf, ks, n) in [("ra", "fa", "a4", "a_ks", a_chunks), ("rb", "fb", "b4", "b_ks", b_chunks)] {
-                for i in 0..n {
-                    regs.push((format!("{r}{set}_{i}"), format!("{buf}[({f}_{i} + k0 * {ks}) >> 2u]")));
-                }
+        for (r, f, buf, ks, n) in [("ra", "fa", "a4", "a_ks", a_chunks), ("rb", "fb", "b4", "b_ks", b_chunks)] {
+            for i in 0..n {
+                regs.push((format!("{r}{set}_{i}"), format!("{buf}[({f}_{i} + k0 * {ks}) >> 2u]")));
             }
         }
         let mut load = String::from("        if (k0 < kk) {\n");
@@ -424,11 +388,7 @@ pub(crate) fn source(c: &Config) -> String {
         let (a_ss, a_ks) = if c.a.k_fast { ("p[5]", "1u") } else { ("p[6]", "p[6]") };
         let (b_ss, b_ks) = if c.b.k_fast { ("p[8]", "1u") } else { ("p[7]", "p[7]") };
         setup += &format!("        let a_ks = {a_ks};\n        let b_ks = {b_ks};\n        var ss = {a_ss};\n");
-        let (na, nb, sa_, sb_, fa_, fb_, ast, bst) = if c.wide {
-            (a_chunks8, b_chunks8, "a_s8", "b_s8", "a_f8", "b_f8", a_step8, b_step8)
-        } else {
-            (a_chunks, b_chunks, "a_s", "b_s", "a_f", "b_f", a_step, b_step)
-        };
+        let (na, nb, sa_, sb_, fa_, fb_, ast, bst) = (a_chunks, b_chunks, "a_s", "b_s", "a_f", "b_f", a_step, b_step);
         for i in 0..na {
             setup += &format!(
                 "        let fa_{i} = a_base + {};\n",
@@ -463,23 +423,6 @@ pub(crate) fn source(c: &Config) -> String {
                         i * step * ld + j as u32
                     );
                 }
-            }
-        }
-        store
-    };
-
-    // The wide fast path's store: each chunk's two `vec4<f16>` side by side (16-byte aligned).
-    let store8 = |set: u32| {
-        let mut store = String::new();
-        for (name, reg, n, step, ld, st, stage) in [
-            ("sa", "wa", a_chunks8, a_step8, lda, "a_st8", sa_stage),
-            ("sb", "wb", b_chunks8, b_step8, ldb, "b_st8", sb_stage),
-        ] {
-            for i in 0..n {
-                let off = i * step * ld;
-                store += &format!(
-                    "        {{\n        let x = (so * {stage}u + {st} + {off}u) >> 2u;\n        {name}[x] = {reg}{set}_{i}l;\n        {name}[x + 1u] = {reg}{set}_{i}h;\n        }}\n"
-                );
             }
         }
         store
@@ -556,7 +499,7 @@ pub(crate) fn source(c: &Config) -> String {
         main += &format!(
             "    let interior = (m0 + {bm}u <= m) & (n0 + {bn}u <= n) & (kk % {bk}u == 0u);\n    if (interior) {{\n{}{}    }} else {{\n{}    }}\n",
             fast_setup(),
-            if c.wide { kloop(&fast_load, &store8) } else { kloop(&fast_load, &store) },
+            kloop(&fast_load, &store),
             kloop(&load, &store),
             bm = c.bm(),
             bn = c.bn(),
@@ -598,16 +541,6 @@ pub(crate) fn source(c: &Config) -> String {
     let wa = if c.a.k_fast { format!("wm * {}u", c.tm * s * lda) } else { format!("wm * {}u", c.tm * s) };
     let wb = if c.b.k_fast { format!("wn * {}u", c.tn * s * ldb) } else { format!("wn * {}u", c.tn * s) };
     let num = |v: u32| v.to_string();
-    // The wide fast path: each invocation's 8-half chunk (slow, fast) in the tiles.
-    let wide_setup = if c.wide {
-        format!(
-                "    let a_s8 = li / {af}u;\n    let a_f8 = (li % {af}u) * 8u;\n    let a_st8 = a_s8 * {lda}u + a_f8;\n    let b_s8 = li / {bf}u;\n    let b_f8 = (li % {bf}u) * 8u;\n    let b_st8 = b_s8 * {ldb}u + b_f8;\n",
-            af = a_tf / 8,
-            bf = b_tf / 8
-        )
-    } else {
-        String::new()
-    };
     let (enable, zero, sg_param, sg_let, emu) = if c.emulate {
         (
             String::new(),
@@ -688,7 +621,6 @@ pub(crate) fn source(c: &Config) -> String {
             ("BF16_DECLS", &decls_bf16),
             ("SET_X", set_x),
             ("PUT", &put_fn(c)),
-            ("WIDE_SETUP", &wide_setup),
         ],
     )
 }
@@ -928,7 +860,6 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
                             bk: 16,
                             ahead: 2,
                             fast: vec,
-                            wide: vec,
                             ..Config::preset(CoopTile::Large, 16, 32, a, b)
                         };
                         out.push((c.key(), source(&c)));
@@ -949,8 +880,6 @@ fn disabled_by_env() -> bool {
 
 /// The staging used on Vulkan unless `KILN_COOP_STAGE=h1|h4` says otherwise.
 const DEFAULT_STAGE: Stage = Stage::H4;
-/// How many slices the automatic choice keeps in flight.
-const AHEAD: u32 = 2;
 
 fn stage_from_env() -> Option<Stage> {
     static STAGE: std::sync::OnceLock<Option<Stage>> = std::sync::OnceLock::new();
@@ -973,15 +902,13 @@ pub struct CoopSpec {
     pub ahead: u32,
     /// Unchecked reads for interior tiles.
     pub fast: bool,
-    /// With `fast`, 16-byte reads where both operands allow them.
-    pub wide: bool,
     /// An ablation (sweeps only: the result is wrong).
     pub probe: Probe,
 }
 
 impl CoopSpec {
     /// `WMxWN:TMxTN:BK:STAGE[:FLAG]...`, e.g. `4x2:4x4:16:h4:deep:fast`. Flags: `deep` (two slices
-    /// in flight) or `a3` (three), `fast` (16-byte reads where aligned, else 8) or `fast8`, and the ablations `noload`, `nobarrier`, `nomma`.
+    /// in flight) or `a3` (three), `fast`, and the ablations `noload`, `nobarrier`, `nomma`.
     pub fn parse(text: &str) -> Option<CoopSpec> {
         let parts: Vec<&str> = text.split(':').collect();
         let pair = |p: &str| -> Option<(u32, u32)> {
@@ -999,15 +926,13 @@ impl CoopSpec {
             stage: Stage::parse(st)?,
             ahead: 1,
             fast: false,
-            wide: false,
             probe: Probe::None,
         };
         for flag in flags {
             match *flag {
                 "deep" => spec.ahead = 2,
                 "a3" => spec.ahead = 3,
-                "fast" => (spec.fast, spec.wide) = (true, true),
-                "fast8" => spec.fast = true,
+                "fast" => spec.fast = true,
                 "noload" => spec.probe = Probe::NoLoad,
                 "nobarrier" => spec.probe = Probe::NoBarrier,
                 "nomma" => spec.probe = Probe::NoMma,
@@ -1153,9 +1078,6 @@ fn matmul_coop(
         return None;
     }
     let (a_op, b_op) = ops(stage.chunk() as usize);
-    // Whether the fast path may read 16 bytes at a time: both operands aligned to 8 halves.
-    let (a8, b8) = ops(8);
-    let eight = a8.vec && b8.vec && a8.k_fast == a_op.k_fast && b8.k_fast == b_op.k_fast;
     let max = ctx.limits.max_compute_workgroups_per_dimension as usize;
     let tiles = |c: &Config| m.div_ceil(c.bm() as usize) * n.div_ceil(c.bn() as usize);
     let fits_device = |c: &Config| {
@@ -1182,17 +1104,18 @@ fn matmul_coop(
     if tile == CoopTile::Auto {
         candidates.push(preset(CoopTile::Small));
     }
-    // Vulkan, 16x16 (NVIDIA): 8 subgroups per workgroup measured twice as fast as 4 on the H100
-    // (docs/PERFORMANCE.md, session 6), 4x4 accumulators each over 16-deep slices where the output
-    // has enough 256x128 tiles, else 4x2 over 32-deep slices (128x128), else the small preset.
+    // Vulkan, 16x16 (NVIDIA), measured on an H200 (docs/PERFORMANCE.md, session 8): interior tiles
+    // on the fast reads; 8 subgroups of 4x4 accumulators (128x256 tiles) over 16-deep slices with
+    // three in flight where there are two waves of such tiles or more, else 4 subgroups of 4x4
+    // (128x128, two workgroups per SM) over 32-deep slices with two in flight, else the presets.
     if tile == CoopTile::Auto && stage == Stage::H4 && s == 16 {
-        let big = |wm, wn, tm, tn, bk| Config { wm, wn, tm, tn, bk, ahead: AHEAD, ..preset(CoopTile::Large) };
-        let tall = if m >= n { big(4, 2, 4, 4, 16) } else { big(2, 4, 4, 4, 16) };
-        let mid = big(2, 4, 4, 2, 32);
-        if batch * tiles(&tall) >= LARGE_MIN_TILES / 2 {
-            candidates.insert(0, tall);
-        } else if batch * tiles(&mid) >= LARGE_MIN_TILES / 2 {
-            candidates.insert(0, mid);
+        let big = |wm, wn, bk, ahead| Config { wm, wn, tm: 4, tn: 4, bk, ahead, fast: true, ..preset(CoopTile::Large) };
+        let wide = big(2, 4, 16, 3);
+        let square = big(2, 2, 32, 2);
+        if batch * tiles(&wide) >= LARGE_MIN_TILES {
+            candidates.insert(0, wide);
+        } else if batch * tiles(&square) >= LARGE_MIN_TILES / 4 {
+            candidates.insert(0, square);
         }
     }
     if let Some(sp) = spec {
@@ -1205,7 +1128,6 @@ fn matmul_coop(
             bk: sp.bk,
             ahead: sp.ahead,
             fast: sp.fast,
-            wide: sp.fast && sp.wide && eight,
             probe: sp.probe,
             ..base
         }];

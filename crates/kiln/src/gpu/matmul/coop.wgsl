@@ -104,7 +104,7 @@ fn main(
     let b_s = li / {{B_FC}}u;
     let b_f = (li % {{B_FC}}u) * {{W}}u;
     let b_st = b_s * {{LDB}}u + b_f;
-{{WIDE_SETUP}}    // Accumulators start as copies of zeroed workgroup memory (portable: a zero-valued coop_mat
+    // Accumulators start as copies of zeroed workgroup memory (portable: a zero-valued coop_mat
     // constructor has no zero-fill guarantee in Metal's simdgroup_matrix).
     for (var i = li; i < {{SC}}u; i += {{WG}}u) {
         sc[i] = 0.0;
