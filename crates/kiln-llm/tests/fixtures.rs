@@ -1,4 +1,5 @@
-//! The tiny Llama / Qwen2 / Mistral fixtures (made by `fixtures/make_fixtures.py` with transformers)
+//! The tiny Llama / Qwen2 / Mistral / Qwen3 / Gemma 2 / Phi-3 fixtures (made by
+//! `fixtures/make_fixtures.py` with transformers)
 //! on the CPU and the GPU: prefill logits, the greedy continuation token by token through the KV
 //! cache (logits of every step too), the generation loop, f16/bf16 against the f32 reference, the
 //! tokenizer and the chat template.
@@ -8,7 +9,7 @@ use common::{argmax, devices, expected, fixture, margin, row_err};
 use kiln::{DType, Device};
 use kiln_llm::{generate, GenerateOptions, LoadOptions, Message, Model, ModelDir, SamplingParams};
 
-const ARCHS: [&str; 3] = ["llama", "qwen2", "mistral"];
+const ARCHS: [&str; 6] = ["llama", "qwen2", "mistral", "qwen3", "gemma2", "phi3"];
 
 fn load(name: &str, dev: &Device, dtype: DType) -> Model {
     let dir = ModelDir::open(fixture(name)).unwrap();
