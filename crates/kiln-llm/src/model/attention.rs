@@ -102,6 +102,7 @@ mod tests {
         out
     }
 
+    /// On the CPU and, where there is one, the GPU (the fixture tests cover the GPU through Gemma 2).
     #[test]
     fn composed_attention_matches_an_f64_loop() {
         let (nh, nkv, d) = (4, 2, 8);
@@ -110,18 +111,18 @@ mod tests {
                 .map(|i| (((i as u32).wrapping_mul(2654435761).wrapping_add(seed) >> 8) % 2000) as f32 / 500.0 - 2.0)
                 .collect()
         };
-        let dev = Device::cpu();
-        for (t, tk, softcap, window) in
-            [(5, 5, Some(3.0), None), (5, 5, None, Some(2)), (1, 7, Some(2.0), Some(3)), (3, 9, Some(5.0), Some(4))]
-        {
+        let devs = [Some(Device::cpu()), Device::gpu().ok()];
+        let cases =
+            [(5, 5, Some(3.0), None), (5, 5, None, Some(2)), (1, 7, Some(2.0), Some(3)), (3, 9, Some(5.0), Some(4))];
+        for (dev, (t, tk, softcap, window)) in devs.iter().flatten().flat_map(|d| cases.map(|c| (d, c))) {
             let (qv, kv, vv) = (vals(nh * t * d, 1), vals(nkv * tk * d, 2), vals(nkv * tk * d, 3));
-            let q = Tensor::from_vec(qv.clone(), (1, nh, t, d), &dev).unwrap();
-            let k = Tensor::from_vec(kv.clone(), (1, nkv, tk, d), &dev).unwrap();
-            let v = Tensor::from_vec(vv.clone(), (1, nkv, tk, d), &dev).unwrap();
+            let q = Tensor::from_vec(qv.clone(), (1, nh, t, d), dev).unwrap();
+            let k = Tensor::from_vec(kv.clone(), (1, nkv, tk, d), dev).unwrap();
+            let v = Tensor::from_vec(vv.clone(), (1, nkv, tk, d), dev).unwrap();
             let got = attention(&q, &k, &v, 0.3, softcap, window).unwrap().to_vec::<f32>().unwrap();
             let want = reference(&qv, &kv, &vv, (nh, nkv, t, tk, d), 0.3, softcap, window);
             let worst = got.iter().zip(&want).map(|(&g, &w)| (g as f64 - w).abs()).fold(0.0, f64::max);
-            assert!(worst < 1e-5, "t {t} tk {tk} cap {softcap:?} window {window:?}: off by {worst:e}");
+            assert!(worst < 1e-5, "{dev} t {t} tk {tk} cap {softcap:?} window {window:?}: off by {worst:e}");
         }
     }
 
