@@ -213,10 +213,11 @@ fn sharded_weights_load_like_one_file() {
 /// `Model::quantize`: every projection (stacked q/k/v and gate/up included) to Q8_0: the weights
 /// shrink; the logits stay within Q8_0's error of the f32 model (up to 7e-2 of the row maximum on
 /// these random 2-layer models, whose weights have no outliers for 8 bits to spare; bound 0.1), and the GPU's quantized model gives the CPU's logits
-/// (same quantized weights, f32 sums in another order) to 1e-4. llama and qwen2 (biases).
+/// (same quantized weights, f32 sums in another order) to 1e-4. llama, qwen2 (biases), gemma2 (the
+/// composed path) and phi3 (projections stored stacked).
 #[test]
 fn quantized_projections_track_the_f32_model() {
-    for name in ["llama", "qwen2"] {
+    for name in ["llama", "qwen2", "gemma2", "phi3"] {
         let e = expected(name);
         let mut first: Option<Vec<Vec<f32>>> = None;
         for dev in devices() {
