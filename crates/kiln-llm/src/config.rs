@@ -1,5 +1,6 @@
 //! `config.json` of a Hugging Face Llama-family model: one [`LlamaConfig`] with switches for Llama
-//! 2/3, Mistral, Qwen2 and SmolLM. Every missing or bad field is an error naming the field.
+//! 2/3, Mistral, Qwen2, SmolLM, Qwen3 (q/k norms), Gemma 2 ([`Gemma2Params`]) and Phi-3 (fused
+//! projections). Every missing or bad field is an error naming the field.
 
 use crate::{LlmError, Result};
 use serde_json::Value;
@@ -11,6 +12,37 @@ pub enum Arch {
     Llama,
     Mistral,
     Qwen2,
+    /// Qwen3: RMSNorm over each q and k head before rope.
+    Qwen3,
+    /// Gemma 2: see [`Gemma2Params`].
+    Gemma2,
+    /// Phi-3: q/k/v and gate/up stored as one weight each (`qkv_proj`, `gate_up_proj`).
+    Phi3,
+}
+
+/// The MLP's activation: `down(act(gate(x)) * up(x))`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// `silu` (SwiGLU): Llama, Mistral, Qwen, Phi-3.
+    Silu,
+    /// `gelu_pytorch_tanh` (GeGLU with the tanh approximation): Gemma 2.
+    GeluTanh,
+}
+
+/// What Gemma 2 adds to the Llama layer: embeddings scaled by `sqrt(hidden_size)`, RMSNorm weights
+/// used as `1 + w`, norms after attention and after the MLP too (four per layer), attention scores
+/// and final logits soft-capped (`tanh(x / cap) * cap`), the attention scale
+/// `query_pre_attn_scalar^-1/2`, and sliding-window attention on some layers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gemma2Params {
+    pub query_pre_attn_scalar: f64,
+    pub attn_logit_softcapping: Option<f64>,
+    pub final_logit_softcapping: Option<f64>,
+    /// Keys a query of a sliding layer sees: itself and the `sliding_window - 1` before it.
+    pub sliding_window: Option<usize>,
+    /// Per layer, whether it attends through the sliding window (`layer_types`, else every even
+    /// layer, as transformers' `Gemma2Config` makes `layer_types`).
+    pub sliding_layers: Vec<bool>,
 }
 
 /// How the rotary frequencies are rescaled for long contexts (`rope_scaling` / `rope_parameters`).
@@ -44,6 +76,11 @@ pub struct LlamaConfig {
     /// Bias on the output projection (Llama with `attention_bias`).
     pub o_bias: bool,
     pub mlp_bias: bool,
+    pub hidden_act: Activation,
+    /// Qwen3: `q_norm` / `k_norm` weights (head_dim) applied per head to q and k before rope.
+    pub qk_norm: bool,
+    /// Gemma 2's extra switches (`None` for every other architecture).
+    pub gemma2: Option<Gemma2Params>,
     pub bos_token_id: Option<u32>,
     pub eos_token_ids: Vec<u32>,
     /// The dtype the weights were saved in (`torch_dtype` or `dtype`), if stated.
@@ -120,11 +157,7 @@ impl LlamaConfig {
         if head_dim % 2 != 0 {
             return Err(LlmError::config("head_dim", format!("must be even for rotary embeddings, got {head_dim}")));
         }
-        if let Some(act) = v.get("hidden_act").and_then(Value::as_str) {
-            if act != "silu" {
-                return Err(LlmError::config("hidden_act", format!("only \"silu\" is supported, got \"{act}\"")));
-            }
-        }
+        let hidden_act = activation_of(v, arch)?;
         // transformers 5 moves rope_theta and the scaling into `rope_parameters`.
         let rope_params = v.get("rope_parameters").filter(|p| p.is_object());
         let rope_theta = match rope_params.and_then(|p| p.get("rope_theta")) {
@@ -137,10 +170,39 @@ impl LlamaConfig {
             Some(s) => rope_scaling_of(s, if rope_params.is_some() { "rope_parameters" } else { "rope_scaling" })?,
             None => None,
         };
+        // Phi-4-mini and others rotate part of each head only (transformers 5 keeps the factor in
+        // `rope_parameters`).
+        for (field, f) in [
+            ("partial_rotary_factor", v.get("partial_rotary_factor")),
+            ("rope_parameters.partial_rotary_factor", rope_params.and_then(|p| p.get("partial_rotary_factor"))),
+        ] {
+            if let Some(p) = f.and_then(Value::as_f64).filter(|&p| p != 1.0) {
+                return Err(LlmError::config(
+                    field,
+                    format!("only 1.0 (rotary embeddings over the whole head) is supported, got {p}"),
+                ));
+            }
+        }
         let attention_bias = bool_field("attention_bias", false)?;
+        // Mistral and Phi-3 slide on every layer, Qwen2/3 when asked: the context is capped at the
+        // window. Gemma 2 slides on some layers only: it masks instead (`Gemma2Params`).
         let sliding_window = match arch {
-            Arch::Mistral => opt_usize("sliding_window")?,
-            Arch::Qwen2 if bool_field("use_sliding_window", false)? => opt_usize("sliding_window")?,
+            Arch::Mistral | Arch::Phi3 => opt_usize("sliding_window")?,
+            Arch::Qwen2 | Arch::Qwen3 if bool_field("use_sliding_window", false)? => opt_usize("sliding_window")?,
+            _ => None,
+        };
+        let num_layers = usize_field("num_hidden_layers")?;
+        if arch == Arch::Gemma2 && bool_field("use_bidirectional_attention", false)? {
+            return Err(LlmError::config("use_bidirectional_attention", "only causal attention (false) is supported"));
+        }
+        let gemma2 = match arch {
+            Arch::Gemma2 => Some(Gemma2Params {
+                query_pre_attn_scalar: f64_field("query_pre_attn_scalar", Some(256.0))?,
+                attn_logit_softcapping: opt_positive(v, "attn_logit_softcapping")?,
+                final_logit_softcapping: opt_positive(v, "final_logit_softcapping")?,
+                sliding_window: opt_usize("sliding_window")?,
+                sliding_layers: sliding_layers(v, num_layers)?,
+            }),
             _ => None,
         };
         Ok(LlamaConfig {
@@ -148,7 +210,7 @@ impl LlamaConfig {
             vocab_size: usize_field("vocab_size")?,
             hidden_size,
             intermediate_size: usize_field("intermediate_size")?,
-            num_layers: usize_field("num_hidden_layers")?,
+            num_layers,
             num_heads,
             num_kv_heads,
             head_dim,
@@ -157,10 +219,14 @@ impl LlamaConfig {
             rope_scaling,
             max_position_embeddings: opt_usize("max_position_embeddings")?.unwrap_or(4096),
             sliding_window,
-            tie_word_embeddings: bool_field("tie_word_embeddings", false)?,
+            // transformers leaves the field out of config.json where it equals the base default (true).
+            tie_word_embeddings: bool_field("tie_word_embeddings", arch == Arch::Gemma2)?,
             qkv_bias: arch == Arch::Qwen2 || attention_bias,
             o_bias: attention_bias,
             mlp_bias: bool_field("mlp_bias", false)?,
+            hidden_act,
+            qk_norm: arch == Arch::Qwen3,
+            gemma2,
             bos_token_id: token_ids(v, "bos_token_id")?.first().copied(),
             eos_token_ids: token_ids(v, "eos_token_id")?,
             saved_dtype: ["torch_dtype", "dtype"]
@@ -183,10 +249,66 @@ fn arch_of(v: &Value) -> Result<Arch> {
         (Some("LlamaForCausalLM"), _) | (None, Some("llama")) => Ok(Arch::Llama),
         (Some("MistralForCausalLM"), _) | (None, Some("mistral")) => Ok(Arch::Mistral),
         (Some("Qwen2ForCausalLM"), _) | (None, Some("qwen2")) => Ok(Arch::Qwen2),
+        (Some("Qwen3ForCausalLM"), _) | (None, Some("qwen3")) => Ok(Arch::Qwen3),
+        (Some("Gemma2ForCausalLM"), _) | (None, Some("gemma2")) => Ok(Arch::Gemma2),
+        (Some("Phi3ForCausalLM"), _) | (None, Some("phi3")) => Ok(Arch::Phi3),
         (Some(a), _) => Err(LlmError::UnsupportedArchitecture(a.to_string())),
         (None, Some(t)) => Err(LlmError::UnsupportedArchitecture(t.to_string())),
         (None, None) => Err(LlmError::config("architectures", "missing (and no `model_type` either)")),
     }
+}
+
+/// The MLP activation: `silu` everywhere but Gemma 2 (`hidden_activation`, else `hidden_act`:
+/// `gelu_pytorch_tanh`).
+fn activation_of(v: &Value, arch: Arch) -> Result<Activation> {
+    let field = if arch == Arch::Gemma2 && v.get("hidden_activation").is_some_and(|a| !a.is_null()) {
+        "hidden_activation"
+    } else {
+        "hidden_act"
+    };
+    let (want, act) = match arch {
+        Arch::Gemma2 => ("gelu_pytorch_tanh", Activation::GeluTanh),
+        _ => ("silu", Activation::Silu),
+    };
+    match v.get(field).and_then(Value::as_str) {
+        None => Ok(act),
+        Some(a) if a == want => Ok(act),
+        Some(a) => Err(LlmError::config(field, format!("only \"{want}\" is supported for {arch:?}, got \"{a}\""))),
+    }
+}
+
+/// An optional positive number (absent or null: `None`).
+fn opt_positive(v: &Value, name: &str) -> Result<Option<f64>> {
+    match v.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(f) => f
+            .as_f64()
+            .filter(|x| x.is_finite() && *x > 0.0)
+            .map(Some)
+            .ok_or_else(|| LlmError::config(name, format!("expected a positive number or null, got {f}"))),
+    }
+}
+
+/// Gemma 2's sliding layers: `layer_types` (`sliding_attention` / `full_attention`) when given, else
+/// every even layer (transformers' default `layer_types`: `(i + 1) % 2` is sliding).
+fn sliding_layers(v: &Value, num_layers: usize) -> Result<Vec<bool>> {
+    let Some(types) = v.get("layer_types").filter(|t| !t.is_null()) else {
+        return Ok((0..num_layers).map(|i| i % 2 == 0).collect());
+    };
+    let bad = || {
+        LlmError::config(
+            "layer_types",
+            format!("expected {num_layers} of \"sliding_attention\" / \"full_attention\", got {types}"),
+        )
+    };
+    let list = types.as_array().filter(|a| a.len() == num_layers).ok_or_else(bad)?;
+    list.iter()
+        .map(|t| match t.as_str() {
+            Some("sliding_attention") => Ok(true),
+            Some("full_attention") => Ok(false),
+            _ => Err(bad()),
+        })
+        .collect()
 }
 
 fn rope_scaling_of(s: &Value, field: &str) -> Result<Option<RopeScaling>> {
@@ -217,6 +339,10 @@ fn rope_scaling_of(s: &Value, field: &str) -> Result<Option<RopeScaling>> {
             }
             Ok(Some(scaling))
         }
+        "longrope" | "su" => Err(LlmError::config(
+            &format!("{field}.rope_type"),
+            format!("\"{kind}\" (the long-context rope of Phi-3 -128k and Phi-3.5) is not supported (supported: default, linear, llama3)"),
+        )),
         other => Err(LlmError::config(
             &format!("{field}.rope_type"),
             format!("\"{other}\" is not supported (supported: default, linear, llama3)"),

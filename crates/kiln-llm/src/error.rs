@@ -14,7 +14,7 @@ pub enum LlmError {
     #[error("{file}: field `{field}`: {msg}")]
     Config { file: &'static str, field: String, msg: String },
     /// The architecture is not one kiln-llm implements.
-    #[error("unsupported architecture '{0}' (config.json `architectures`/`model_type`); supported: Llama (LlamaForCausalLM, incl. Llama 3 and SmolLM), Mistral (MistralForCausalLM), Qwen2 (Qwen2ForCausalLM)")]
+    #[error("unsupported architecture '{0}' (config.json `architectures`/`model_type`); supported: Llama (LlamaForCausalLM, incl. Llama 3 and SmolLM), Mistral (MistralForCausalLM), Qwen2 (Qwen2ForCausalLM), Qwen3 (Qwen3ForCausalLM), Gemma 2 (Gemma2ForCausalLM), Phi-3 (Phi3ForCausalLM)")]
     UnsupportedArchitecture(String),
     /// A weight tensor is missing or has the wrong shape or dtype.
     #[error("weight `{name}`: {msg}")]

@@ -1,6 +1,6 @@
-//! kiln-llm: Llama-family LLM inference on kiln (Llama 2/3, Mistral, Qwen2/2.5, SmolLM) from Hugging
-//! Face model folders: `config.json`, safetensors weights (memory-mapped, sharded or not),
-//! `tokenizer.json`, the chat template of `tokenizer_config.json`.
+//! kiln-llm: Llama-family LLM inference on kiln (Llama 2/3, Mistral, Qwen2/2.5/3, SmolLM, Gemma 2,
+//! Phi-3) from Hugging Face model folders: `config.json`, safetensors weights (memory-mapped,
+//! sharded or not), `tokenizer.json`, the chat template of `tokenizer_config.json`.
 //!
 //! ```no_run
 //! # fn main() -> kiln_llm::Result<()> {
@@ -32,7 +32,7 @@ pub mod tokenizer;
 pub mod weights;
 
 pub use chat::{ChatTemplate, Message};
-pub use config::{Arch, LlamaConfig, RopeScaling};
+pub use config::{Activation, Arch, Gemma2Params, LlamaConfig, RopeScaling};
 pub use error::{LlmError, Result};
 pub use generate::{generate, GenerateOptions, GenerateStats};
 pub use gguf::GgufModel;

@@ -1,8 +1,14 @@
 //! The Llama-family decoder: embedding, `num_layers` x (RMSNorm, grouped-query attention with rotary
 //! embeddings and a KV cache, RMSNorm, SwiGLU MLP), a final RMSNorm and the LM head. Weights keep the
 //! Hugging Face `(out, in)` layout and go through `Tensor::linear`.
+//!
+//! The variants: Qwen3 normalises each q and k head before rope (`Layer::qk_norm`); Gemma 2 scales
+//! the embeddings, normalises the attention and MLP outputs too (`Layer::post_norms`), uses GeGLU,
+//! soft-caps attention scores and logits and slides a window on some layers (`attention.rs`); Phi-3
+//! stores q/k/v and gate/up stacked, which is how every model runs them anyway. Llama, Mistral,
+//! Qwen2 and Phi-3 take the fused path of [`Model::forward`], the others the composed one.
 
-use crate::config::LlamaConfig;
+use crate::config::{Activation, Arch, LlamaConfig};
 use crate::embedding::Embedding;
 use crate::rope::{inv_freq, RopeTables};
 use crate::weights::WeightSource;
@@ -10,6 +16,7 @@ use crate::{LlmError, Result};
 use kiln::quant::{QTensor, QuantType};
 use kiln::{DType, Device, KvCache, LinearInput, RopeLayout, Tensor};
 
+mod attention;
 mod batch;
 pub use batch::{BatchSeq, SeqKv};
 
@@ -163,6 +170,10 @@ pub(crate) struct Layer {
     /// The gate and up projections.
     pub(crate) gate_up: Fused,
     pub(crate) down: Linear,
+    /// Qwen3: the RMSNorm weights `(head_dim,)` of every q head and every k head.
+    pub(crate) qk_norm: Option<(Tensor, Tensor)>,
+    /// Gemma 2: the RMSNorms of the attention output and of the MLP output, before each residual add.
+    pub(crate) post_norms: Option<(Tensor, Tensor)>,
 }
 
 impl Layer {
@@ -182,7 +193,18 @@ impl Layer {
             mlp_norm,
             gate_up: Fused::new(vec![gate, up])?,
             down,
+            qk_norm: None,
+            post_norms: None,
         })
+    }
+
+    /// The norm weights of this layer, in the order [`Model::weight_bytes`] counts them.
+    fn norms(&self) -> Vec<&Tensor> {
+        let mut v = vec![&self.attn_norm, &self.mlp_norm];
+        for (a, b) in self.qk_norm.iter().chain(&self.post_norms) {
+            v.extend([a, b]);
+        }
+        v
     }
 
     fn linears_mut(&mut self) -> Vec<&mut Linear> {
@@ -257,22 +279,41 @@ fn weight_plan(cfg: &LlamaConfig, src: &dyn WeightSource) -> Vec<(String, Vec<us
     for l in 0..cfg.num_layers {
         let p = format!("model.layers.{l}");
         plan.push((format!("{p}.input_layernorm.weight"), vec![h]));
-        for (n, out) in [("q", q_out), ("k", kv_out), ("v", kv_out)] {
-            plan.push((format!("{p}.self_attn.{n}_proj.weight"), vec![out, h]));
+        if cfg.arch == Arch::Phi3 {
+            plan.push((format!("{p}.self_attn.qkv_proj.weight"), vec![q_out + 2 * kv_out, h]));
             if cfg.qkv_bias {
-                plan.push((format!("{p}.self_attn.{n}_proj.bias"), vec![out]));
+                plan.push((format!("{p}.self_attn.qkv_proj.bias"), vec![q_out + 2 * kv_out]));
             }
+        } else {
+            for (n, out) in [("q", q_out), ("k", kv_out), ("v", kv_out)] {
+                plan.push((format!("{p}.self_attn.{n}_proj.weight"), vec![out, h]));
+                if cfg.qkv_bias {
+                    plan.push((format!("{p}.self_attn.{n}_proj.bias"), vec![out]));
+                }
+            }
+        }
+        if cfg.qk_norm {
+            plan.push((format!("{p}.self_attn.q_norm.weight"), vec![hd]));
+            plan.push((format!("{p}.self_attn.k_norm.weight"), vec![hd]));
         }
         plan.push((format!("{p}.self_attn.o_proj.weight"), vec![h, q_out]));
         if cfg.o_bias {
             plan.push((format!("{p}.self_attn.o_proj.bias"), vec![h]));
         }
         plan.push((format!("{p}.post_attention_layernorm.weight"), vec![h]));
-        for (n, shape) in [("gate", vec![i, h]), ("up", vec![i, h]), ("down", vec![h, i])] {
-            let out = shape[0];
-            plan.push((format!("{p}.mlp.{n}_proj.weight"), shape));
+        if cfg.gemma2.is_some() {
+            plan.push((format!("{p}.pre_feedforward_layernorm.weight"), vec![h]));
+            plan.push((format!("{p}.post_feedforward_layernorm.weight"), vec![h]));
+        }
+        let mlp: &[(&str, Vec<usize>)] = if cfg.arch == Arch::Phi3 {
+            &[("gate_up", vec![2 * i, h]), ("down", vec![h, i])]
+        } else {
+            &[("gate", vec![i, h]), ("up", vec![i, h]), ("down", vec![h, i])]
+        };
+        for (n, shape) in mlp {
+            plan.push((format!("{p}.mlp.{n}_proj.weight"), shape.clone()));
             if cfg.mlp_bias {
-                plan.push((format!("{p}.mlp.{n}_proj.bias"), vec![out]));
+                plan.push((format!("{p}.mlp.{n}_proj.bias"), vec![shape[0]]));
             }
         }
     }
@@ -326,7 +367,12 @@ impl Model {
                     format!("has shape {:?}, config.json implies {:?}", meta.shape, shape),
                 ));
             }
-            let t = src.load(&name, dtype, device)?;
+            let t = if cfg.gemma2.is_some() && name.ends_with("norm.weight") {
+                // Gemma 2's RMSNorm multiplies by `1 + w` (in f32): the sum is made once, here.
+                src.load(&name, DType::F32, device)?.add_scalar(1.0)?.to_dtype(dtype)?
+            } else {
+                src.load(&name, dtype, device)?
+            };
             done += t.elem_count() as u64 * dtype.size_in_bytes() as u64;
             if let Some(p) = opts.progress.as_mut() {
                 p(done, total);
@@ -339,14 +385,38 @@ impl Model {
             let p = format!("model.layers.{l}");
             let a = |w: &mut Loaded, n: &str| w.linear(&format!("{p}.self_attn.{n}_proj"), cfg.qkv_bias);
             let m = |w: &mut Loaded, n: &str| w.linear(&format!("{p}.mlp.{n}_proj"), cfg.mlp_bias);
-            layers.push(Layer::new(
-                w.take(&format!("{p}.input_layernorm.weight")),
-                [a(&mut w, "q"), a(&mut w, "k"), a(&mut w, "v")],
-                w.linear(&format!("{p}.self_attn.o_proj"), cfg.o_bias),
-                w.take(&format!("{p}.post_attention_layernorm.weight")),
-                [m(&mut w, "gate"), m(&mut w, "up")],
-                m(&mut w, "down"),
-            )?);
+            let norm = |w: &mut Loaded, n: &str| w.take(&format!("{p}.{n}.weight"));
+            let attn_norm = norm(&mut w, "input_layernorm");
+            let o = w.linear(&format!("{p}.self_attn.o_proj"), cfg.o_bias);
+            let mut layer = if cfg.arch == Arch::Phi3 {
+                // Stored stacked: used as they are (the layout `Layer::new` would stack them into).
+                Layer {
+                    attn_norm,
+                    qkv: Fused::One(a(&mut w, "qkv")),
+                    o,
+                    mlp_norm: norm(&mut w, "post_attention_layernorm"),
+                    gate_up: Fused::One(m(&mut w, "gate_up")),
+                    down: m(&mut w, "down"),
+                    qk_norm: None,
+                    post_norms: None,
+                }
+            } else {
+                let qkv = [a(&mut w, "q"), a(&mut w, "k"), a(&mut w, "v")];
+                // Gemma 2's `post_attention_layernorm` follows the attention; its MLP norm is the
+                // `pre_feedforward_layernorm`.
+                let mlp_norm =
+                    if cfg.gemma2.is_some() { "pre_feedforward_layernorm" } else { "post_attention_layernorm" };
+                let mlp_norm = norm(&mut w, mlp_norm);
+                Layer::new(attn_norm, qkv, o, mlp_norm, [m(&mut w, "gate"), m(&mut w, "up")], m(&mut w, "down"))?
+            };
+            if cfg.qk_norm {
+                layer.qk_norm = Some((norm(&mut w, "self_attn.q_norm"), norm(&mut w, "self_attn.k_norm")));
+            }
+            if cfg.gemma2.is_some() {
+                let post_attn = norm(&mut w, "post_attention_layernorm");
+                layer.post_norms = Some((post_attn, norm(&mut w, "post_feedforward_layernorm")));
+            }
+            layers.push(layer);
         }
         let embed = w.take("model.embed_tokens.weight");
         let lm_head =
@@ -416,7 +486,7 @@ impl Model {
         let layers: u64 = self
             .layers
             .iter()
-            .map(|l| dense(&l.attn_norm) + dense(&l.mlp_norm) + l.linears().into_iter().map(lin).sum::<u64>())
+            .map(|l| l.norms().into_iter().map(dense).sum::<u64>() + l.linears().into_iter().map(lin).sum::<u64>())
             .sum();
         let tied = match &self.lm_head.w {
             Weight::Dense(t) => self.embed.shares_storage_with(t),
@@ -464,10 +534,19 @@ impl Model {
         let (hd, nh, nkv) = (cfg.head_dim, cfg.num_heads, cfg.num_kv_heads);
         let ids: Vec<i64> = tokens.iter().map(|&x| x as i64).collect();
         let ids = Tensor::from_vec(ids, t, &self.device)?;
-        let mut x = self.embed.embedding(&ids)?; // (t, hidden)
+        let mut x = self.embed_tokens(&ids)?; // (t, hidden)
         let (cos, sin) = self.rope.rows(offset, t)?;
-        for (layer, kv) in self.layers.iter().zip(cache.layers.iter_mut()) {
+        let fused = self.fused_path();
+        for (l, (layer, kv)) in self.layers.iter().zip(cache.layers.iter_mut()).enumerate() {
             let eps = cfg.rms_norm_eps;
+            if !fused {
+                let (q, k, v) = self.qkv_heads(layer, &x.rms_norm(&layer.attn_norm, eps)?, &cos, &sin)?;
+                let (k, v) = kv.append(&k, &v)?;
+                let att = self.attend(l, &q, &k, &v)?.transpose(1, 2)?.reshape((t, nh * hd))?;
+                x = self.attn_residual(layer, &att, &x)?;
+                x = self.mlp_residual(layer, &x)?;
+                continue;
+            }
             let (q, k, v) = match &layer.qkv {
                 // Stacked: the norm in the product's kernel, rope and the cache append in one more.
                 Fused::One(lin) => {
@@ -490,15 +569,92 @@ impl Model {
             x = match &layer.gate_up {
                 // Stacked: the norm in the gate/up kernel, silu_mul and the residual in the down one.
                 Fused::One(lin) => layer.down.forward_silu_add(&lin.forward_norm(&x, &layer.mlp_norm, eps)?, &x)?,
-                Fused::Apart(_) => {
-                    let h = x.rms_norm(&layer.mlp_norm, eps)?;
-                    let gu = layer.gate_up.forward(&h, &[cfg.intermediate_size; 2])?;
-                    layer.down.forward_add(&gu[0].silu_mul(&gu[1])?, &x)?
-                }
+                Fused::Apart(_) => self.mlp_residual(layer, &x)?,
             };
         }
         let x = if all_logits { x } else { x.narrow(0, t - 1, 1)? };
-        Ok(self.lm_head.forward_norm(&x, &self.norm, cfg.rms_norm_eps)?.to_dtype(DType::F32)?)
+        self.logits(&x)
+    }
+
+    /// Whether every layer is plain Llama (RMSNorm, SwiGLU, `sdpa`): the fused kernels of
+    /// [`Model::forward`] apply. Qwen3 and Gemma 2 take the composed path.
+    fn fused_path(&self) -> bool {
+        let c = &self.config;
+        !c.qk_norm && c.gemma2.is_none() && c.hidden_act == Activation::Silu
+    }
+
+    /// The embedding rows of `ids` `(t,)`: `(t, hidden)`, times `sqrt(hidden)` for Gemma 2 (the
+    /// factor rounded to the model dtype first, as transformers does).
+    fn embed_tokens(&self, ids: &Tensor) -> Result<Tensor> {
+        let x = self.embed.embedding(ids)?;
+        if self.config.gemma2.is_none() {
+            return Ok(x);
+        }
+        // A scalar operand takes the tensor's dtype (see `Tensor::binary_scalar`).
+        Ok(x.mul_scalar((self.config.hidden_size as f64).sqrt())?)
+    }
+
+    /// The q, k and v heads `(1, heads, t, head_dim)` of the normalised input `h` `(t, hidden)`: q
+    /// and k normalised per head (Qwen3) and rotated by the `cos`/`sin` rows `(t, head_dim / 2)`.
+    fn qkv_heads(&self, layer: &Layer, h: &Tensor, cos: &Tensor, sin: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
+        let cfg = &self.config;
+        let (t, hd, nh, nkv) = (h.dims()[0], cfg.head_dim, cfg.num_heads, cfg.num_kv_heads);
+        let heads = |y: &Tensor, n: usize| -> Result<Tensor> { Ok(y.reshape((1, t, n, hd))?) };
+        let rope = |y: Tensor| y.transpose(1, 2)?.rope_with_tables(cos, sin, RopeLayout::HalfSplit);
+        let ys = layer.qkv.forward(h, &[nh * hd, nkv * hd, nkv * hd])?;
+        let (mut q, mut k) = (heads(&ys[0], nh)?, heads(&ys[1], nkv)?);
+        if let Some((qn, kn)) = &layer.qk_norm {
+            q = q.rms_norm(qn, cfg.rms_norm_eps)?;
+            k = k.rms_norm(kn, cfg.rms_norm_eps)?;
+        }
+        Ok((rope(q)?, rope(k)?, heads(&ys[2], nkv)?.transpose(1, 2)?))
+    }
+
+    /// Causal attention of layer `l`'s queries over its cached keys and values: `sdpa`, or for Gemma 2
+    /// the composed attention with its scale, soft cap and (on sliding layers) window.
+    fn attend(&self, l: usize, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
+        match &self.config.gemma2 {
+            None => Ok(q.sdpa(k, v, true, None)?),
+            Some(g) => {
+                let window = if g.sliding_layers[l] { g.sliding_window } else { None };
+                let scale = 1.0 / g.query_pre_attn_scalar.sqrt();
+                attention::attention(q, k, v, scale, g.attn_logit_softcapping, window)
+            }
+        }
+    }
+
+    /// `x + o(att)`, the product normalised first for Gemma 2.
+    fn attn_residual(&self, layer: &Layer, att: &Tensor, x: &Tensor) -> Result<Tensor> {
+        match &layer.post_norms {
+            None => layer.o.forward_add(att, x),
+            Some((post, _)) => Ok(x.add(&layer.o.forward(att)?.rms_norm(post, self.config.rms_norm_eps)?)?),
+        }
+    }
+
+    /// `x + down(act(gate(h)) * up(h))` with `h` the MLP norm of `x`, the output normalised first for
+    /// Gemma 2.
+    fn mlp_residual(&self, layer: &Layer, x: &Tensor) -> Result<Tensor> {
+        let cfg = &self.config;
+        let h = x.rms_norm(&layer.mlp_norm, cfg.rms_norm_eps)?;
+        let gu = layer.gate_up.forward(&h, &[cfg.intermediate_size; 2])?;
+        let a = match cfg.hidden_act {
+            Activation::Silu => gu[0].silu_mul(&gu[1])?,
+            Activation::GeluTanh => gu[0].gelu()?.mul(&gu[1])?,
+        };
+        match &layer.post_norms {
+            None => layer.down.forward_add(&a, x),
+            Some((_, post)) => Ok(x.add(&layer.down.forward(&a)?.rms_norm(post, cfg.rms_norm_eps)?)?),
+        }
+    }
+
+    /// f32 logits of the last hidden states `x` `(rows, hidden)`: final norm, LM head, and Gemma 2's
+    /// soft cap.
+    fn logits(&self, x: &Tensor) -> Result<Tensor> {
+        let logits = self.lm_head.forward_norm(x, &self.norm, self.config.rms_norm_eps)?.to_dtype(DType::F32)?;
+        match self.config.gemma2.as_ref().and_then(|g| g.final_logit_softcapping) {
+            None => Ok(logits),
+            Some(cap) => Ok(logits.div_scalar(cap)?.tanh()?.mul_scalar(cap)?),
+        }
     }
 }
 

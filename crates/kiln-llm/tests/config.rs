@@ -1,6 +1,6 @@
 //! config.json parsing: the switches of each architecture, and errors that name the field or file.
 
-use kiln_llm::{Arch, LlamaConfig, ModelDir, RopeScaling};
+use kiln_llm::{Activation, Arch, Gemma2Params, LlamaConfig, ModelDir, RopeScaling};
 use serde_json::json;
 
 fn base() -> serde_json::Value {
@@ -59,6 +59,86 @@ fn errors_name_the_field() {
     let mut v = base();
     v["hidden_act"] = json!("gelu");
     assert!(err(v).contains("hidden_act"));
+}
+
+/// Qwen3 (q/k norms, head_dim from the config), Gemma 2 (its own switches, tied embeddings by
+/// default, sliding layers from `layer_types` or every even layer) and Phi-3 (silu; long-context rope
+/// refused by name).
+#[test]
+fn qwen3_gemma2_and_phi3_switches() {
+    let mut v = base();
+    v["architectures"] = json!(["Qwen3ForCausalLM"]);
+    v["head_dim"] = json!(32);
+    let c = LlamaConfig::from_json(&v).unwrap();
+    assert!(c.qk_norm && !c.qkv_bias && c.gemma2.is_none());
+    assert_eq!((c.arch, c.head_dim), (Arch::Qwen3, 32));
+
+    let mut v = base();
+    v.as_object_mut().unwrap().remove("architectures");
+    v["model_type"] = json!("gemma2");
+    v["hidden_activation"] = json!("gelu_pytorch_tanh");
+    v["hidden_act"] = json!("gelu_pytorch_tanh");
+    v["num_hidden_layers"] = json!(3);
+    v["attn_logit_softcapping"] = json!(50.0);
+    v["final_logit_softcapping"] = json!(null);
+    v["query_pre_attn_scalar"] = json!(144);
+    v["sliding_window"] = json!(4096);
+    let c = LlamaConfig::from_json(&v).unwrap();
+    assert_eq!((c.arch, c.hidden_act, c.tie_word_embeddings), (Arch::Gemma2, Activation::GeluTanh, true));
+    let g = c.gemma2.clone().unwrap();
+    assert_eq!(
+        g,
+        Gemma2Params {
+            query_pre_attn_scalar: 144.0,
+            attn_logit_softcapping: Some(50.0),
+            final_logit_softcapping: None,
+            sliding_window: Some(4096),
+            sliding_layers: vec![true, false, true],
+        }
+    );
+    // The window masks (some layers only): the context is not capped at it.
+    assert_eq!(kiln_llm::model::effective_context(&c, 8192), 256);
+    v["layer_types"] = json!(["full_attention", "sliding_attention", "full_attention"]);
+    assert_eq!(LlamaConfig::from_json(&v).unwrap().gemma2.unwrap().sliding_layers, [false, true, false]);
+    v["layer_types"] = json!(["full_attention"]);
+    assert!(err(v.clone()).contains("`layer_types`"));
+    v["layer_types"] = json!(null);
+    v["hidden_activation"] = json!("gelu");
+    assert!(err(v.clone()).contains("`hidden_activation`: only \"gelu_pytorch_tanh\""));
+    v["hidden_activation"] = json!("gelu_pytorch_tanh");
+    v["use_bidirectional_attention"] = json!(true);
+    assert!(err(v).contains("use_bidirectional_attention"));
+
+    let mut v = base();
+    v["architectures"] = json!(["Phi3ForCausalLM"]);
+    v.as_object_mut().unwrap().remove("rope_scaling");
+    let c = LlamaConfig::from_json(&v).unwrap();
+    assert_eq!((c.arch, c.hidden_act, c.qk_norm), (Arch::Phi3, Activation::Silu, false));
+    v["rope_scaling"] = json!({"type": "longrope", "short_factor": [1.0], "long_factor": [1.0]});
+    let e = err(v.clone());
+    assert!(e.contains("rope_scaling.rope_type") && e.contains("\"longrope\"") && e.contains("not supported"), "{e}");
+    v["rope_scaling"] = json!({"type": "su", "short_factor": [1.0], "long_factor": [1.0]});
+    assert!(err(v.clone()).contains("\"su\""));
+    v.as_object_mut().unwrap().remove("rope_scaling");
+    v["rope_parameters"] = json!({"rope_theta": 10000.0, "rope_type": "default", "partial_rotary_factor": 0.75});
+    assert!(err(v).contains("rope_parameters.partial_rotary_factor"));
+}
+
+#[test]
+fn unsupported_architectures_list_the_supported_ones() {
+    let mut v = base();
+    v["architectures"] = json!(["Gemma3ForCausalLM"]);
+    let e = err(v);
+    for name in [
+        "LlamaForCausalLM",
+        "MistralForCausalLM",
+        "Qwen2ForCausalLM",
+        "Qwen3ForCausalLM",
+        "Gemma2ForCausalLM",
+        "Phi3ForCausalLM",
+    ] {
+        assert!(e.contains(name), "{e}");
+    }
 }
 
 #[test]

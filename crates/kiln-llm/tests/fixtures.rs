@@ -1,4 +1,5 @@
-//! The tiny Llama / Qwen2 / Mistral fixtures (made by `fixtures/make_fixtures.py` with transformers)
+//! The tiny Llama / Qwen2 / Mistral / Qwen3 / Gemma 2 / Phi-3 fixtures (made by
+//! `fixtures/make_fixtures.py` with transformers)
 //! on the CPU and the GPU: prefill logits, the greedy continuation token by token through the KV
 //! cache (logits of every step too), the generation loop, f16/bf16 against the f32 reference, the
 //! tokenizer and the chat template.
@@ -8,7 +9,7 @@ use common::{argmax, devices, expected, fixture, margin, row_err};
 use kiln::{DType, Device};
 use kiln_llm::{generate, GenerateOptions, LoadOptions, Message, Model, ModelDir, SamplingParams};
 
-const ARCHS: [&str; 3] = ["llama", "qwen2", "mistral"];
+const ARCHS: [&str; 6] = ["llama", "qwen2", "mistral", "qwen3", "gemma2", "phi3"];
 
 fn load(name: &str, dev: &Device, dtype: DType) -> Model {
     let dir = ModelDir::open(fixture(name)).unwrap();
@@ -212,10 +213,11 @@ fn sharded_weights_load_like_one_file() {
 /// `Model::quantize`: every projection (stacked q/k/v and gate/up included) to Q8_0: the weights
 /// shrink; the logits stay within Q8_0's error of the f32 model (up to 7e-2 of the row maximum on
 /// these random 2-layer models, whose weights have no outliers for 8 bits to spare; bound 0.1), and the GPU's quantized model gives the CPU's logits
-/// (same quantized weights, f32 sums in another order) to 1e-4. llama and qwen2 (biases).
+/// (same quantized weights, f32 sums in another order) to 1e-4. llama, qwen2 (biases), gemma2 (the
+/// composed path) and phi3 (projections stored stacked).
 #[test]
 fn quantized_projections_track_the_f32_model() {
-    for name in ["llama", "qwen2"] {
+    for name in ["llama", "qwen2", "gemma2", "phi3"] {
         let e = expected(name);
         let mut first: Option<Vec<Vec<f32>>> = None;
         for dev in devices() {

@@ -9,7 +9,7 @@
 
 use super::{Fused, Model};
 use crate::{LlmError, Result};
-use kiln::{BlockTable, DType, RopeLayout, Tensor};
+use kiln::{BlockTable, RopeLayout, Tensor};
 
 /// The keys and values of one sequence, layer by layer. [`super::Cache`] (one contiguous buffer per
 /// layer) and `crate::paged::PagedSeq` (blocks of a shared pool) are the two stores.
@@ -73,8 +73,10 @@ impl Model {
         // The paged decode rows (one token, a pool shared with the first of them) first.
         let mut first: Option<usize> = None;
         let mut fast = vec![false; seqs.len()];
+        // `sdpa_paged` has no soft cap nor window: Gemma 2 gathers every sequence's keys instead.
+        let paged_ok = cfg.gemma2.is_none();
         for i in 0..seqs.len() {
-            if seqs[i].tokens.len() != 1 || seqs[i].kv.paged().is_none() {
+            if !paged_ok || seqs[i].tokens.len() != 1 || seqs[i].kv.paged().is_none() {
                 continue;
             }
             fast[i] = match first {
@@ -124,12 +126,14 @@ impl Model {
         let positions = Tensor::from_vec(positions, total, &self.device)?;
         let cos = self.rope.cos.embedding(&positions)?; // (T, head_dim / 2): each row's own position
         let sin = self.rope.sin.embedding(&positions)?;
-        let mut x = self.embed.embedding(&ids)?; // (T, hidden)
+        let mut x = self.embed_tokens(&ids)?; // (T, hidden)
+        let fused = self.fused_path();
         for (l, layer) in self.layers.iter().enumerate() {
             let h = x.rms_norm(&layer.attn_norm, cfg.rms_norm_eps)?;
             let heads = |y: &Tensor, n: usize| -> Result<Tensor> { Ok(y.reshape((1, total, n, hd))?.transpose(1, 2)?) };
             let rope = |y: Tensor| y.rope_with_tables(&cos, &sin, RopeLayout::HalfSplit);
             let (q, k, v) = match &layer.qkv {
+                _ if !fused => self.qkv_heads(layer, &h, &cos, &sin)?,
                 Fused::One(lin) => {
                     let y = lin.forward(&h)?;
                     let qk = rope(heads(&y.narrow(1, 0, (nh + nkv) * hd)?, nh + nkv)?)?;
@@ -156,7 +160,7 @@ impl Model {
             for &i in &order[nd..] {
                 let (start, t) = spans[i];
                 let (ks, vs) = seqs[i].kv.append(l, &k.narrow(2, start, t)?, &v.narrow(2, start, t)?)?;
-                let att = q.narrow(2, start, t)?.sdpa(&ks, &vs, true, None)?; // (1, nh, t, hd)
+                let att = self.attend(l, &q.narrow(2, start, t)?, &ks, &vs)?; // (1, nh, t, hd)
                 outs.push(att.transpose(1, 2)?.reshape((t, nh * hd))?);
             }
             let att = if outs.len() == 1 {
@@ -164,11 +168,8 @@ impl Model {
             } else {
                 Tensor::concat(&outs.iter().collect::<Vec<_>>(), 0)?
             };
-            x = layer.o.forward_add(&att, &x)?;
-            let h = x.rms_norm(&layer.mlp_norm, cfg.rms_norm_eps)?;
-            let gu = layer.gate_up.forward(&h, &[cfg.intermediate_size; 2])?;
-            let mlp = gu[0].silu_mul(&gu[1])?;
-            x = layer.down.forward_add(&mlp, &x)?;
+            x = self.attn_residual(layer, &att, &x)?;
+            x = self.mlp_residual(layer, &x)?;
         }
         let last: Vec<i64> = spans.iter().map(|&(start, t)| (start + t - 1) as i64).collect();
         let x = if last.iter().enumerate().all(|(i, &r)| r == i as i64) && last.len() == total {
@@ -176,7 +177,6 @@ impl Model {
         } else {
             x.index_select(&Tensor::from_vec(last.clone(), last.len(), &self.device)?, 0)?
         };
-        let x = x.rms_norm(&self.norm, cfg.rms_norm_eps)?;
-        Ok(self.lm_head.forward(&x)?.to_dtype(DType::F32)?)
+        self.logits(&x)
     }
 }
