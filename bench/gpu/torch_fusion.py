@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """PyTorch (CUDA) reference timings for the fusion rows of `kiln bench --device gpu`
-(crates/kiln-cli/src/bench/fusion_cases.rs, issue 26): the same four functions written with
-primitives, same shapes and byte counts, run by PyTorch eagerly (`eager_*`, one kernel per op) and
-through `torch.compile` (`compiled_*`, Inductor's fused Triton kernels). Compare `compiled_*` with
-kiln's `fused_*` rows and `eager_*` with kiln's `eager_*` rows of the same run's device.
+(crates/kiln-cli/src/bench/fusion_cases.rs, issue 26): the same functions written with primitives
+(hypot, a Gaussian, RMSNorm, GELU-tanh, and a softmax), same shapes and byte counts, run by PyTorch
+eagerly (`eager_*`, one kernel per op) and through `torch.compile` (`compiled_*`, Inductor's fused
+Triton kernels). Compare `compiled_*` with kiln's `fused_*` rows and `eager_*` with kiln's `eager_*`
+rows of the same run's device.
 
 Each row: warm-up (the compile happens in the first call), then the median of 30 runs, each timed
 with CUDA events. f32 inputs, random on the GPU. Prints JSON.
@@ -42,6 +43,11 @@ def rmsnorm(x, w):
     return x * torch.rsqrt(ms + 1e-5) * w
 
 
+def softmax(x):
+    e = torch.exp(x - x.amax(-1, keepdim=True))
+    return e / e.sum(-1, keepdim=True)
+
+
 def cases(quick):
     """(name, shape label, bytes moved, function, input shapes): must match fusion_cases.rs."""
     n = 1 << 20 if quick else 64 << 20
@@ -50,6 +56,7 @@ def cases(quick):
         ("hypot", count(n), 3 * F32 * n, hypot, [[n], [n]]),
         ("gauss", count(n), 2 * F32 * n, gauss, [[n]]),
         ("rmsnorm_prims", f"{rows}x{d}", F32 * (2 * rows * d + d), rmsnorm, [[rows, d], [d]]),
+        ("softmax_prims", f"{rows}x{d}", 2 * F32 * rows * d, softmax, [[rows, d]]),
         ("gelu_tanh_prims", count(n), 2 * F32 * n, gelu_tanh, [[n]]),
     ]
 
