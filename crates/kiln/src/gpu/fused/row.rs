@@ -530,3 +530,24 @@ fn store_pack(k: usize, dt: DType, s: Store) -> String {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::shape;
+
+    /// Rows get about 4 packs per invocation in a workgroup sized to them: small rows take the
+    /// smallest workgroup, RMSNorm's 4096 takes 256 lanes of 4 packs (as `rowwise`), rows past the
+    /// register budget of their cached leaves are read per pass by the largest workgroup.
+    #[test]
+    fn workgroup_and_registers_follow_the_row() {
+        assert_eq!(shape(7, 1, 64, 1024), (1, 64));
+        assert_eq!(shape(1030, 1, 64, 1024), (4, 128));
+        assert_eq!(shape(4096, 1, 64, 1024), (4, 256));
+        assert_eq!(shape(32768, 1, 64, 1024), (8, 1024));
+        assert_eq!(shape(40001, 1, 64, 1024), (0, 1024));
+        assert_eq!(shape(20000, 2, 64, 1024), (0, 1024));
+        assert_eq!(shape(16384, 2, 64, 1024), (4, 1024));
+        assert_eq!(shape(4096, 1, 64, 256), (4, 256));
+        assert_eq!(shape(16384, 1, 64, 256), (0, 256));
+    }
+}
