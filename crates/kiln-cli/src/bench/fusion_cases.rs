@@ -1,6 +1,7 @@
 //! `kiln::compile` against the eager ops (issue 26): `sqrt(a*a + b*b)` and `exp(-(x*x))` on flat f32
 //! (64M elements; the target is >= 85% of copy bandwidth, >= 3x the eager chain), RMSNorm and
-//! GELU-tanh written with primitives against kiln's own kernels (target: within 1.2x), and the host
+//! GELU-tanh written with primitives against kiln's own kernels (target: within 1.2x), a softmax
+//! written with primitives (a max row, then an exp-sum row) against kiln's softmax, and the host
 //! cost of a cached compiled call against one eager op. Every `fused_*` row has an `eager_*` (or
 //! `kiln_*`) row of the same shape next to it. Compile time of a first call is printed by
 //! `cargo run --release -p kiln --example compile_overhead`.
@@ -20,6 +21,11 @@ fn gauss(x: &[Tensor]) -> Result<Vec<Tensor>> {
 fn rmsnorm(x: &[Tensor]) -> Result<Vec<Tensor>> {
     let ms = x[0].mul(&x[0])?.mean(&[-1], true)?;
     Ok(vec![x[0].mul(&ms.add_scalar(1e-5)?.rsqrt()?)?.mul(&x[1])?])
+}
+
+fn softmax(x: &[Tensor]) -> Result<Vec<Tensor>> {
+    let e = x[0].sub(&x[0].max(&[-1], true)?)?.exp()?;
+    Ok(vec![e.div(&e.sum(&[-1], true)?)?])
 }
 
 fn gelu_tanh(x: &[Tensor]) -> Result<Vec<Tensor>> {
@@ -74,6 +80,12 @@ pub fn all(quick: bool) -> Vec<Case> {
         let x = inp.randn((rows, d), DType::F32, SEED_A)?;
         let w = inp.randn(d, DType::F32, SEED_B)?;
         Ok(Box::new(move || x.rms_norm(&w, 1e-5)) as Op)
+    }));
+    let sb = 2.0 * F32 * (rows * d) as f64;
+    v.extend(pair("softmax_prims", softmax, vec![vec![rows, d]], format!("{rows}x{d}"), sb));
+    v.push(case("kiln_softmax", format!("{rows}x{d}"), DType::F32, Bound::Memory, Some(sb), None, move |inp| {
+        let x = inp.randn((rows, d), DType::F32, SEED_A)?;
+        Ok(Box::new(move || x.softmax(-1)) as Op)
     }));
     let gb = 2.0 * F32 * n as f64;
     v.extend(pair("gelu_tanh_prims", gelu_tanh, vec![vec![n]], count(n), gb));

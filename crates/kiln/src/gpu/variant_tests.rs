@@ -1,4 +1,4 @@
-//! The workgroup-memory variants of the reduction, softmax, norm and decode attention kernels. The conformance suite
+//! The workgroup-memory variants of the reduction, softmax, norm, fused row and decode attention kernels. The conformance suite
 //! reaches only the subgroup variants on devices that have subgroups (lavapipe does), so these run
 //! the same ops with subgroups switched off on this thread, against the CPU backend, over shapes
 //! that reach every path: one lane per row up to chunked rows and (value, index) second passes;
@@ -150,6 +150,38 @@ fn softmax_and_norms_without_subgroups() {
                 );
                 let got = g.layer_norm(&gw, Some(&gb), 1e-5).unwrap();
                 check(&got, &c.layer_norm(&cw, Some(&cb), 1e-5).unwrap(), atol, rtol, &format!("layer {what}"));
+            }
+        }
+    });
+}
+
+/// Fused row kernels (`kiln::compile`) with workgroup-memory reductions: RMSNorm, softmax and
+/// max/min rows from primitives, rows in registers and rows read per pass, a strided view.
+#[test]
+fn fused_rows_without_subgroups() {
+    let Some(dev) = gpu() else { return };
+    let f = crate::compile(|x: &[Tensor]| {
+        let ms = x[0].mul(&x[0])?.mean(&[-1], true)?;
+        let norm = x[0].mul(&ms.add_scalar(1e-5)?.rsqrt()?)?.mul(&x[1])?;
+        let m = x[0].max(&[-1], true)?;
+        let e = x[0].sub(&m)?.exp()?;
+        Ok(vec![norm, e.div(&e.sum(&[-1], true)?)?, x[0].min(&[-1], false)?, m])
+    });
+    without_subgroups(|| {
+        for dtype in [DType::F32, DType::F16] {
+            for (i, &(r, k)) in [(5, 7), (3, 500), (2, 4096), (2, 4098), (1, 40001)].iter().enumerate() {
+                let (g, c) = pair(&values(r * k, 500 + i as u64, false, false), &[r, k], dtype, &dev);
+                let (gw, cw) = pair(&values(k, 600 + i as u64, false, false), &[k], dtype, &dev);
+                // The transposed copy is a strided view along the row.
+                let (gt, ct) = pair(&values(r * k, 700 + i as u64, false, false), &[k, r], dtype, &dev);
+                for (x, cx, what) in [(g, c, "contiguous"), (gt.t().unwrap(), ct.t().unwrap(), "strided")] {
+                    let got = f.call(&[x, gw.clone()]).unwrap();
+                    let want = f.call(&[cx, cw.clone()]).unwrap();
+                    let (atol, rtol) = tol(dtype, k);
+                    for (j, (a, b)) in got.iter().zip(&want).enumerate() {
+                        check(a, b, atol, rtol, &format!("fused rows {dtype} ({r}, {k}) {what} output {j}"));
+                    }
+                }
             }
         }
     });

@@ -5,7 +5,7 @@
 //! are compared exactly; GPU float results within a few units in the last place of their dtype
 //! (sums: the tolerance of a float sum of the row).
 
-use crate::common::{gpu_device, rand_tensor, random_values, tensor, tensor_in, Layouts};
+use crate::common::{gpu_device, rand_tensor, random_values, tensor, tensor_in, Layouts, ALL_LAYOUTS};
 use kiln::{compile, Compiled, DType, Device, Result, Tensor};
 
 /// Units in the last place of `dt` allowed on a GPU (one rounding per op of a short chain, twice).
@@ -156,6 +156,60 @@ fn rows(dev: &Device) {
     check(f, &[a], 0.0, 0.0, "int rows");
 }
 
+/// The row kernel's paths: rows held in registers (1 to 8 packs of 4 per invocation) and rows too
+/// long for them (read once per pass), odd and 4n + 2 lengths, views not contiguous along the row or
+/// not starting on a pack, leaves broadcast along and across rows, packed f16/bf16/bool outputs.
+fn row_paths(dev: &Device) {
+    // A row, a column, a scalar and a max-matching mask around one softmax.
+    fn mixed_row(x: &[Tensor]) -> Result<Vec<Tensor>> {
+        let y = x[0].mul(&x[1])?.add(&x[2])?.sub(&x[3])?;
+        let m = y.max(&[-1], true)?;
+        let e = y.sub(&m)?.exp()?;
+        Ok(vec![e.div(&e.sum(&[-1], true)?)?, y.eq(&m)?, m])
+    }
+    // 40001 and 65536 f32 elements are past the register budget of one leaf (at most 1024
+    // invocations x 8 packs x 4 elements), 20000 past that of two (`reductions` holds both leaves).
+    let shapes: [(usize, usize); 9] =
+        [(3, 3), (2, 130), (2, 1031), (3, 1030), (2, 4096), (1, 20000), (1, 32768), (2, 40001), (1, 65536)];
+    for dt in [DType::F32, DType::F16, DType::BF16] {
+        for (si, &(r, d)) in shapes.iter().enumerate() {
+            // Every layout on the short rows; the long ones contiguous and transposed.
+            let kinds: &[Layouts] = if d <= 4096 { &ALL_LAYOUTS } else { &[Layouts::Contiguous, Layouts::Transposed] };
+            for &kind in kinds {
+                let seed = 60 + si as u64;
+                let x = tensor_in(&random_values(r * d, dt, seed), &[r, d], dt, kind, dev);
+                let y = tensor_in(&random_values(r * d, dt, seed + 1), &[r, d], dt, kind, dev);
+                let w = rand_tensor(&[d], dt, seed + 2, dev);
+                let ctx = format!("{dt} {kind:?} ({r}, {d})");
+                let sum_tol = ulps(dt) * (d as f64).sqrt();
+                check(rmsnorm, &[x.clone(), w.clone()], sum_tol, sum_tol, &format!("rmsnorm {ctx}"));
+                let c = check(softmax, std::slice::from_ref(&x), sum_tol, sum_tol, &format!("softmax {ctx}"));
+                assert_eq!(c.stats().groups, 1, "{ctx}");
+                check(reductions, &[x.clone(), y], sum_tol, sum_tol, &format!("reductions {ctx}"));
+                let col = rand_tensor(&[r, 1], dt, seed + 3, dev);
+                let s = rand_tensor(&[], dt, seed + 4, dev);
+                let c = check(mixed_row, &[x, w, col, s], sum_tol, sum_tol, &format!("mixed row {ctx}"));
+                assert_eq!(c.stats().groups, 1, "{ctx}: {:?}", c.stats());
+            }
+            // A row starting past a pack boundary (a view at offset 1 of wider rows).
+            let wide = rand_tensor(&[r, d + 1], dt, 70 + si as u64, dev);
+            let x = wide.narrow(1, 1, d).unwrap();
+            let w = rand_tensor(&[d + 4], dt, 80, dev).narrow(0, 3, d).unwrap();
+            let sum_tol = ulps(dt) * (d as f64).sqrt();
+            check(rmsnorm, &[x, w], sum_tol, sum_tol, &format!("rmsnorm {dt} offset view ({r}, {d})"));
+        }
+    }
+    // Integer rows: held in registers and read per pass, exact.
+    for d in [6, 4096, 40001] {
+        let a = tensor(&random_values(2 * d, DType::I32, 90), &[2, d], DType::I32, dev);
+        let f: F = |x| {
+            let m = x[0].max(&[-1], true)?;
+            Ok(vec![m.sub(&x[0])?, x[0].eq(&m)?, x[0].min(&[-1], false)?])
+        };
+        check(f, &[a], 0.0, 0.0, &format!("int rows of {d}"));
+    }
+}
+
 fn special_values(dev: &Device) {
     let mut v = random_values(64, DType::F32, 20);
     v[3] = f64::NAN;
@@ -251,7 +305,7 @@ fn retrace_and_errors(dev: &Device) {
     assert!(err.contains("add") && err.contains("(3, 4)") && err.contains("(5,)"), "{err}");
 }
 
-crate::backend_tests!(chains, rows, special_values, empty, fallback_and_eager_ops, retrace_and_errors);
+crate::backend_tests!(chains, rows, row_paths, special_values, empty, fallback_and_eager_ops, retrace_and_errors);
 
 /// The GPU program of a chain is compiled once and reused: a second compiled function with the same
 /// chain adds no pipeline.

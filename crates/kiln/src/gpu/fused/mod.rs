@@ -6,9 +6,11 @@
 //! Two shapes of kernel:
 //! - flat (`flat.wgsl`): no reduction; one invocation computes 4 consecutive elements of every
 //!   output and writes whole words (16-byte loads and stores where inputs and outputs allow);
-//! - row (`row.wgsl`): one workgroup per row of the last axis; each reduction is one pass over the
-//!   row (values recomputed from the leaves) and a workgroup tree; values of the row (after the
-//!   reductions) are per-invocation registers; a last pass writes the outputs.
+//! - row (`row.rs`, `row.wgsl`): one workgroup per row of the last axis, sized to the row; the
+//!   leaves the reductions read are loaded once (16-byte loads where rows are aligned) and stay in
+//!   registers through every reduction (subgroup operations or a workgroup tree) and the output
+//!   pass; rows too long for the registers are read once per pass. Values of the row (after the
+//!   reductions) are per-invocation registers; element values are recomputed in each pass.
 //!
 //! Every value is rounded to its dtype after its op (f16/bf16 through the same packing the stores of
 //! the unfused kernels use, u8 masked to 8 bits), and op expressions come from the elementwise
@@ -25,8 +27,9 @@ use crate::op::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 use crate::{DType, Error, Layout, Result};
 use std::fmt::Write;
 
+mod row;
+
 const FLAT: &str = include_str!("flat.wgsl");
-const ROW: &str = include_str!("row.wgsl");
 
 /// The op expressions of the elementwise family (`x`, or `a` and `b`, in compute type `t`).
 #[derive(Clone, Copy)]
@@ -281,22 +284,21 @@ fn leaf_base(rank: usize, i: usize) -> usize {
     3 + rank + i * (rank + 1)
 }
 
-/// The WGSL of `spec` with leaf variants `variants`; `wg` is the row kernel's workgroup size.
-/// `vec_out[k]`: output `k` is written as 16-byte units (flat kernels).
-pub(crate) fn source(spec: &Spec, ex: Exprs, variants: &str, vec_out: &[bool], wg: usize) -> String {
-    let row = spec.has_reduce();
+/// The WGSL of `spec` (no reductions) as a flat kernel with leaf variants `variants`;
+/// `vec_out[k]`: output `k` is written as 16-byte units.
+pub(crate) fn source(spec: &Spec, ex: Exprs, variants: &str, vec_out: &[bool]) -> String {
     let vars: Vec<char> = variants.chars().collect();
     let nout = spec.outputs.len();
     let mut decls = String::new();
     for (k, &o) in spec.outputs.iter().enumerate() {
-        let ty = if !row && vec_out[k] && spec.vals[o].dtype.size_in_bytes() == 4 { "vec4<u32>" } else { "u32" };
+        let ty = if vec_out[k] && spec.vals[o].dtype.size_in_bytes() == 4 { "vec4<u32>" } else { "u32" };
         let _ = writeln!(decls, "@group(0) @binding({k}) var<storage, read_write> out{k}: array<{ty}>;");
     }
     let (mut loaders, mut caches) = (String::new(), String::new());
     for (i, (&dt, &v)) in spec.leaves.iter().zip(&vars).enumerate() {
         let ty = match v {
-            'v' if !row => "vec4<u32>",
-            'h' if !row => "vec2<u32>",
+            'v' => "vec4<u32>",
+            'h' => "vec2<u32>",
             _ => "u32",
         };
         let _ = writeln!(decls, "@group(0) @binding({}) var<storage, read> in{i}: array<{ty}>;", nout + i);
@@ -311,188 +313,83 @@ pub(crate) fn source(spec: &Spec, ex: Exprs, variants: &str, vec_out: &[bool], w
     }
     let leaf_read = |i: usize, e: &str| -> String {
         match vars[i] {
-            'v' | 'h' if !row => format!("ld{i}(j)"),
+            'v' | 'h' => format!("ld{i}(j)"),
             _ => format!("ld{i}(at{i}({e}))"),
         }
     };
     let mut g = Gen { spec, ex, helpers: String::new(), leaf: &leaf_read };
     let prelude_funcs = ex.funcs;
-    if !row {
-        let mut body = g.lets(&spec.outputs, "e");
-        for (k, &o) in spec.outputs.iter().enumerate() {
-            let _ = writeln!(body, "    o{k}[j] = v{o};");
-        }
-        let mut privs = String::new();
-        let mut stores = String::new();
-        let mut fills = String::new();
-        for (i, &v) in vars.iter().enumerate() {
-            let base = format!("p[RANKBASE{i}]");
-            match v {
-                'v' => {
-                    let _ = writeln!(
-                        fills,
-                        "    {{ let q = in{i}[({base} + e0) / 4u]; c{i}[0] = q.x; c{i}[1] = q.y; c{i}[2] = q.z; c{i}[3] = q.w; }}"
-                    );
-                }
-                'h' => {
-                    let _ =
-                        writeln!(fills, "    {{ let q = in{i}[({base} + e0) / 4u]; c{i}[0] = q.x; c{i}[1] = q.y; }}");
-                }
-                _ => {}
-            }
-        }
-        for (k, &o) in spec.outputs.iter().enumerate() {
-            let dt = spec.vals[o].dtype;
-            let t = ct(dt);
-            let _ = writeln!(privs, "var<private> o{k}: array<{t}, 4>;");
-            let w = |j: usize| if t == "u32" { format!("o{k}[{j}]") } else { format!("bitcast<u32>(o{k}[{j}])") };
-            match dt.size_in_bytes() {
-                4 if vec_out[k] => {
-                    let _ = writeln!(stores, "    out{k}[t] = vec4<u32>({}, {}, {}, {});", w(0), w(1), w(2), w(3));
-                }
-                4 => {
-                    for j in 0..4 {
-                        let _ = writeln!(stores, "    if (e0 + {j}u < n) {{ out{k}[e0 + {j}u] = {}; }}", w(j));
-                    }
-                }
-                2 => {
-                    let pack = |a: usize, b: usize| {
-                        if dt == DType::F16 {
-                            format!("pack2x16float(vec2<f32>(o{k}[{a}], o{k}[{b}]))")
-                        } else {
-                            format!("bf16_bits(o{k}[{a}]) | (bf16_bits(o{k}[{b}]) << 16u)")
-                        }
-                    };
-                    let _ = writeln!(stores, "    out{k}[2u * t] = {};", pack(0, 1));
-                    let _ = writeln!(stores, "    if (e0 + 2u < n) {{ out{k}[2u * t + 1u] = {}; }}", pack(2, 3));
-                }
-                _ => {
-                    let _ = writeln!(
-                        stores,
-                        "    out{k}[t] = (o{k}[0] & 0xffu) | ((o{k}[1] & 0xffu) << 8u) | ((o{k}[2] & 0xffu) << 16u) | ((o{k}[3] & 0xffu) << 24u);"
-                    );
-                }
-            }
-        }
-        let helpers = std::mem::take(&mut g.helpers);
-        return finish(
-            render(
-                FLAT,
-                &[
-                    ("DECLS", &decls),
-                    ("PRELUDE", PRELUDE),
-                    ("CACHES", &caches),
-                    ("LOADERS", &loaders),
-                    ("INDEXERS", "//@IDX@"),
-                    ("FUNCS", prelude_funcs),
-                    ("HELPERS", &helpers),
-                    ("PRIVATES", &privs),
-                    ("BODY", &body),
-                    ("FILLS", &fills),
-                    ("STORES", &stores),
-                ],
-            ),
-            &vars,
-        );
-    }
-    // Row kernel.
-    let mut privs = String::new();
-    for (i, v) in spec.vals.iter().enumerate() {
-        if v.row {
-            let _ = writeln!(privs, "var<private> rv{i}: {};", ct(v.dtype));
-        }
-    }
-    let mut phases = String::new();
-    let mut funcs = String::new();
-    let mut done = vec![false; spec.vals.len()];
-    // Row values computable from leaves and literals alone come first.
-    let row_ready = |done: &[bool], i: usize| -> bool {
-        spec.vals[i].args.iter().all(|a| match a {
-            Src::Val(j) => done[*j],
-            _ => true,
-        })
-    };
-    let emit_rows = |g: &mut Gen, done: &mut Vec<bool>, out: &mut String| loop {
-        let mut progress = false;
-        for i in 0..spec.vals.len() {
-            let v = &spec.vals[i];
-            if v.row && !done[i] && !matches!(v.op, Op::Reduce(_)) && row_ready(done, i) {
-                let x = g.expr(i, "erow");
-                let _ = writeln!(out, "    rv{i} = {x};");
-                done[i] = true;
-                progress = true;
-            }
-        }
-        if !progress {
-            break;
-        }
-    };
-    for (i, v) in spec.vals.iter().enumerate() {
-        if !v.row {
-            done[i] = true; // computed where used
-        }
-    }
-    emit_rows(&mut g, &mut done, &mut phases);
-    for i in 0..spec.vals.len() {
-        let Op::Reduce(op) = spec.vals[i].op else { continue };
-        let src = spec.vals[i].args[0];
-        let sdt = spec.dtype_of(src);
-        let dt = spec.vals[i].dtype;
-        let (acc_t, ident, comb) = reduce_parts(op, sdt);
-        let lets = g.lets(
-            &match src {
-                Src::Val(j) => vec![j],
-                _ => vec![],
-            },
-            "e",
-        );
-        let x = g.name(src, "e");
-        let _ = writeln!(funcs, "fn red{i}(e: u32) -> {acc_t} {{\n{lets}    return {x};\n}}");
-        let c = |a: &str, b: &str| comb.replace("A", a).replace("B", b);
-        let _ = writeln!(
-            phases,
-            "    {{\n        var acc: {acc_t} = {ident};\n        for (var d = lid; d < len; d += {wg}u) {{ acc = {}; }}\n        red[lid] = bitcast<u32>(acc);\n        workgroupBarrier();\n        for (var s = {half}u; s > 0u; s = s >> 1u) {{\n            if (lid < s) {{ red[lid] = bitcast<u32>({}); }}\n            workgroupBarrier();\n        }}\n        rv{i} = {};\n        workgroupBarrier();\n    }}",
-            c("acc", &format!("red{i}(erow + d)")),
-            c(&format!("bitcast<{acc_t}>(red[lid])"), &format!("bitcast<{acc_t}>(red[lid + s])")),
-            round(dt, &format!("bitcast<{acc_t}>(red[0])")),
-            half = wg / 2
-        );
-        done[i] = true;
-        emit_rows(&mut g, &mut done, &mut phases);
-    }
-    let full_outs: Vec<(usize, usize)> =
-        spec.outputs.iter().enumerate().filter(|(_, &o)| !spec.vals[o].row).map(|(k, &o)| (k, o)).collect();
-    let want: Vec<usize> = full_outs.iter().map(|&(_, o)| o).collect();
-    let mut store = g.lets(&want, "e");
-    for &(k, o) in &full_outs {
-        let w = if ct(spec.vals[o].dtype) == "u32" { format!("v{o}") } else { format!("bitcast<u32>(v{o})") };
-        let _ = writeln!(store, "    out{k}[e] = {w};");
-    }
-    let _ = writeln!(funcs, "fn store_full(e: u32) {{\n{store}}}");
-    let mut row_stores = String::new();
+    let mut body = g.lets(&spec.outputs, "e");
     for (k, &o) in spec.outputs.iter().enumerate() {
-        if spec.vals[o].row {
-            let w = if ct(spec.vals[o].dtype) == "u32" { format!("rv{o}") } else { format!("bitcast<u32>(rv{o})") };
-            let _ = writeln!(row_stores, "        out{k}[row] = {w};");
+        let _ = writeln!(body, "    o{k}[j] = v{o};");
+    }
+    let mut privs = String::new();
+    let mut stores = String::new();
+    let mut fills = String::new();
+    for (i, &v) in vars.iter().enumerate() {
+        let base = format!("p[RANKBASE{i}]");
+        match v {
+            'v' => {
+                let _ = writeln!(
+                    fills,
+                    "    {{ let q = in{i}[({base} + e0) / 4u]; c{i}[0] = q.x; c{i}[1] = q.y; c{i}[2] = q.z; c{i}[3] = q.w; }}"
+                );
+            }
+            'h' => {
+                let _ = writeln!(fills, "    {{ let q = in{i}[({base} + e0) / 4u]; c{i}[0] = q.x; c{i}[1] = q.y; }}");
+            }
+            _ => {}
+        }
+    }
+    for (k, &o) in spec.outputs.iter().enumerate() {
+        let dt = spec.vals[o].dtype;
+        let t = ct(dt);
+        let _ = writeln!(privs, "var<private> o{k}: array<{t}, 4>;");
+        let w = |j: usize| if t == "u32" { format!("o{k}[{j}]") } else { format!("bitcast<u32>(o{k}[{j}])") };
+        match dt.size_in_bytes() {
+            4 if vec_out[k] => {
+                let _ = writeln!(stores, "    out{k}[t] = vec4<u32>({}, {}, {}, {});", w(0), w(1), w(2), w(3));
+            }
+            4 => {
+                for j in 0..4 {
+                    let _ = writeln!(stores, "    if (e0 + {j}u < n) {{ out{k}[e0 + {j}u] = {}; }}", w(j));
+                }
+            }
+            2 => {
+                let pack = |a: usize, b: usize| {
+                    if dt == DType::F16 {
+                        format!("pack2x16float(vec2<f32>(o{k}[{a}], o{k}[{b}]))")
+                    } else {
+                        format!("bf16_bits(o{k}[{a}]) | (bf16_bits(o{k}[{b}]) << 16u)")
+                    }
+                };
+                let _ = writeln!(stores, "    out{k}[2u * t] = {};", pack(0, 1));
+                let _ = writeln!(stores, "    if (e0 + 2u < n) {{ out{k}[2u * t + 1u] = {}; }}", pack(2, 3));
+            }
+            _ => {
+                let _ = writeln!(
+                    stores,
+                    "    out{k}[t] = (o{k}[0] & 0xffu) | ((o{k}[1] & 0xffu) << 8u) | ((o{k}[2] & 0xffu) << 16u) | ((o{k}[3] & 0xffu) << 24u);"
+                );
+            }
         }
     }
     let helpers = std::mem::take(&mut g.helpers);
     finish(
         render(
-            ROW,
+            FLAT,
             &[
-                ("WG", &wg.to_string()),
                 ("DECLS", &decls),
                 ("PRELUDE", PRELUDE),
+                ("CACHES", &caches),
                 ("LOADERS", &loaders),
                 ("INDEXERS", "//@IDX@"),
                 ("FUNCS", prelude_funcs),
                 ("HELPERS", &helpers),
                 ("PRIVATES", &privs),
-                ("ROWFUNCS", &funcs),
-                ("PHASES", &phases),
-                ("FULL", if full_outs.is_empty() { "" } else { "store_full(erow + d);" }),
-                ("ROWSTORES", &row_stores),
+                ("BODY", &body),
+                ("FILLS", &fills),
+                ("STORES", &stores),
             ],
         ),
         &vars,
@@ -536,15 +433,6 @@ fn reduce_parts(op: ReduceOp, dt: DType) -> (&'static str, &'static str, &'stati
     }
 }
 
-/// Row kernel workgroup size for rows of `len` elements.
-fn row_wg(len: usize) -> usize {
-    match len {
-        0..=127 => 64,
-        128..=511 => 128,
-        _ => 256,
-    }
-}
-
 /// Runs `spec` over the iteration shape `dims` with leaves `leaves` (views broadcast to `dims`);
 /// returns one contiguous storage per output (row outputs hold one element per row). `key` names
 /// the program for the pipeline cache; `what` describes the user's ops for errors.
@@ -574,42 +462,64 @@ pub(crate) fn run(
     let (cdims, cstrides) =
         if dims.is_empty() { (vec![1], vec![vec![0]; leaves.len()]) } else { collapse(dims, &strides) };
     let rank = cdims.len();
-    let words = 3 + rank + leaves.len() * (rank + 1);
+    // Row kernels also take each leaf's stride along the row.
+    let words = 3 + rank + leaves.len() * (rank + 1) + if row { leaves.len() } else { 0 };
     if words > crate::gpu::runtime::kernels::PARAM_WORDS {
         return Err(Error::Gpu {
             op: "compile",
             msg: format!("fused kernel of {what}: {} inputs of rank {rank} need too many parameters", leaves.len()),
         });
     }
-    // Outputs: row kernels write 4-byte words (packed dtypes are converted after).
+    // Outputs of row kernels: words, or native packed words where rows allow (see row::Store;
+    // widened dtypes are converted after).
     let out_dt: Vec<DType> = spec.outputs.iter().map(|&o| spec.vals[o].dtype).collect();
-    let store_dt: Vec<DType> = out_dt
+    let pre: Vec<row::Store> = spec
+        .outputs
         .iter()
-        .map(|&d| match (row, d.size_in_bytes()) {
-            (true, 1) => DType::U32,
-            (true, 2) => DType::F32,
-            _ => d,
-        })
+        .map(|&o| if spec.vals[o].row { row::Store::RowValue } else { row::store(spec.vals[o].dtype, len, 16) })
         .collect();
     let outs: Vec<GpuStorage> = spec
         .outputs
         .iter()
-        .zip(&store_dt)
-        .map(|(&o, &d)| GpuStorage::alloc(&ctx, d, if spec.vals[o].row { rows } else { n }))
+        .zip(&out_dt)
+        .zip(&pre)
+        .map(|((&o, &d), s)| {
+            let d = if row { s.dtype(d) } else { d };
+            GpuStorage::alloc(&ctx, d, if spec.vals[o].row { rows } else { n })
+        })
         .collect::<Result<_>>()?;
     let vec_out: Vec<bool> = outs.iter().map(|o| o.buffer.raw().size().is_multiple_of(16)).collect();
-    let variants: String = leaves
+    let indexers: Vec<char> = leaves
         .iter()
         .zip(&cstrides)
         .zip(&spec.leaves)
         .map(|(((s, l), st), &dt)| leaf_variant(&cdims, st, l.offset(), dt, s.buffer.raw().size(), !row))
         .collect();
-    let wg = if row { row_wg(len) } else { 256 };
-    let vo: String = vec_out.iter().map(|&b| if b { '1' } else { '0' }).collect();
-    let full_key = format!("fused:{key}:{variants}:{vo}:{wg}");
+    let (full_key, rp) = if row {
+        let acc: Vec<(char, row::Access)> = leaves
+            .iter()
+            .zip(&indexers)
+            .zip(&spec.leaves)
+            .map(|(((s, l), &ix), &dt)| (ix, row::access(l, len, dt, s.buffer.raw().size())))
+            .collect();
+        let stores: Vec<row::Store> = pre
+            .iter()
+            .zip(&outs)
+            .zip(&out_dt)
+            .map(|((&s, o), &d)| if s == row::Store::Vec4 { row::store(d, len, o.buffer.raw().size()) } else { s })
+            .collect();
+        let rp = row::plan(&ctx, spec, len, acc, stores);
+        (format!("fused:{key}:row:{}", rp.key()), Some(rp))
+    } else {
+        let vo: String = vec_out.iter().map(|&b| if b { '1' } else { '0' }).collect();
+        (format!("fused:{key}:{}:{vo}", indexers.iter().collect::<String>()), None)
+    };
     let kernel = ctx
         .pipelines
-        .get_with(&ctx, &full_key, outs.len(), leaves.len(), || source(spec, ex, &variants, &vec_out, wg))
+        .get_with(&ctx, &full_key, outs.len(), leaves.len(), || match &rp {
+            Some(rp) => row::source(spec, ex, rp),
+            None => source(spec, ex, &indexers.iter().collect::<String>(), &vec_out),
+        })
         .map_err(|e| Error::Gpu { op: "compile", msg: format!("fused kernel of {what}: {e}") })?;
     let mut params = vec![0u32; words];
     params[0] = n as u32;
@@ -624,13 +534,15 @@ pub(crate) fn run(
         for (k, &s) in st.iter().enumerate() {
             params[b + 1 + k] = s as u32;
         }
+        if row {
+            params[leaf_base(rank, leaves.len()) + i] = leaves[i].1.strides().last().copied().unwrap_or(0) as u32;
+        }
     }
     let bufs: Vec<&wgpu::Buffer> =
         outs.iter().map(|o| o.buffer.raw()).chain(leaves.iter().map(|(s, _)| s.buffer.raw())).collect();
-    let groups = if row {
-        wgsl::grid(rows, 1, ctx.limits.max_compute_workgroups_per_dimension)
-    } else {
-        wgsl::grid(n.div_ceil(4), 256, ctx.limits.max_compute_workgroups_per_dimension)
+    let groups = match &rp {
+        Some(_) => wgsl::grid(rows, 1, ctx.limits.max_compute_workgroups_per_dimension),
+        None => wgsl::grid(n.div_ceil(4), 256, ctx.limits.max_compute_workgroups_per_dimension),
     };
     ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(&ctx, &kernel, &bufs, &params, groups)?;
     outs.into_iter()
@@ -694,13 +606,31 @@ pub(crate) fn samples(ex: Exprs) -> Vec<(String, String)> {
         };
         let vs = if dt == DType::F32 { ["cc", "vv", "vg", "sc"] } else { ["cc", "hh", "hg", "sc"] };
         for vars in vs {
-            out.push((format!("fused_hypot:{vars}:{dt}"), source(&hypot, ex, vars, &[true], 256)));
+            out.push((format!("fused_hypot:{vars}:{dt}"), source(&hypot, ex, vars, &[true])));
         }
-        out.push((format!("fused_gauss:c:{dt}"), source(&gauss, ex, "c", &[false, false, false], 256)));
-        out.push((format!("fused_gauss:v:{dt}"), source(&gauss, ex, "v", &[true, true, true], 256)));
-        for wg in [64, 256] {
-            out.push((format!("fused_rmsnorm:cg:{dt}:{wg}"), source(&rms, ex, "cg", &[false, false], wg)));
-            out.push((format!("fused_softmax:g:{dt}:{wg}"), source(&softmax, ex, "g", &[false, false], wg)));
+        out.push((format!("fused_gauss:c:{dt}"), source(&gauss, ex, "c", &[false, false, false])));
+        out.push((format!("fused_gauss:v:{dt}"), source(&gauss, ex, "v", &[true, true, true])));
+        // Row kernels: packs in registers (1 to 8 per invocation) or rows read per pass, subgroup
+        // and workgroup-memory reductions, every leaf access and output store.
+        use row::{Access as A, Store as St};
+        let vec = if dt == DType::F32 { A::Vec4 } else { A::Vec2 };
+        let full = row::store(dt, 4096, 16);
+        let shapes =
+            [(1, 64, true), (4, 256, true), (4, 256, false), (8, 1024, false), (0, 1024, true), (0, 256, false)];
+        for (np, wg, sg) in shapes {
+            let rp =
+                row::RowPlan { leaves: vec![('c', vec), ('c', vec)], stores: vec![full, St::RowValue], np, wg, sg };
+            out.push((format!("fused_rmsnorm:{}:{dt}", rp.key()), row::source(&rms, ex, &rp)));
+            let rp = row::RowPlan { leaves: vec![('c', vec)], stores: vec![full, St::RowValue], np, wg, sg };
+            out.push((format!("fused_softmax:{}:{dt}", rp.key()), row::source(&softmax, ex, &rp)));
+        }
+        for (leaves, np, wg, sg) in [
+            (vec![('g', A::Strided), ('s', A::Row)], 2, 128, false),
+            (vec![('g', A::Strided), ('g', A::Row)], 0, 256, true),
+            (vec![('c', A::Unit), ('c', A::Unit)], 1, 64, true),
+        ] {
+            let rp = row::RowPlan { leaves, stores: vec![St::Word, St::RowValue], np, wg, sg };
+            out.push((format!("fused_rmsnorm:{}:{dt}", rp.key()), row::source(&rms, ex, &rp)));
         }
     }
     for dt in [DType::I32, DType::U32, DType::U8] {
@@ -714,11 +644,18 @@ pub(crate) fn samples(ex: Exprs) -> Vec<(String, String)> {
                 v(Op::Reduce(ReduceOp::Max), vec![V(3)], dt, true),
             ],
             leaves: vec![dt, dt],
-            outputs: vec![4, 5],
+            outputs: vec![4, 5, 3],
         };
-        out.push((format!("fused_ints:cg:{dt}"), source(&ints, ex, "cg", &[false, false], 128)));
+        let vec = if dt == DType::U8 { row::Access::Unit } else { row::Access::Vec4 };
+        for (leaves, np, sg) in
+            [(vec![('c', vec), ('g', row::Access::Row)], 2, true), (vec![('c', vec), ('c', vec)], 0, false)]
+        {
+            let stores = vec![row::Store::Packed, row::Store::RowValue, row::store(dt, 8, 16)];
+            let rp = row::RowPlan { leaves, stores, np, wg: 128, sg };
+            out.push((format!("fused_ints:{}:{dt}", rp.key()), row::source(&ints, ex, &rp)));
+        }
         let flat = Spec { outputs: vec![3, 4, 2], vals: ints.vals[..5].to_vec(), ..ints.clone() };
-        out.push((format!("fused_ints_flat:cs:{dt}"), source(&flat, ex, "cs", &[true, true, true], 256)));
+        out.push((format!("fused_ints_flat:cs:{dt}"), source(&flat, ex, "cs", &[true, true, true])));
     }
     out
 }
