@@ -11,7 +11,8 @@
 //! (`/metrics`). `KILN_SERVE_PROFILE=1` prints a summary line on stderr whenever the batch drains
 //! (a burst of load), with the per-kernel table when `KILN_PROFILE=1` times kernels;
 //! `KILN_SERVE_PROFILE=sync` also waits for the device right after each forward pass, so that the
-//! GPU's time shows apart from the host's recording (`forward`) and the transfers (`readback`).
+//! GPU's time shows apart from the host's recording (`forward`) and the transfers (`readback`);
+//! `KILN_SERVE_PROFILE=steps` does that and prints one line per step (rows, phases, compiles).
 
 use crate::metrics::{Metrics, ProfileSnapshot, StepPhase};
 use kiln::Tensor;
@@ -190,6 +191,8 @@ struct Worker {
     /// `KILN_SERVE_PROFILE=sync`: also wait for the device right after each forward pass, so that
     /// GPU time shows apart from the readback.
     sync: bool,
+    /// `KILN_SERVE_PROFILE=steps`: as `sync`, and one line per step on stderr.
+    trace: bool,
     /// Since the batch last went from empty to busy: (start, profile counters, steps, tokens).
     burst: Option<(Instant, ProfileSnapshot, u64, u64)>,
 }
@@ -215,9 +218,14 @@ impl Worker {
     ) -> Result<Worker, String> {
         let pool = PagedPool::new(&model, opts.block_size, opts.kv_blocks).map_err(|e| e.to_string())?;
         metrics.kv_blocks_total.store(opts.kv_blocks as u64, Ordering::Relaxed);
-        let profile = std::env::var("KILN_SERVE_PROFILE").is_ok_and(|v| v == "1" || v == "sync");
-        let sync = std::env::var("KILN_SERVE_PROFILE").is_ok_and(|v| v == "sync");
-        Ok(Worker { model, pool, opts, rx, metrics, stopping, profile, sync, burst: None })
+        let mode = std::env::var("KILN_SERVE_PROFILE").unwrap_or_default();
+        let (profile, sync, trace) = match mode.as_str() {
+            "1" => (true, false, false),
+            "sync" => (true, true, false),
+            "steps" => (true, true, true),
+            _ => (false, false, false),
+        };
+        Ok(Worker { model, pool, opts, rx, metrics, stopping, profile, sync, trace, burst: None })
     }
 
     fn run(mut self) {
@@ -428,9 +436,11 @@ impl Worker {
         let (counters, compiled) = (device.gpu_counters(), device.compiled_kernels());
         let started = Instant::now();
         let mut clock = started;
+        let mut laps = [Duration::ZERO; StepPhase::ALL.len()];
         let mut lap = |phase: StepPhase| {
             let now = Instant::now();
             prof.add(phase, now - clock);
+            laps[phase as usize] += now - clock;
             clock = now;
         };
         // What each sequence feeds this step: every decode token, and prompt chunks in arrival
@@ -561,6 +571,21 @@ impl Worker {
             count(new_kernels, &prof.kernels_compiled);
             count(1, &prof.compile_steps);
             count(started.elapsed().as_nanos() as u64, &prof.compile_step_nanos);
+        }
+        if self.trace {
+            let mut line = format!(
+                "kiln serve: step {}: {decode_rows} decode + {prefill_rows} prefill rows ({prefill_tokens} prompt \
+                 tokens), {} waiting for budget; ms:",
+                metrics.steps_total.load(Ordering::Relaxed),
+                feeds.iter().filter(|f| matches!(f, Feed::Wait)).count()
+            );
+            for p in StepPhase::ALL.into_iter().filter(|&p| p != StepPhase::Intake) {
+                line += &format!(" {} {:.3}", p.name(), laps[p as usize].as_secs_f64() * 1e3);
+            }
+            if new_kernels > 0 {
+                line += &format!("; {new_kernels} kernels compiled");
+            }
+            eprintln!("{line}");
         }
         Ok(())
     }
