@@ -316,6 +316,8 @@ impl Worker {
         let result = self.warm_up_bursts();
         let steps = self.metrics.steps_total.load(Ordering::Relaxed);
         self.metrics = real;
+        // A kernel profile (KILN_PROFILE=1) starts with the first real burst.
+        device.reset_profile();
         result.map_err(|e| e.to_string())?;
         Ok(format!(
             "warmed up in {:.2} s ({steps} steps, {} kernels compiled)",
