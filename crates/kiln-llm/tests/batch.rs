@@ -70,7 +70,7 @@ fn batched_equals_alone(paged: bool) {
         let vocab = model.config.vocab_size as u32;
         // Prompt chunks of up to PAGED_CHUNK tokens attend through the block table when paged, the
         // 70-token one (in one chunk, next to decode rows) over its gathered keys and values.
-        assert!(70 > kiln_llm::model::PAGED_CHUNK);
+        const { assert!(70 > kiln_llm::model::PAGED_CHUNK) };
         let prompts: Vec<Vec<u32>> = [(7u32, 5usize), (11, 1), (3, 13), (29, 8), (5, 21), (13, 70)]
             .iter()
             .map(|&(seed, n)| (0..n as u32).map(|i| (seed * 31 + i * seed * 7 + 1) % vocab).collect())
