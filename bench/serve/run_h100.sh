@@ -18,6 +18,8 @@
 #      the main pass: 1 = a line per level, no extra waits; sync = wait for the GPU after each forward
 #      pass to split its time out; steps = sync plus a line per step), SERVE_KERNEL_PROFILE (1),
 #      SERVE_EXTRA (more `kiln serve` arguments, e.g. "--prefill-chunk 1024" or "--warmup false").
+#      The environment reaches the servers: KILN_FUSED_ROWS=8 (batched passes of up to 8 rows on the
+#      fused decode kernels; default 1) is an A/B worth a run.
 # Every step is bounded by a timeout; the servers are stopped at the end.
 set -u
 BIN=${1:?usage: run_h100.sh BIN_DIR (the folder holding the release kiln binary)}

@@ -14,6 +14,7 @@
 //! norms run apart and the projections take the matmul kernels: the fused matrix-vector kernels with
 //! 2-8 rows measured slower than the skinny matmul plus a norm (lavapipe: 20 against 14 ms for a
 //! 512 x 3072 product of 8 rows, 170 ms for the 32000-word LM head), and they end at 8 rows.
+//! `KILN_FUSED_ROWS=N` (1 to 8) moves that limit, for A/B runs on other GPUs.
 
 use super::{Fused, Model};
 use crate::{LlmError, Result};
@@ -50,6 +51,14 @@ impl SeqKv for super::Cache {
 pub struct BatchSeq<'a> {
     pub tokens: &'a [u32],
     pub kv: &'a mut dyn SeqKv,
+}
+
+/// Passes of at most this many rows take the fused decode kernels (`KILN_FUSED_ROWS`, default 1).
+fn fused_rows() -> usize {
+    static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *ROWS.get_or_init(|| {
+        std::env::var("KILN_FUSED_ROWS").ok().and_then(|v| v.parse().ok()).map_or(1, |n: usize| n.clamp(1, 8))
+    })
 }
 
 /// Prompt chunks of at most this many tokens attend through the block table (one query row per
@@ -143,7 +152,7 @@ impl Model {
         let sin = self.rope.sin.embedding(&positions)?;
         let mut x = self.embed.embedding(&ids)?; // (T, hidden)
         let eps = cfg.rms_norm_eps;
-        let fuse = total == 1;
+        let fuse = total <= fused_rows();
         for (l, layer) in self.layers.iter().enumerate() {
             let heads = |y: &Tensor, n: usize| -> Result<Tensor> { Ok(y.reshape((1, total, n, hd))?.transpose(1, 2)?) };
             let rope = |y: Tensor| y.rope_with_tables(&cos, &sin, RopeLayout::HalfSplit);
