@@ -8,7 +8,8 @@ bench/serve/load.py's prompts are in it).
 The weights are normals (x 0.02) from one random pool of 2^24 values, each tensor a slice of it
 repeated from a random start: the shapes and bytes of the real model, for timing, in seconds.
 
-Usage: make_model.py SHAPE OUT_DIR [--layers N]   SHAPE: 8b (Llama-3-8B), 1b, or tiny
+Usage: make_model.py SHAPE OUT_DIR [--layers N]   SHAPE: 8b (Llama-3-8B), 1b, mid (512 wide, 8
+layers, 32000 words: serving runs in seconds on a CPU or lavapipe) or tiny
 """
 
 import argparse
@@ -26,6 +27,7 @@ from load import WORDS  # noqa: E402
 SHAPES = {
     "1b": dict(layers=16, hidden=2048, heads=32, kv=8, ffn=8192, vocab=128256, tied=True, factor=32.0),
     "8b": dict(layers=32, hidden=4096, heads=32, kv=8, ffn=14336, vocab=128256, tied=False, factor=8.0),
+    "mid": dict(layers=8, hidden=512, heads=8, kv=2, ffn=1536, vocab=32000, tied=False, factor=8.0),
     "tiny": dict(layers=2, hidden=256, heads=4, kv=2, ffn=512, vocab=1000, tied=False, factor=8.0),
 }
 POOL = 1 << 24

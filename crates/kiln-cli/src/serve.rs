@@ -27,8 +27,9 @@ pub struct ServeArgs {
     /// Most requests waiting for a place in the batch; past it requests get 429.
     #[arg(long, default_value_t = 64)]
     max_queue: usize,
-    /// Most prompt tokens prefilled per step (long prompts go in chunks between decode steps).
-    #[arg(long, default_value_t = 256)]
+    /// Most prompt tokens prefilled per step, over all sequences (prompts that arrive together
+    /// share a step up to this budget; long prompts go in chunks between decode steps).
+    #[arg(long, default_value_t = 512)]
     prefill_chunk: usize,
     /// KV cache positions of all sequences together (paged: blocks of --block-size); default
     /// max-batch x min(max-context, 2048).
@@ -40,6 +41,10 @@ pub struct ServeArgs {
     /// Model id reported by /v1/models (default: the model's file or folder name).
     #[arg(long)]
     served_model_name: Option<String>,
+    /// On a GPU, run synthetic bursts (1 to --max-batch requests) before listening, so that the
+    /// kernels of every batch shape are compiled before the first clients wait on them.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    warmup: bool,
     /// Seconds running answers may go on after SIGINT/SIGTERM.
     #[arg(long, default_value_t = 10.0)]
     shutdown_grace: f64,
@@ -92,6 +97,7 @@ fn run(args: ServeArgs) -> Result<(), String> {
                 prefill_chunk: args.prefill_chunk,
                 block_size: args.block_size,
                 kv_blocks,
+                warmup: args.warmup,
             },
             shutdown_grace: Duration::from_secs_f64(args.shutdown_grace),
         },

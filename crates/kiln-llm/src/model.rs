@@ -18,7 +18,7 @@ use kiln::{DType, Device, KvCache, LinearInput, RopeLayout, Tensor};
 
 mod attention;
 mod batch;
-pub use batch::{BatchSeq, SeqKv};
+pub use batch::{BatchSeq, SeqKv, PAGED_CHUNK};
 
 /// The weight of a linear layer: dense in the model's dtype, or quantized blocks (GGUF files), or
 /// dense row blocks each within the device's largest buffer (a large vocabulary's tied LM head; see

@@ -3,10 +3,12 @@
 //! when it is admitted ([`PagedPool::reserve`], for every position it can reach) and gives them back
 //! when dropped, so admission is decided by free blocks and memory never grows past the pool.
 //!
-//! A batched decode step ([`crate::Model::forward_batch`]) writes every sequence's new position with
-//! one [`kiln::KvBlockPool::write_last`] per layer and attends through the block tables with one
-//! [`kiln::Tensor::sdpa_paged`] (no copy of the blocks); a prefill chunk appends through
-//! [`SeqKv::append`] and attends over [`kiln::KvBlockPool::gather`]'s contiguous copy.
+//! A batched step ([`crate::Model::forward_batch`]) writes the new positions of every decode token and
+//! of every token of prompt chunks up to [`crate::model::PAGED_CHUNK`] tokens with one
+//! [`kiln::KvBlockPool::write_last`] per layer and attends through the block tables with one
+//! [`kiln::Tensor::sdpa_paged`] (no copy of the blocks; a chunk's token is a row whose length ends at
+//! its own position); a longer chunk appends through [`SeqKv::append`] and attends over
+//! [`kiln::KvBlockPool::gather`]'s contiguous copy.
 
 use crate::model::{Model, SeqKv};
 use crate::{LlmError, Result};

@@ -49,6 +49,12 @@ impl Sampler {
         Ok(Sampler { params, rng: ChaCha8Rng::seed_from_u64(seed) })
     }
 
+    /// Whether the next token is the plain argmax of the logits (greedy without a penalty): then
+    /// only its index needs to leave the device, never the logits.
+    pub fn is_greedy(&self) -> bool {
+        self.params.temperature == 0.0 && self.params.repeat_penalty == 1.0
+    }
+
     /// The next token from f32 `logits` `(1, vocab)`; `history` is every token so far (for the penalty).
     pub fn sample(&mut self, logits: &Tensor, history: &[u32]) -> Result<u32> {
         let p = &self.params;
@@ -57,7 +63,15 @@ impl Sampler {
             let i = logits.argmax(-1, false)?.to_vec::<i64>()?;
             return Ok(i[0] as u32);
         }
-        let mut l = logits.to_vec::<f32>()?;
+        self.sample_host(logits.to_vec::<f32>()?, history)
+    }
+
+    /// [`Sampler::sample`] from logits already read back (one row of `vocab` values): a server
+    /// reads the rows of all its sampled sequences in one transfer and samples each here. The same
+    /// token as `sample` for the same logits, history and generator state.
+    pub fn sample_host(&mut self, mut l: Vec<f32>, history: &[u32]) -> Result<u32> {
+        let p = &self.params;
+        let penalise = p.repeat_penalty != 1.0 && !history.is_empty();
         if penalise {
             let start = history.len().saturating_sub(p.repeat_last_n);
             let mut seen = history[start..].to_vec();
@@ -72,10 +86,10 @@ impl Sampler {
         if p.temperature == 0.0 {
             return Ok(argmax(&l));
         }
-        Ok(self.sample_host(&l))
+        Ok(self.draw(&l))
     }
 
-    fn sample_host(&mut self, logits: &[f32]) -> u32 {
+    fn draw(&mut self, logits: &[f32]) -> u32 {
         let p = &self.params;
         let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
         let by_logit = |a: &u32, b: &u32| logits[*b as usize].total_cmp(&logits[*a as usize]);

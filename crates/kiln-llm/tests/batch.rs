@@ -16,8 +16,12 @@ use kiln_llm::{BatchSeq, LoadOptions, Model, ModelDir, SeqKv};
 const ARCHS: [&str; 4] = ["llama", "qwen3", "gemma2", "phi3"];
 
 fn load(name: &str, dev: &Device) -> Model {
+    load_ctx(name, dev, 64)
+}
+
+fn load_ctx(name: &str, dev: &Device, max_context: usize) -> Model {
     let dir = ModelDir::open(fixture(name)).unwrap();
-    dir.load(dev, LoadOptions { dtype: DType::F32, max_context: 64, progress: None }).unwrap()
+    dir.load(dev, LoadOptions { dtype: DType::F32, max_context, progress: None }).unwrap()
 }
 
 /// Greedy tokens and each step's logits, one sequence alone through `Model::forward`.
@@ -59,7 +63,7 @@ fn paged_batched_decode_equals_per_sequence_decode() {
 fn batched_equals_alone(paged: bool) {
     const STEPS: usize = 10;
     for (dev, name) in devices().into_iter().flat_map(|d| ARCHS.map(|n| (d.clone(), n))) {
-        let model = load(name, &dev);
+        let model = load_ctx(name, &dev, 128);
         let pool = PagedPool::new(&model, 4, 5 * 16).unwrap();
         let store = |n: usize| -> Box<dyn SeqKv> {
             if paged {
@@ -69,7 +73,10 @@ fn batched_equals_alone(paged: bool) {
             }
         };
         let vocab = model.config.vocab_size as u32;
-        let prompts: Vec<Vec<u32>> = [(7u32, 5usize), (11, 1), (3, 13), (29, 8), (5, 21)]
+        // Prompt chunks of up to PAGED_CHUNK tokens attend through the block table when paged, the
+        // 70-token one (in one chunk, next to decode rows) over its gathered keys and values.
+        const { assert!(70 > kiln_llm::model::PAGED_CHUNK) };
+        let prompts: Vec<Vec<u32>> = [(7u32, 5usize), (11, 1), (3, 13), (29, 8), (5, 21), (13, 70)]
             .iter()
             .map(|&(seed, n)| (0..n as u32).map(|i| (seed * 31 + i * seed * 7 + 1) % vocab).collect())
             .collect();
@@ -78,8 +85,8 @@ fn batched_equals_alone(paged: bool) {
             .enumerate()
             .map(|(i, p)| Seq {
                 prompt: p.clone(),
-                join: [0, 0, 2, 3, 5][i],
-                chunk: [64, 1, 4, 3, 6][i],
+                join: [0, 0, 2, 3, 5, 1][i],
+                chunk: [64, 1, 4, 3, 6, 70][i],
                 cache: store(p.len() + STEPS),
                 fed: 0,
                 toks: vec![],

@@ -4,8 +4,17 @@
 //! runs one [`Model::forward_batch`] over every active sequence: a decode token for each running
 //! sequence plus prompt chunks of the ones still prefilling (at most `prefill_chunk` prompt tokens a
 //! step, so a long prompt does not stall the running streams). Nothing here knows about HTTP.
+//!
+//! A step reads back as little as it can: one transfer of token ids for the greedy sequences (the
+//! argmax runs on the device) and, only when some sequence samples, one transfer of those
+//! sequences' logits rows. Every step is timed by phase into [`crate::metrics::StepProfile`]
+//! (`/metrics`). `KILN_SERVE_PROFILE=1` prints a summary line on stderr whenever the batch drains
+//! (a burst of load), with the per-kernel table when `KILN_PROFILE=1` times kernels;
+//! `KILN_SERVE_PROFILE=sync` also waits for the device right after each forward pass, so that the
+//! GPU's time shows apart from the host's recording (`forward`) and the transfers (`readback`);
+//! `KILN_SERVE_PROFILE=steps` does that and prints one line per step (rows, phases, compiles).
 
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ProfileSnapshot, StepPhase};
 use kiln::Tensor;
 use kiln_llm::paged::{PagedPool, PagedSeq};
 use kiln_llm::{BatchSeq, Model, Sampler, SamplingParams, SeqKv};
@@ -74,6 +83,9 @@ pub struct SchedulerOptions {
     pub block_size: usize,
     /// Blocks in the KV pool (all sequences together).
     pub kv_blocks: usize,
+    /// Run synthetic bursts through the model before taking requests (GPU only), so that the
+    /// kernels of the batch shapes are compiled before clients wait on them ([`Scheduler::start`]).
+    pub warmup: bool,
 }
 
 /// The handle the HTTP layer holds: submits requests, tells the thread to stop.
@@ -86,7 +98,8 @@ pub struct Scheduler {
 }
 
 impl Scheduler {
-    /// Starts the scheduler thread, which owns `model` from now on.
+    /// Starts the scheduler thread, which owns `model` from now on. With `opts.warmup` on a GPU,
+    /// first runs the warm-up bursts (see `Worker::warm_up`) and says on stderr what they took.
     pub fn start(model: Model, opts: SchedulerOptions, metrics: Arc<Metrics>) -> Result<Scheduler, String> {
         if opts.max_batch == 0 || opts.prefill_chunk == 0 || opts.block_size == 0 || opts.kv_blocks == 0 {
             return Err(format!(
@@ -94,12 +107,17 @@ impl Scheduler {
                 opts.max_batch, opts.prefill_chunk, opts.block_size, opts.kv_blocks
             ));
         }
-        let pool = PagedPool::new(&model, opts.block_size, opts.kv_blocks).map_err(|e| e.to_string())?;
-        metrics.kv_blocks_total.store(opts.kv_blocks as u64, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel();
         let stopping = Arc::new(AtomicBool::new(false));
         let max_queue = opts.max_queue;
-        let worker = Worker { model, pool, opts, rx, metrics: metrics.clone(), stopping: stopping.clone() };
+        let warmup = opts.warmup && model.device().is_gpu();
+        let mut worker = Worker::new(model, opts, rx, metrics.clone(), stopping.clone())?;
+        if warmup {
+            match worker.warm_up() {
+                Ok(done) => eprintln!("kiln serve: {done}"),
+                Err(e) => eprintln!("kiln serve: warm-up failed ({e}); serving anyway"),
+            }
+        }
         let thread = std::thread::Builder::new()
             .name("kiln-scheduler".into())
             .spawn(move || worker.run())
@@ -168,14 +186,56 @@ struct Worker {
     rx: mpsc::Receiver<GenRequest>,
     metrics: Arc<Metrics>,
     stopping: Arc<AtomicBool>,
+    /// `KILN_SERVE_PROFILE=1` (or `sync`): print a profile line whenever the batch drains.
+    profile: bool,
+    /// `KILN_SERVE_PROFILE=sync`: also wait for the device right after each forward pass, so that
+    /// GPU time shows apart from the readback.
+    sync: bool,
+    /// `KILN_SERVE_PROFILE=steps`: as `sync`, and one line per step on stderr.
+    trace: bool,
+    /// Since the batch last went from empty to busy: (start, profile counters, steps, tokens).
+    burst: Option<(Instant, ProfileSnapshot, u64, u64)>,
+}
+
+/// What one sequence feeds a step.
+#[derive(Clone, Copy)]
+enum Feed {
+    /// A prefill waiting for the step's prompt budget.
+    Wait,
+    /// Prompt tokens `start..end`.
+    Prompt(usize, usize),
+    /// Its last generated token.
+    Decode,
 }
 
 impl Worker {
+    fn new(
+        model: Model,
+        opts: SchedulerOptions,
+        rx: mpsc::Receiver<GenRequest>,
+        metrics: Arc<Metrics>,
+        stopping: Arc<AtomicBool>,
+    ) -> Result<Worker, String> {
+        let pool = PagedPool::new(&model, opts.block_size, opts.kv_blocks).map_err(|e| e.to_string())?;
+        metrics.kv_blocks_total.store(opts.kv_blocks as u64, Ordering::Relaxed);
+        let mode = std::env::var("KILN_SERVE_PROFILE").unwrap_or_default();
+        let (profile, sync, trace) = match mode.as_str() {
+            "1" => (true, false, false),
+            "sync" => (true, true, false),
+            "steps" => (true, true, true),
+            _ => (false, false, false),
+        };
+        Ok(Worker { model, pool, opts, rx, metrics, stopping, profile, sync, trace, burst: None })
+    }
+
     fn run(mut self) {
         let mut waiting: VecDeque<(GenRequest, Instant)> = VecDeque::new();
         let mut active: Vec<Seq> = Vec::new();
         let mut connected = true;
         loop {
+            if active.is_empty() && waiting.is_empty() {
+                self.end_burst();
+            }
             // Intake: block only when there is nothing to run.
             if active.is_empty() && waiting.is_empty() && connected {
                 match self.rx.recv_timeout(Duration::from_millis(50)) {
@@ -184,6 +244,7 @@ impl Worker {
                     Err(mpsc::RecvTimeoutError::Disconnected) => connected = false,
                 }
             }
+            let intake = Instant::now();
             while connected {
                 match self.rx.try_recv() {
                     Ok(r) => waiting.push_back((r, Instant::now())),
@@ -215,6 +276,10 @@ impl Worker {
             }
             self.admit(&mut waiting, &mut active);
             self.publish(&active);
+            if !active.is_empty() {
+                self.start_burst();
+                self.metrics.profile.add(StepPhase::Intake, intake.elapsed());
+            }
             if active.is_empty() {
                 if !waiting.is_empty() {
                     // Nothing fits (cannot happen: a request that fits an empty pool was checked on
@@ -232,6 +297,103 @@ impl Worker {
             self.publish(&active);
         }
         self.publish(&active);
+        self.end_burst();
+    }
+
+    /// Runs bursts of synthetic requests through the serving path (admission, [`Worker::step`])
+    /// before the first real one, so that the GPU kernels of the shapes a server meets are compiled
+    /// now and not while a burst of clients waits for its first tokens: a kernel variant's first use
+    /// compiles its pipeline, which takes seconds on some drivers (lavapipe, NVIDIA's for large
+    /// kernels). Bursts of 1, 2, 4, 8, 16, 64 and `max_batch` requests (the row blocks of the matmul
+    /// and fused decode kernels, the switch to composed ops past 8 rows, bf16's cooperative matmul
+    /// from 64 rows), so prompt chunks up to the step's budget, one prompt longer than a paged chunk
+    /// and long enough for split decode attention, and one sampled request. The sequences' blocks
+    /// go back to the pool and the counters stay untouched. Returns a line saying what it did.
+    fn warm_up(&mut self) -> Result<String, String> {
+        let device = self.model.device().clone();
+        let (start, kernels) = (Instant::now(), device.compiled_kernels());
+        let real = std::mem::replace(&mut self.metrics, Arc::new(Metrics::default()));
+        let result = self.warm_up_bursts();
+        let steps = self.metrics.steps_total.load(Ordering::Relaxed);
+        self.metrics = real;
+        // A kernel profile (KILN_PROFILE=1) starts with the first real burst.
+        device.reset_profile();
+        result.map_err(|e| e.to_string())?;
+        Ok(format!(
+            "warmed up in {:.2} s ({steps} steps, {} kernels compiled)",
+            start.elapsed().as_secs_f64(),
+            device.compiled_kernels().saturating_sub(kernels)
+        ))
+    }
+
+    fn warm_up_bursts(&mut self) -> kiln_llm::Result<()> {
+        let vocab = self.model.config.vocab_size as u32;
+        let ctx = self.model.max_context();
+        let max_batch = self.opts.max_batch;
+        if ctx < 4 {
+            return Ok(());
+        }
+        let mut sizes = vec![1, 2, 4, 8, 16, 64, max_batch];
+        sizes.retain(|&n| n <= max_batch);
+        sizes.sort_unstable();
+        sizes.dedup();
+        for (b, &n) in sizes.iter().enumerate() {
+            let mut active = Vec::new();
+            let mut receivers = Vec::new();
+            for i in 0..n {
+                let len = if i == 0 { kiln_llm::model::PAGED_CHUNK + 16 } else { 32 };
+                let (len, max_tokens) = (len.min(ctx - 3), 3);
+                let prompt = (0..len).map(|j| ((i * 131 + j * 7 + b + 3) as u32) % vocab).collect();
+                let sampling = if i == 1 {
+                    SamplingParams { temperature: 1.0, ..Default::default() }
+                } else {
+                    SamplingParams::default()
+                };
+                let Some(kv) = self.pool.reserve((len + max_tokens).min(ctx)) else { break };
+                let (events, rx) = tokio::sync::mpsc::unbounded_channel();
+                receivers.push(rx);
+                let req =
+                    GenRequest { prompt, max_tokens, sampling: sampling.clone(), seed: 0, stop_tokens: vec![], events };
+                let sampler = Sampler::new(sampling, 0)?;
+                let arrived = Instant::now();
+                active.push(Seq { req, kv, sampler, fed: 0, out: Vec::new(), arrived, first_token: None });
+            }
+            while !active.is_empty() {
+                self.step(&mut active)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Notes the start of a burst of load (the batch was empty).
+    fn start_burst(&mut self) {
+        if self.burst.is_none() {
+            let m = &self.metrics;
+            self.burst = Some((
+                Instant::now(),
+                m.profile.snapshot(),
+                m.steps_total.load(Ordering::Relaxed),
+                m.completion_tokens_total.load(Ordering::Relaxed),
+            ));
+        }
+    }
+
+    /// Ends the burst (the batch drained); with `KILN_SERVE_PROFILE=1`, prints its profile.
+    fn end_burst(&mut self) {
+        let Some((start, since, steps0, tokens0)) = self.burst.take() else { return };
+        if !self.profile {
+            return;
+        }
+        let m = &self.metrics;
+        let steps = m.steps_total.load(Ordering::Relaxed) - steps0;
+        let tokens = m.completion_tokens_total.load(Ordering::Relaxed) - tokens0;
+        eprintln!("kiln serve: profile: {}", m.profile.snapshot().summary(&since, steps, tokens, start.elapsed()));
+        let kernels = self.model.device().profile();
+        if !kernels.is_empty() {
+            let top: Vec<_> = kernels.into_iter().take(25).collect();
+            eprintln!("kiln serve: kernel profile of the burst (KILN_PROFILE=1):\n{}", kiln::gpu::format_report(&top));
+            self.model.device().reset_profile();
+        }
     }
 
     /// Moves waiting requests into the batch while it has room and the pool has their blocks.
@@ -270,62 +432,114 @@ impl Worker {
 
     /// One forward pass over the batch; sends each finished prompt's or decode step's next token.
     fn step(&mut self, active: &mut Vec<Seq>) -> kiln_llm::Result<()> {
+        let metrics = self.metrics.clone();
+        let prof = &metrics.profile;
+        let device = self.model.device().clone();
+        let (counters, compiled) = (device.gpu_counters(), device.compiled_kernels());
+        let started = Instant::now();
+        let mut clock = started;
+        let mut laps = [Duration::ZERO; StepPhase::ALL.len()];
+        let mut lap = |phase: StepPhase| {
+            let now = Instant::now();
+            prof.add(phase, now - clock);
+            laps[phase as usize] += now - clock;
+            clock = now;
+        };
+        // What each sequence feeds this step: every decode token, and prompt chunks in arrival
+        // order while the step's prompt budget lasts (prompts that arrive together share a step).
         let mut budget = self.opts.prefill_chunk;
-        // What each sequence feeds this step (None: a prefill waiting for budget).
-        let inputs: Vec<Option<Vec<u32>>> = active
+        let mut cut = false;
+        let feeds: Vec<Feed> = active
             .iter()
             .map(|s| {
-                if s.fed < s.req.prompt.len() {
-                    let n = (s.req.prompt.len() - s.fed).min(budget);
-                    budget -= n;
-                    (n > 0).then(|| s.req.prompt[s.fed..s.fed + n].to_vec())
+                let left = s.req.prompt.len() - s.fed;
+                if left == 0 {
+                    return Feed::Decode;
+                }
+                let n = left.min(budget);
+                budget -= n;
+                cut |= n < left;
+                if n == 0 {
+                    Feed::Wait
                 } else {
-                    Some(vec![*s.out.last().expect("a sequence past its prompt has a token")])
+                    Feed::Prompt(s.fed, s.fed + n)
                 }
             })
             .collect();
         let mut rows = Vec::new(); // index into `active` of each logits row
-        let logits = {
-            let mut batch = Vec::new();
-            for (i, (s, input)) in active.iter_mut().zip(&inputs).enumerate() {
-                if let Some(t) = input {
-                    rows.push(i);
-                    batch.push(BatchSeq { tokens: t, kv: &mut s.kv as &mut dyn SeqKv });
+        let (mut decode_rows, mut prefill_rows, mut prefill_tokens) = (0u64, 0u64, 0u64);
+        let mut batch = Vec::with_capacity(active.len());
+        for (i, (s, feed)) in active.iter_mut().zip(&feeds).enumerate() {
+            let Seq { req, kv, out, .. } = s;
+            let tokens: &[u32] = match *feed {
+                Feed::Wait => continue,
+                Feed::Prompt(a, b) => {
+                    prefill_rows += 1;
+                    prefill_tokens += (b - a) as u64;
+                    &req.prompt[a..b]
                 }
-            }
-            self.model.forward_batch(&mut batch)?
-        };
-        let steps = rows.len();
-        self.metrics.steps_total.fetch_add(1, Ordering::Relaxed);
-        self.metrics.batch_rows_total.fetch_add(steps as u64, Ordering::Relaxed);
-        self.metrics.last_batch.store(steps as u64, Ordering::Relaxed);
-        // Greedy rows share one argmax (one read-back for the whole batch).
-        let greedy = argmax_rows(&logits)?;
-        let mut done = vec![false; active.len()];
-        for (r, &i) in rows.iter().enumerate() {
-            let s = &mut active[i];
-            let fed = inputs[i].as_ref().map_or(0, Vec::len);
-            if s.fed < s.req.prompt.len() {
-                s.fed += fed;
-                if s.fed < s.req.prompt.len() {
-                    continue; // more prompt to come
+                Feed::Decode => {
+                    decode_rows += 1;
+                    std::slice::from_ref(out.last().expect("a sequence past its prompt has a token"))
                 }
-            }
-            let p = &s.req.sampling;
-            let next = if p.temperature == 0.0 && p.repeat_penalty == 1.0 {
-                greedy[r]
-            } else {
-                let mut history = s.req.prompt.clone();
-                history.extend_from_slice(&s.out);
-                s.sampler.sample(&logits.narrow(0, r, 1)?, &history)?
             };
+            rows.push(i);
+            batch.push(BatchSeq { tokens, kv: kv as &mut dyn SeqKv });
+        }
+        lap(StepPhase::Build);
+        let logits = self.model.forward_batch(&mut batch)?;
+        drop(batch);
+        lap(StepPhase::Forward);
+        if self.sync {
+            device.synchronize()?;
+            lap(StepPhase::Gpu);
+        }
+        // Rows that produce a token now: decode rows and prompts whose last chunk this was.
+        let produces = |i: usize| match feeds[i] {
+            Feed::Decode => true,
+            Feed::Prompt(_, b) => b == active[i].req.prompt.len(),
+            Feed::Wait => false,
+        };
+        let (mut greedy, mut sampled) = (Vec::new(), Vec::new()); // (logits row, active index)
+        for (r, &i) in rows.iter().enumerate() {
+            if produces(i) {
+                if active[i].sampler.is_greedy() {
+                    greedy.push((r, i));
+                } else {
+                    sampled.push((r, i));
+                }
+            }
+        }
+        let greedy_ids = read_argmax(&logits, &greedy, rows.len())?;
+        let sampled_rows = read_rows(&logits, &sampled)?;
+        lap(StepPhase::Readback);
+        let mut next: Vec<Option<u32>> = vec![None; active.len()];
+        for (&(_, i), &id) in greedy.iter().zip(&greedy_ids) {
+            next[i] = Some(id);
+        }
+        for (&(_, i), row) in sampled.iter().zip(sampled_rows) {
+            let s = &mut active[i];
+            let mut history = s.req.prompt.clone();
+            history.extend_from_slice(&s.out);
+            next[i] = Some(s.sampler.sample_host(row, &history)?);
+        }
+        lap(StepPhase::Sample);
+        metrics.steps_total.fetch_add(1, Ordering::Relaxed);
+        metrics.batch_rows_total.fetch_add(rows.len() as u64, Ordering::Relaxed);
+        metrics.last_batch.store(rows.len() as u64, Ordering::Relaxed);
+        let mut done = vec![false; active.len()];
+        for (i, s) in active.iter_mut().enumerate() {
+            if let Feed::Prompt(_, b) = feeds[i] {
+                s.fed = b;
+            }
+            let Some(next) = next[i] else { continue };
             s.out.push(next);
             if s.first_token.is_none() {
                 let now = Instant::now();
                 s.first_token = Some(now);
-                self.metrics.observe_ttft(now - s.arrived);
+                metrics.observe_ttft(now - s.arrived);
             }
-            self.metrics.completion_tokens_total.fetch_add(1, Ordering::Relaxed);
+            metrics.completion_tokens_total.fetch_add(1, Ordering::Relaxed);
             let _ = s.req.events.send(Event::Token(next));
             let stop = s.req.stop_tokens.contains(&next);
             // As `kiln_llm::generate`: the answer ends at max_tokens, a stop token or a full context.
@@ -344,11 +558,222 @@ impl Worker {
             i += 1;
             !done[i - 1]
         });
+        lap(StepPhase::Bookkeeping);
+        let count = |v: u64, c: &std::sync::atomic::AtomicU64| c.fetch_add(v, Ordering::Relaxed);
+        count(decode_rows, &prof.decode_rows);
+        count(prefill_rows, &prof.prefill_rows);
+        count(prefill_tokens, &prof.prefill_tokens);
+        count(cut as u64, &prof.budget_full_steps);
+        if let (Some((d0, s0)), Some((d1, s1))) = (counters, device.gpu_counters()) {
+            count(d1 - d0, &prof.gpu_dispatches);
+            count(s1 - s0, &prof.gpu_submits);
+        }
+        let new_kernels = device.compiled_kernels().saturating_sub(compiled) as u64;
+        if new_kernels > 0 {
+            count(new_kernels, &prof.kernels_compiled);
+            count(1, &prof.compile_steps);
+            count(started.elapsed().as_nanos() as u64, &prof.compile_step_nanos);
+        }
+        if self.trace {
+            let mut line = format!(
+                "kiln serve: step {}: {decode_rows} decode + {prefill_rows} prefill rows ({prefill_tokens} prompt \
+                 tokens), {} waiting for budget; ms:",
+                metrics.steps_total.load(Ordering::Relaxed),
+                feeds.iter().filter(|f| matches!(f, Feed::Wait)).count()
+            );
+            for p in StepPhase::ALL.into_iter().filter(|&p| p != StepPhase::Intake) {
+                line += &format!(" {} {:.3}", p.name(), laps[p as usize].as_secs_f64() * 1e3);
+            }
+            if new_kernels > 0 {
+                line += &format!("; {new_kernels} kernels compiled");
+            }
+            eprintln!("{line}");
+        }
         Ok(())
     }
 }
 
-/// The argmax of every row of f32 `logits` `(rows, vocab)`.
-fn argmax_rows(logits: &Tensor) -> kiln_llm::Result<Vec<u32>> {
-    Ok(logits.argmax(-1, false)?.to_vec::<i64>()?.into_iter().map(|i| i as u32).collect())
+/// The argmax of rows `rows[..].0` of f32 `logits` `(total, vocab)`, computed on the device and read
+/// back in one transfer of ids (the logits stay on the device).
+fn read_argmax(logits: &Tensor, rows: &[(usize, usize)], total: usize) -> kiln_llm::Result<Vec<u32>> {
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids = if rows.len() == total {
+        logits.argmax(-1, false)?
+    } else {
+        logits.index_select(&row_ids(logits, rows)?, 0)?.argmax(-1, false)?
+    };
+    Ok(ids.to_vec::<i64>()?.into_iter().map(|i| i as u32).collect())
+}
+
+/// Rows `rows[..].0` of f32 `logits` `(total, vocab)`, read back in one transfer.
+fn read_rows(logits: &Tensor, rows: &[(usize, usize)]) -> kiln_llm::Result<Vec<Vec<f32>>> {
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let vocab = logits.dims()[1];
+    let all = logits.index_select(&row_ids(logits, rows)?, 0)?.to_vec::<f32>()?;
+    Ok(all.chunks(vocab).map(<[f32]>::to_vec).collect())
+}
+
+fn row_ids(logits: &Tensor, rows: &[(usize, usize)]) -> kiln_llm::Result<Tensor> {
+    let ids: Vec<i64> = rows.iter().map(|&(r, _)| r as i64).collect();
+    Ok(Tensor::from_vec(ids, rows.len(), logits.device())?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kiln::{DType, Device};
+    use kiln_llm::{GenerateOptions, LoadOptions, ModelDir};
+    use tokio::sync::mpsc::UnboundedReceiver;
+
+    fn devices() -> Vec<Device> {
+        let mut devs = vec![Device::cpu()];
+        match Device::gpu() {
+            Ok(d) => devs.push(d),
+            Err(e) => eprintln!("GPU half skipped: {e}"),
+        }
+        devs
+    }
+
+    fn load(dev: &Device) -> Model {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../kiln-llm/tests/fixtures/llama");
+        let dir = ModelDir::open(dir).unwrap();
+        dir.load(dev, LoadOptions { dtype: DType::F32, max_context: 128, progress: None }).unwrap()
+    }
+
+    fn prompt(seed: u32, n: usize) -> Vec<u32> {
+        (0..n as u32).map(|i| (seed * 31 + i * seed * 7 + 1) % 320).collect()
+    }
+
+    fn request(
+        prompt: Vec<u32>,
+        max_tokens: usize,
+        sampling: SamplingParams,
+    ) -> (GenRequest, UnboundedReceiver<Event>) {
+        let (events, rx) = tokio::sync::mpsc::unbounded_channel();
+        (GenRequest { prompt, max_tokens, sampling, seed: 7, stop_tokens: vec![], events }, rx)
+    }
+
+    /// Runs a scheduler over `requests`, all queued before its thread starts (as a burst that
+    /// arrives together), until every answer is done; returns the answers and the metrics.
+    fn serve_burst(
+        model: Model,
+        opts: SchedulerOptions,
+        requests: Vec<(Vec<u32>, usize, SamplingParams)>,
+    ) -> (Vec<Vec<u32>>, Arc<Metrics>) {
+        let metrics = Arc::new(Metrics::default());
+        let (tx, rx) = mpsc::channel();
+        let mut outs = Vec::new();
+        for (p, n, s) in requests {
+            let (req, out) = request(p, n, s);
+            metrics.queue_depth.fetch_add(1, Ordering::SeqCst);
+            tx.send(req).unwrap();
+            outs.push(out);
+        }
+        drop(tx);
+        let worker = Worker::new(model, opts, rx, metrics.clone(), Arc::new(AtomicBool::new(false))).unwrap();
+        let thread = std::thread::spawn(move || worker.run());
+        let answers = outs
+            .into_iter()
+            .map(|mut rx| {
+                let mut toks = Vec::new();
+                loop {
+                    match rx.blocking_recv() {
+                        Some(Event::Token(t)) => toks.push(t),
+                        Some(Event::Done { completion_tokens, .. }) => {
+                            assert_eq!(completion_tokens, toks.len());
+                            break toks;
+                        }
+                        Some(Event::Error(e)) => panic!("generation failed: {e}"),
+                        None => panic!("the scheduler stopped before the answer ended"),
+                    }
+                }
+            })
+            .collect();
+        thread.join().unwrap();
+        (answers, metrics)
+    }
+
+    fn options(prefill_chunk: usize) -> SchedulerOptions {
+        SchedulerOptions {
+            max_batch: 16,
+            max_queue: 64,
+            prefill_chunk,
+            block_size: 4,
+            kv_blocks: 16 * 32,
+            warmup: false,
+        }
+    }
+
+    /// Prompts that arrive together are prefilled in one step (with a budget that holds them all),
+    /// so every answer gets its first token from the first step and the burst takes max_tokens steps.
+    #[test]
+    fn simultaneous_prompts_share_one_step() {
+        for dev in devices() {
+            let reqs: Vec<_> =
+                (0..8).map(|i| (prompt(3 + i, 5 + 3 * i as usize), 6, SamplingParams::default())).collect();
+            let tokens: u64 = reqs.iter().map(|r| r.0.len() as u64).sum();
+            let (answers, m) = serve_burst(load(&dev), options(512), reqs);
+            assert!(answers.iter().all(|a| a.len() == 6), "{answers:?}");
+            let steps = m.steps_total.load(Ordering::Relaxed);
+            assert_eq!(steps, 6, "8 prompts arriving together took {steps} steps for 6 tokens each ({dev:?})");
+            let p = &m.profile;
+            assert_eq!(p.prefill_rows.load(Ordering::Relaxed), 8);
+            assert_eq!(p.prefill_tokens.load(Ordering::Relaxed), tokens);
+            assert_eq!(p.decode_rows.load(Ordering::Relaxed), 8 * 5);
+            assert_eq!(p.budget_full_steps.load(Ordering::Relaxed), 0);
+        }
+    }
+
+    /// The warm-up bursts give back every KV block, leave the counters at zero, and change no
+    /// answer that follows.
+    #[test]
+    fn warm_up_leaves_nothing_behind() {
+        for dev in devices() {
+            let reqs: Vec<_> = (0..3).map(|i| (prompt(9 + i, 4 + i as usize), 5, SamplingParams::default())).collect();
+            let (cold, _) = serve_burst(load(&dev), options(512), reqs.clone());
+            let metrics = Arc::new(Metrics::default());
+            let (_tx, rx) = mpsc::channel();
+            let mut w =
+                Worker::new(load(&dev), options(512), rx, metrics.clone(), Arc::new(AtomicBool::new(false))).unwrap();
+            let said = w.warm_up().unwrap();
+            assert!(said.starts_with("warmed up in"), "{said}");
+            assert_eq!(w.pool.used_blocks(), 0);
+            assert_eq!(metrics.steps_total.load(Ordering::Relaxed), 0);
+            assert_eq!(metrics.completion_tokens_total.load(Ordering::Relaxed), 0);
+            let (warm, _) = serve_burst(w.model, options(512), reqs);
+            assert_eq!(warm, cold, "{dev:?}");
+        }
+    }
+
+    /// Greedy and seeded sampled answers under concurrency (prompts chunked by a small budget, one
+    /// longer than a paged chunk, sequences finishing at different steps) equal each prompt
+    /// generated alone by `kiln_llm::generate`.
+    #[test]
+    fn concurrent_answers_equal_generate_alone() {
+        for dev in devices() {
+            let sampled = SamplingParams { temperature: 0.8, top_p: Some(0.9), ..Default::default() };
+            let mut reqs: Vec<_> = (0..6)
+                .map(|i| {
+                    (prompt(5 + i, [3, 9, 1, 70, 17, 30][i as usize]), 4 + 2 * i as usize, SamplingParams::default())
+                })
+                .collect();
+            reqs.push((prompt(41, 12), 9, sampled.clone()));
+            reqs.push((prompt(43, 2), 7, sampled));
+            let model = load(&dev);
+            let alone: Vec<Vec<u32>> = reqs
+                .iter()
+                .map(|(p, n, s)| {
+                    let opts = GenerateOptions { max_tokens: *n, sampling: s.clone(), seed: 7, stop_tokens: vec![] };
+                    kiln_llm::generate(&model, &mut model.new_cache(), p, &opts, |_| Ok(())).unwrap().0
+                })
+                .collect();
+            let (answers, m) = serve_burst(model, options(48), reqs);
+            assert_eq!(answers, alone, "{dev:?}");
+            assert!(m.profile.budget_full_steps.load(Ordering::Relaxed) > 0, "the budget should cut prompts");
+        }
+    }
 }

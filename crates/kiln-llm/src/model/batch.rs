@@ -2,10 +2,19 @@
 //! sequence brings its next tokens (one for a decode step, a chunk for a prefill) and its own KV
 //! store and position. The tokens of all sequences are stacked into one `(T, hidden)` activation, so
 //! every projection is one matrix product with `M = T` rows (the weights are read once for the whole
-//! batch); rotary embeddings take each row's own position. Decode rows of paged sequences (one pool)
-//! are stacked first: one kernel per layer stores their new keys and values through their block
-//! tables and one attends through them (`KvBlockPool::write_last`, `Tensor::sdpa_paged`); other
-//! rows (prefill chunks, contiguous caches) attend per sequence over that sequence's keys and values.
+//! batch); rotary embeddings take each row's own position. Rows of paged sequences (one pool) are
+//! stacked first, each row one query of a block table: a decode token, or a token of a prompt chunk
+//! of at most [`PAGED_CHUNK`] tokens, which attends to its sequence's positions up to its own (the
+//! causal mask as a length). One kernel per layer stores all their keys and values and one attends
+//! for all of them (`KvBlockPool::write_last`, `Tensor::sdpa_paged`), so prompts that arrive
+//! together are prefilled in the same pass as the decode rows without a kernel per sequence. Other
+//! rows (longer chunks, contiguous caches) attend per sequence over that sequence's keys and values.
+//! A pass of one row (one sequence decoding alone) takes [`Model::forward`]'s fused kernels: the
+//! RMSNorms and the SwiGLU gate inside the projections' kernels (`linear_fused`). With more rows the
+//! norms run apart and the projections take the matmul kernels: the fused matrix-vector kernels with
+//! 2-8 rows measured slower than the skinny matmul plus a norm (lavapipe: 20 against 14 ms for a
+//! 512 x 3072 product of 8 rows, 170 ms for the 32000-word LM head), and they end at 8 rows.
+//! `KILN_FUSED_ROWS=N` (1 to 8) moves that limit, for A/B runs on other GPUs.
 
 use super::{Fused, Model};
 use crate::{LlmError, Result};
@@ -44,6 +53,18 @@ pub struct BatchSeq<'a> {
     pub kv: &'a mut dyn SeqKv,
 }
 
+/// Passes of at most this many rows take the fused decode kernels (`KILN_FUSED_ROWS`, default 1).
+fn fused_rows() -> usize {
+    static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *ROWS.get_or_init(|| {
+        std::env::var("KILN_FUSED_ROWS").ok().and_then(|v| v.parse().ok()).map_or(1, |n: usize| n.clamp(1, 8))
+    })
+}
+
+/// Prompt chunks of at most this many tokens attend through the block table (one query row per
+/// token, like decode rows); longer ones gather their keys and values and take the causal kernel.
+pub const PAGED_CHUNK: usize = 64;
+
 impl Model {
     /// Runs every sequence's tokens through the model in one pass, appending to each sequence's KV
     /// store, and returns f32 logits `(sequences, vocab)`: row `i` for the last token of sequence `i`.
@@ -70,13 +91,14 @@ impl Model {
                 return Err(LlmError::Arg(format!("token id {bad} is outside the vocabulary ({})", cfg.vocab_size)));
             }
         }
-        // The paged decode rows (one token, a pool shared with the first of them) first.
+        // The paged rows (chunks of up to PAGED_CHUNK tokens, a pool shared with the first of
+        // them) first.
         let mut first: Option<usize> = None;
         let mut fast = vec![false; seqs.len()];
         // `sdpa_paged` has no soft cap nor window: Gemma 2 gathers every sequence's keys instead.
         let paged_ok = cfg.gemma2.is_none();
         for i in 0..seqs.len() {
-            if !paged_ok || seqs[i].tokens.len() != 1 || seqs[i].kv.paged().is_none() {
+            if !paged_ok || seqs[i].tokens.len() > PAGED_CHUNK || seqs[i].kv.paged().is_none() {
                 continue;
             }
             fast[i] = match first {
@@ -93,7 +115,9 @@ impl Model {
         }
         let order: Vec<usize> =
             (0..seqs.len()).filter(|&i| fast[i]).chain((0..seqs.len()).filter(|&i| !fast[i])).collect();
-        let nd = fast.iter().filter(|&&f| f).count();
+        let nfast = fast.iter().filter(|&&f| f).count();
+        // Rows (tokens) of the paged sequences.
+        let nd: usize = order[..nfast].iter().map(|&i| seqs[i].tokens.len()).sum();
         let mut ids = Vec::new();
         let mut positions = Vec::new();
         let mut spans = vec![(0, 0); seqs.len()]; // (first row, rows) per sequence
@@ -104,18 +128,20 @@ impl Model {
             ids.extend(s.tokens.iter().map(|&x| x as i64));
             positions.extend((offset..offset + t).map(|p| p as i64));
         }
-        // The decode rows' block tables, for every layer: each attends to its positions and the new one.
+        // The paged rows' block tables, for every layer: row j of a sequence at offset o attends
+        // to positions 0..=o + j (its own, new, position last; write_last stores it there).
         let table = if nd > 0 {
-            let mut tables = Vec::with_capacity(nd);
+            let mut tables = Vec::with_capacity(nfast);
             let mut lens = Vec::with_capacity(nd);
             let mut bs = 0;
-            for &i in &order[..nd] {
-                lens.push(seqs[i].kv.len() + 1);
+            for &i in &order[..nfast] {
+                let (t, offset) = (seqs[i].tokens.len(), seqs[i].kv.len());
+                lens.extend((1..=t).map(|j| offset + j));
                 let p = seqs[i].kv.paged().expect("paged");
                 bs = p.pool(0)?.block_size();
-                tables.push(p.block_table().to_vec());
+                tables.push((p.block_table().to_vec(), t));
             }
-            let refs: Vec<&[u32]> = tables.iter().map(Vec::as_slice).collect();
+            let refs: Vec<&[u32]> = tables.iter().flat_map(|(tb, t)| std::iter::repeat_n(tb.as_slice(), *t)).collect();
             Some(BlockTable::new(&refs, &lens, bs, &self.device)?)
         } else {
             None
@@ -127,37 +153,46 @@ impl Model {
         let cos = self.rope.cos.embedding(&positions)?; // (T, head_dim / 2): each row's own position
         let sin = self.rope.sin.embedding(&positions)?;
         let mut x = self.embed_tokens(&ids)?; // (T, hidden)
+        let eps = cfg.rms_norm_eps;
+        // `fused`: the architecture takes the stacked kernels (no q/k norms, post norms or GeGLU);
+        // `fuse`: few enough rows for the kernels with the norm in their prologue.
         let fused = self.fused_path();
+        let fuse = fused && total <= fused_rows();
         for (l, layer) in self.layers.iter().enumerate() {
-            let h = x.rms_norm(&layer.attn_norm, cfg.rms_norm_eps)?;
             let heads = |y: &Tensor, n: usize| -> Result<Tensor> { Ok(y.reshape((1, total, n, hd))?.transpose(1, 2)?) };
             let rope = |y: Tensor| y.rope_with_tables(&cos, &sin, RopeLayout::HalfSplit);
             let (q, k, v) = match &layer.qkv {
-                _ if !fused => self.qkv_heads(layer, &h, &cos, &sin)?,
+                _ if !fused => self.qkv_heads(layer, &x.rms_norm(&layer.attn_norm, eps)?, &cos, &sin)?,
                 Fused::One(lin) => {
-                    let y = lin.forward(&h)?;
+                    let y = if fuse {
+                        lin.forward_norm(&x, &layer.attn_norm, eps)?
+                    } else {
+                        lin.forward(&x.rms_norm(&layer.attn_norm, eps)?)?
+                    };
                     let qk = rope(heads(&y.narrow(1, 0, (nh + nkv) * hd)?, nh + nkv)?)?;
                     let v = heads(&y.narrow(1, (nh + nkv) * hd, nkv * hd)?, nkv)?;
                     (qk.narrow(1, 0, nh)?, qk.narrow(1, nh, nkv)?, v)
                 }
                 Fused::Apart(_) => {
+                    let h = x.rms_norm(&layer.attn_norm, eps)?;
                     let ys = layer.qkv.forward(&h, &[nh * hd, nkv * hd, nkv * hd])?;
                     (rope(heads(&ys[0], nh)?)?, rope(heads(&ys[1], nkv)?)?, heads(&ys[2], nkv)?)
                 }
             };
             let mut outs = Vec::with_capacity(seqs.len());
             if let Some(table) = &table {
-                // (nd, heads, 1, hd) views of the decode rows.
+                // (nd, heads, 1, hd) views of the paged rows.
                 let rows = |y: &Tensor| -> Result<Tensor> { Ok(y.narrow(2, 0, nd)?.permute(&[2, 1, 0, 3])?) };
                 let pool = seqs[order[0]].kv.paged().expect("paged").pool(l)?.clone();
                 pool.write_last(table, &rows(&k)?, &rows(&v)?)?;
-                for &i in &order[..nd] {
-                    seqs[i].kv.paged().expect("paged").advance(l, 1)?;
+                for &i in &order[..nfast] {
+                    let t = seqs[i].tokens.len();
+                    seqs[i].kv.paged().expect("paged").advance(l, t)?;
                 }
                 let (kp, vp) = pool.tensors();
                 outs.push(rows(&q)?.sdpa_paged(kp, vp, table, None)?.reshape((nd, nh * hd))?);
             }
-            for &i in &order[nd..] {
+            for &i in &order[nfast..] {
                 let (start, t) = spans[i];
                 let (ks, vs) = seqs[i].kv.append(l, &k.narrow(2, start, t)?, &v.narrow(2, start, t)?)?;
                 let att = self.attend(l, &q.narrow(2, start, t)?, &ks, &vs)?; // (1, nh, t, hd)
@@ -168,8 +203,24 @@ impl Model {
             } else {
                 Tensor::concat(&outs.iter().collect::<Vec<_>>(), 0)?
             };
-            x = self.attn_residual(layer, &att, &x)?;
-            x = self.mlp_residual(layer, &x)?;
+            if !fused {
+                x = self.attn_residual(layer, &att, &x)?;
+                x = self.mlp_residual(layer, &x)?;
+                continue;
+            }
+            x = layer.o.forward_add(&att, &x)?;
+            x = match &layer.gate_up {
+                // One row, stacked: the norm in the gate/up kernel, silu_mul and the residual in the
+                // down one.
+                Fused::One(lin) if fuse => {
+                    layer.down.forward_silu_add(&lin.forward_norm(&x, &layer.mlp_norm, eps)?, &x)?
+                }
+                _ => {
+                    let h = x.rms_norm(&layer.mlp_norm, eps)?;
+                    let gu = layer.gate_up.forward(&h, &[cfg.intermediate_size; 2])?;
+                    layer.down.forward_add(&gu[0].silu_mul(&gu[1])?, &x)?
+                }
+            };
         }
         let last: Vec<i64> = spans.iter().map(|&(start, t)| (start + t - 1) as i64).collect();
         let x = if last.iter().enumerate().all(|(i, &r)| r == i as i64) && last.len() == total {
@@ -177,6 +228,10 @@ impl Model {
         } else {
             x.index_select(&Tensor::from_vec(last.clone(), last.len(), &self.device)?, 0)?
         };
-        self.logits(&x)
+        if fuse || !fused {
+            // The norm in the head's kernel (and Gemma 2's final soft cap).
+            return self.logits(&x);
+        }
+        Ok(self.lm_head.forward(&x.rms_norm(&self.norm, eps)?)?.to_dtype(kiln::DType::F32)?)
     }
 }
