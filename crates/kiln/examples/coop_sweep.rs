@@ -15,7 +15,10 @@ use kiln::{DType, Device, Result, Tensor};
 const RUNS: usize = 15;
 
 /// `(name, batch, m, k, n, b_is_weight)`: a weight is stored `(n, k)` and used as its transpose.
-const CASES: [(&str, usize, usize, usize, usize, bool); 7] = [
+const CASES: [(&str, usize, usize, usize, usize, bool); 9] = [
+    // Odd shapes: edge tiles beside interior ones (fast reads), and K off the slice (checked reads).
+    ("odd777x4096x3000", 1, 777, 4096, 3000, false),
+    ("odd1000x4104x2050", 1, 1000, 4104, 2050, true),
     ("sq4096", 1, 4096, 4096, 4096, false),
     ("sq8192", 1, 8192, 8192, 8192, false),
     ("lin512x11008", 1, 512, 4096, 11008, true),

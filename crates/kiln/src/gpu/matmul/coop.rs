@@ -16,8 +16,8 @@
 //!
 //! On Vulkan (issue 22) tiles are staged as `vec4<f16>` (`Stage::H4`, `KILN_COOP_STAGE=h1|h4`);
 //! interior workgroups run a copy of the K loop with unchecked reads (`fast`), and the automatic
-//! choice takes 8 subgroups of 4x4 accumulators (128x256 tiles, 16-deep K slices, three in flight)
-//! where the output has two waves of them, else 4 subgroups of 4x4 (128x128, 32-deep slices, two in
+//! choice takes 8 subgroups of 4x4 accumulators (128x256 tiles, 16-deep K slices, four in flight)
+//! where the output has 1.5 waves of them, else 4 subgroups of 4x4 (128x128, 32-deep slices, two in
 //! flight), else the presets (docs/PERFORMANCE.md, session 8: 1.5x the session-6 choice on an H200).
 //! Every choice can be spelled out with [`CoopSpec`] through [`matmul_coop_spec`] (tests,
 //! `examples/coop_sweep.rs`).
@@ -41,6 +41,9 @@ const MIN_WORK: usize = 32 * 32 * 32;
 const MIN_SIDE: usize = 16;
 /// bf16 takes the cooperative path from this many rows and columns on.
 const MIN_SIDE_BF16: usize = 64;
+/// The automatic choice on Vulkan takes 128x256 tiles from this many on (about 1.5 waves of an
+/// H100/H200's 132 SMs; fewer: 128x128 tiles, two workgroups per SM).
+const WIDE_MIN_TILES: usize = 200;
 /// `Auto` picks `Small` when `Large` would make fewer workgroups than this.
 const LARGE_MIN_TILES: usize = 256;
 
@@ -114,7 +117,7 @@ pub(crate) struct Config {
     pub(crate) bk: u32,
     /// Workgroup-memory layout of the staged tiles.
     pub(crate) stage: Stage,
-    /// Slices in flight in registers while one is multiplied: 1 (the next slice), 2 (`deep`) or 3,
+    /// Slices in flight in registers while one is multiplied: 1 (the next slice), 2 (`deep`), 3 or 4,
     /// each in its own register set (see the K loop in `source`).
     pub(crate) ahead: u32,
     /// Interior workgroups (whole tiles, K a multiple of the slice, vector operands) run a copy of
@@ -276,7 +279,7 @@ impl Config {
         // of `s`) and the padded rows must be multiples of the element.
         let unit = self.stage.unit();
         matches!(self.s, 8 | 16)
-            && (1..=3).contains(&self.ahead)
+            && (1..=4).contains(&self.ahead)
             && self.s.is_multiple_of(unit)
             && PAD.is_multiple_of(unit)
             && self.bk.is_multiple_of(self.s)
@@ -898,7 +901,7 @@ pub struct CoopSpec {
     /// K slice per stage.
     pub bk: u32,
     pub stage: Stage,
-    /// Slices in flight in registers (1 to 3).
+    /// Slices in flight in registers (1 to 4).
     pub ahead: u32,
     /// Unchecked reads for interior tiles.
     pub fast: bool,
@@ -908,7 +911,7 @@ pub struct CoopSpec {
 
 impl CoopSpec {
     /// `WMxWN:TMxTN:BK:STAGE[:FLAG]...`, e.g. `4x2:4x4:16:h4:deep:fast`. Flags: `deep` (two slices
-    /// in flight) or `a3` (three), `fast`, and the ablations `noload`, `nobarrier`, `nomma`.
+    /// in flight), `a3` or `a4` (three, four), `fast`, and the ablations `noload`, `nobarrier`, `nomma`.
     pub fn parse(text: &str) -> Option<CoopSpec> {
         let parts: Vec<&str> = text.split(':').collect();
         let pair = |p: &str| -> Option<(u32, u32)> {
@@ -932,6 +935,7 @@ impl CoopSpec {
             match *flag {
                 "deep" => spec.ahead = 2,
                 "a3" => spec.ahead = 3,
+                "a4" => spec.ahead = 4,
                 "fast" => spec.fast = true,
                 "noload" => spec.probe = Probe::NoLoad,
                 "nobarrier" => spec.probe = Probe::NoBarrier,
@@ -1106,13 +1110,13 @@ fn matmul_coop(
     }
     // Vulkan, 16x16 (NVIDIA), measured on an H200 (docs/PERFORMANCE.md, session 8): interior tiles
     // on the fast reads; 8 subgroups of 4x4 accumulators (128x256 tiles) over 16-deep slices with
-    // three in flight where there are two waves of such tiles or more, else 4 subgroups of 4x4
+    // four in flight where there are 1.5 waves of such tiles or more, else 4 subgroups of 4x4
     // (128x128, two workgroups per SM) over 32-deep slices with two in flight, else the presets.
     if tile == CoopTile::Auto && stage == Stage::H4 && s == 16 {
         let big = |wm, wn, bk, ahead| Config { wm, wn, tm: 4, tn: 4, bk, ahead, fast: true, ..preset(CoopTile::Large) };
-        let wide = big(2, 4, 16, 3);
+        let wide = big(2, 4, 16, 4);
         let square = big(2, 2, 32, 2);
-        if batch * tiles(&wide) >= LARGE_MIN_TILES {
+        if batch * tiles(&wide) >= WIDE_MIN_TILES {
             candidates.insert(0, wide);
         } else if batch * tiles(&square) >= LARGE_MIN_TILES / 4 {
             candidates.insert(0, square);

@@ -1,7 +1,7 @@
 //! The skinny matmul kernels for few output rows (matrix-vector and small-batch LLM shapes), where
 //! the product is bound by streaming B: `matmul_skinny_n.wgsl` when B is read along n (its columns
 //! are the fast axis), `matmul_skinny_k.wgsl` when B is read along k. Both stream B exactly once per
-//! block of up to 8 rows and split K over workgroups to fill the GPU.
+//! block of up to 16 rows and split K over workgroups to fill the GPU.
 
 use super::problem::{vec_loader, Mode, Problem, BASES};
 use crate::gpu::runtime::kernels::render;
@@ -16,7 +16,7 @@ const SKINNY_K: &str = include_str!("skinny_k.wgsl");
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Skinny {
     pub(crate) dt: DType,
-    /// Output rows per workgroup (1, 2, 4 or 8).
+    /// Output rows per workgroup (1, 2, 4, 8 or 16).
     pub(crate) rows: u32,
     /// B read along k (`matmul_skinny_k`) rather than along n.
     pub(crate) along_k: bool,
@@ -30,14 +30,14 @@ pub(crate) struct Skinny {
 }
 
 /// Output rows per workgroup.
-pub(crate) const ROWS: [u32; 4] = [1, 2, 4, 8];
+pub(crate) const ROWS: [u32; 5] = [1, 2, 4, 8, 16];
 
 impl Skinny {
     /// The variant for `p` (a float problem): B's layout picks the kernel, M the row block.
     pub(crate) fn for_problem(p: &Problem) -> Skinny {
         let bm = p.b.mode();
         let along_k = bm.along_k();
-        let rows = (p.m.next_power_of_two() as u32).min(8);
+        let rows = (p.m.next_power_of_two() as u32).min(max_rows());
         // Wide-k when one row block covers M and 32-column workgroups alone nearly fill an H200.
         let wide = !along_k && p.m <= 8 && p.n.div_ceil(32) * p.batch >= 96 && wide_enabled();
         Skinny { dt: p.dt, rows, along_k, a_vec: p.a.mode() == Mode::K4, b_vec: bm.is_vec(), wide }
@@ -78,6 +78,10 @@ impl Skinny {
             for b_vec in [false, true] {
                 for a_vec in [false, true] {
                     for (along_k, wide) in [(false, false), (true, false), (false, true)] {
+                        // The wide-k shape serves one row block of up to 8 rows.
+                        if wide && rows > 8 {
+                            continue;
+                        }
                         out.push(Skinny { dt, rows, along_k, a_vec, b_vec, wide });
                     }
                 }
@@ -85,6 +89,15 @@ impl Skinny {
         }
         out
     }
+}
+
+/// The largest row block: 16 (a batched decode step of 16-64 sequences reads each weight 1-4
+/// times, not 2-8), `KILN_SKINNY_ROWS=8` (or 1, 2, 4) for A/B runs.
+fn max_rows() -> u32 {
+    static ROWS_MAX: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *ROWS_MAX.get_or_init(|| {
+        std::env::var("KILN_SKINNY_ROWS").ok().and_then(|v| v.parse().ok()).filter(|r| ROWS.contains(r)).unwrap_or(16)
+    })
 }
 
 /// Whether the wide-k shape may be chosen (`KILN_SKINNY_WIDE=0` turns it off, for A/B runs).
