@@ -12,7 +12,7 @@
 //!   workgroup reductions go through subgroup operations or a workgroup-memory tree;
 //! - how each output is written: 16-byte packs, words, or packed 2- and 1-byte words.
 
-use super::{reduce_parts, round, Gen, Op, Spec, Src};
+use super::spec::{finish, reduce_parts, round, Exprs, Gen, Op, Spec, Src};
 use crate::gpu::runtime::kernels::render;
 use crate::gpu::runtime::subgroups::use_subgroups;
 use crate::gpu::runtime::wgsl::{ct, loader, PRELUDE};
@@ -249,7 +249,7 @@ fn word(dt: DType, x: &str) -> String {
 }
 
 /// The WGSL of `spec` as a row kernel of plan `rp` (`ex`: the elementwise op expressions).
-pub(crate) fn source(spec: &Spec, ex: super::Exprs, rp: &RowPlan) -> String {
+pub(crate) fn source(spec: &Spec, ex: Exprs, rp: &RowPlan) -> String {
     let (wg, np) = (rp.wg, rp.np);
     let nl = spec.leaves.len();
     let mut decls = String::new();
@@ -447,7 +447,7 @@ pub(crate) fn source(spec: &Spec, ex: super::Exprs, rp: &RowPlan) -> String {
     let red_words = if rp.sg { (wg / 4).max(1) } else { wg };
     let helpers = std::mem::take(&mut g.helpers);
     let idx: Vec<char> = rp.leaves.iter().map(|&(i, _)| i).collect();
-    super::finish(
+    finish(
         render(
             ROW,
             &[
