@@ -163,8 +163,8 @@ impl Pipelines {
 }
 
 /// With `KILN_DUMP_WGSL=DIR`, every kernel compiled is also written to `DIR/NAME.wgsl` (the name
-/// reduced to letters, digits, `.`, `_` and `-`), e.g. for `bench/gpu/pipeline-stats` to read the
-/// driver's register counts of them. Failures to write are ignored: this is a debugging aid.
+/// reduced to letters, digits, `.`, `_` and `-`), to read or compile outside kiln the exact code a
+/// run used. Failures to write are ignored: this is a debugging aid.
 fn dump_wgsl(name: &str, src: &str) {
     static DIR: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
     let Some(dir) = DIR.get_or_init(|| std::env::var_os("KILN_DUMP_WGSL").map(Into::into)) else { return };
