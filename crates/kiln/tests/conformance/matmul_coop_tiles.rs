@@ -128,7 +128,8 @@ fn run_spec(dev: &Device, spec: &str, emulate: Option<u32>, views: &[(View, View
     check(dev, spec, emulate, &[], (bm, 2 * p.bk as usize, bn), views[0], false, false, *seed);
     // K a whole number of slices (an odd count: the unrolled loop's tail), whole and edge tiles:
     // the `fast` reads of interior tiles beside the checked ones, batched too.
-    for &v in &views[..2.min(views.len())] {
+    // Row-major operands, `linear`'s K-contiguous B and a column-major A (each its own fast reads).
+    for &v in &views[..3.min(views.len())] {
         *seed += 2;
         check(dev, spec, emulate, &[], (2 * bm + 5, 5 * p.bk as usize, bn + 3), v, false, false, *seed);
     }
