@@ -359,7 +359,7 @@ pub(crate) fn source(c: &Config) -> String {
         load
     };
     // Unchecked reads of interior tiles (`fast`): `fa_i`/`fb_i` are the chunks' element offsets at
-    // k0 = 0 (multiples of 4: vector operands only), K advances them by `A_KS`/`B_KS` per element.
+    // k0 = 0 (multiples of 4: vector operands only), K advances them by `a_ks`/`b_ks` per element.
     // Slices past K (the unrolled loop's tail) are not read.
     let fast_load = |set: u32| {
         let mut regs: Vec<(String, String)> = Vec::new();
@@ -391,19 +391,14 @@ pub(crate) fn source(c: &Config) -> String {
         let (a_ss, a_ks) = if c.a.k_fast { ("p[5]", "1u") } else { ("p[6]", "p[6]") };
         let (b_ss, b_ks) = if c.b.k_fast { ("p[8]", "1u") } else { ("p[7]", "p[7]") };
         setup += &format!("        let a_ks = {a_ks};\n        let b_ks = {b_ks};\n        var ss = {a_ss};\n");
-        let (na, nb, sa_, sb_, fa_, fb_, ast, bst) = (a_chunks, b_chunks, "a_s", "b_s", "a_f", "b_f", a_step, b_step);
-        for i in 0..na {
-            setup += &format!(
-                "        let fa_{i} = a_base + {};\n",
-                origin(c.a.k_fast, "m0", format!("{sa_} + {}u", i * ast), fa_)
-            );
+        for i in 0..a_chunks {
+            let origin = origin(c.a.k_fast, "m0", format!("a_s + {}u", i * a_step), "a_f");
+            setup += &format!("        let fa_{i} = a_base + {origin};\n");
         }
         setup += &format!("        ss = {b_ss};\n");
-        for i in 0..nb {
-            setup += &format!(
-                "        let fb_{i} = b_base + {};\n",
-                origin(c.b.k_fast, "n0", format!("{sb_} + {}u", i * bst), fb_)
-            );
+        for i in 0..b_chunks {
+            let origin = origin(c.b.k_fast, "n0", format!("b_s + {}u", i * b_step), "b_f");
+            setup += &format!("        let fb_{i} = b_base + {origin};\n");
         }
         setup
     };
@@ -473,7 +468,7 @@ pub(crate) fn source(c: &Config) -> String {
     let (bk, sas, sbs, ahead) = (c.bk, sa_stage, sb_stage, c.ahead);
     let unroll = if ahead % 2 == 0 { ahead } else { 2 * ahead };
     let barrier = if c.probe == Probe::NoBarrier { "" } else { "        workgroupBarrier();\n" };
-    let kloop = |load: &dyn Fn(u32) -> String, store: &dyn Fn(u32) -> String| {
+    let kloop = |load: &dyn Fn(u32) -> String| {
         let mut main = format!("    k0 = 0u;\n{}    so = 0u;\n{}", load(0), store(0));
         for set in 1..ahead {
             main += &format!("    k0 = {}u;\n{}", set * bk, load(set));
@@ -502,13 +497,13 @@ pub(crate) fn source(c: &Config) -> String {
         main += &format!(
             "    let interior = (m0 + {bm}u <= m) & (n0 + {bn}u <= n) & (kk % {bk}u == 0u);\n    if (interior) {{\n{}{}    }} else {{\n{}    }}\n",
             fast_setup(),
-            kloop(&fast_load, &store),
-            kloop(&load, &store),
+            kloop(&fast_load),
+            kloop(&load),
             bm = c.bm(),
             bn = c.bn(),
         );
     } else {
-        main += &kloop(&load, &store);
+        main += &kloop(&load);
     }
     // Each accumulator tile: every subgroup stores it into its slot of `sc`, then all write them out.
     let ldc = c.ldc();
