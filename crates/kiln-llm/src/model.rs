@@ -553,12 +553,7 @@ impl Model {
                     kv.append_rope(&lin.forward_norm(&x, &layer.attn_norm, eps)?, nh, nkv, &cos, &sin)?
                 }
                 Fused::Apart(_) => {
-                    let h = x.rms_norm(&layer.attn_norm, eps)?;
-                    let heads =
-                        |y: &Tensor, n: usize| -> Result<Tensor> { Ok(y.reshape((1, t, n, hd))?.transpose(1, 2)?) };
-                    let rope = |y: Tensor| y.rope_with_tables(&cos, &sin, RopeLayout::HalfSplit);
-                    let ys = layer.qkv.forward(&h, &[nh * hd, nkv * hd, nkv * hd])?;
-                    let (q, k, v) = (rope(heads(&ys[0], nh)?)?, rope(heads(&ys[1], nkv)?)?, heads(&ys[2], nkv)?);
+                    let (q, k, v) = self.qkv_heads(layer, &x.rms_norm(&layer.attn_norm, eps)?, &cos, &sin)?;
                     let (k, v) = kv.append(&k, &v)?;
                     (q, k, v)
                 }

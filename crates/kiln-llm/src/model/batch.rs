@@ -162,8 +162,7 @@ impl Model {
             let heads = |y: &Tensor, n: usize| -> Result<Tensor> { Ok(y.reshape((1, total, n, hd))?.transpose(1, 2)?) };
             let rope = |y: Tensor| y.rope_with_tables(&cos, &sin, RopeLayout::HalfSplit);
             let (q, k, v) = match &layer.qkv {
-                _ if !fused => self.qkv_heads(layer, &x.rms_norm(&layer.attn_norm, eps)?, &cos, &sin)?,
-                Fused::One(lin) => {
+                Fused::One(lin) if fused => {
                     let y = if fuse {
                         lin.forward_norm(&x, &layer.attn_norm, eps)?
                     } else {
@@ -173,11 +172,7 @@ impl Model {
                     let v = heads(&y.narrow(1, (nh + nkv) * hd, nkv * hd)?, nkv)?;
                     (qk.narrow(1, 0, nh)?, qk.narrow(1, nh, nkv)?, v)
                 }
-                Fused::Apart(_) => {
-                    let h = x.rms_norm(&layer.attn_norm, eps)?;
-                    let ys = layer.qkv.forward(&h, &[nh * hd, nkv * hd, nkv * hd])?;
-                    (rope(heads(&ys[0], nh)?)?, rope(heads(&ys[1], nkv)?)?, heads(&ys[2], nkv)?)
-                }
+                _ => self.qkv_heads(layer, &x.rms_norm(&layer.attn_norm, eps)?, &cos, &sin)?,
             };
             let mut outs = Vec::with_capacity(seqs.len());
             if let Some(table) = &table {
@@ -203,23 +198,14 @@ impl Model {
             } else {
                 Tensor::concat(&outs.iter().collect::<Vec<_>>(), 0)?
             };
-            if !fused {
-                x = self.attn_residual(layer, &att, &x)?;
-                x = self.mlp_residual(layer, &x)?;
-                continue;
-            }
-            x = layer.o.forward_add(&att, &x)?;
+            x = self.attn_residual(layer, &att, &x)?;
             x = match &layer.gate_up {
-                // One row, stacked: the norm in the gate/up kernel, silu_mul and the residual in the
+                // Few rows, stacked: the norm in the gate/up kernel, silu_mul and the residual in the
                 // down one.
                 Fused::One(lin) if fuse => {
                     layer.down.forward_silu_add(&lin.forward_norm(&x, &layer.mlp_norm, eps)?, &x)?
                 }
-                _ => {
-                    let h = x.rms_norm(&layer.mlp_norm, eps)?;
-                    let gu = layer.gate_up.forward(&h, &[cfg.intermediate_size; 2])?;
-                    layer.down.forward_add(&gu[0].silu_mul(&gu[1])?, &x)?
-                }
+                _ => self.mlp_residual(layer, &x)?,
             };
         }
         let last: Vec<i64> = spans.iter().map(|&(start, t)| (start + t - 1) as i64).collect();
