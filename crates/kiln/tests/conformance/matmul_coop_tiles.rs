@@ -157,6 +157,7 @@ fn coop_tiles_emulated() {
         "2x2:2x2:16:h1:deep",
         "2x2:2x2:32:h4:fast",
         "2x2:2x2:16:h4:a3:fast",
+        "2x2:2x2:16:h4:a4:fast",
         "2x2:2x2:16:h1:a3",
     ] {
         run_spec(&dev, spec, Some(16), &VIEWS, &mut seed);
@@ -201,6 +202,7 @@ fn coop_tiles_on_device() {
         "2x2:2x2:32:h1:deep",
         "4x2:4x4:16:h4:deep:fast",
         "2x4:4x4:16:h4:a3:fast",
+        "2x4:4x4:16:h4:a4:fast",
         "2x2:4x4:32:h4:deep:fast",
         "2x4:4x2:32:h4:a3:fast",
     ] {

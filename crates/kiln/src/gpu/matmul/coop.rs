@@ -813,7 +813,7 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
         // The emulated kernel (tests on adapters without cooperative matrices).
         let (a, b) = (Operand { k_fast: true, vec: true }, Operand { k_fast: false, vec: false });
         for stage in [Stage::H1, Stage::H4] {
-            for ahead in [1, 2, 3] {
+            for ahead in [1, 2, 3, 4] {
                 let c = Config { emulate: true, stage, ahead, ..Config::preset(CoopTile::Small, s, 32, a, b) };
                 out.push((c.key(), source(&c)));
             }
