@@ -7,7 +7,7 @@
 //! `WMxWN:TMxTN:BK:STAGE[:FLAG]...` (e.g. `4x2:4x4:16:h4:deep:fast`; flags `deep`/`a3` slices in
 //! flight, `fast` unchecked interior reads, and the ablations `noload`/`nobarrier`/`nomma`, whose
 //! results are wrong by design and marked so); `KILN_SWEEP_CASES=sq4096,lin512x11008` picks cases;
-//! `KILN_SWEEP_DTYPE=bf16` runs bf16 operands (staged as scaled f16) instead of f16.
+//! `KILN_SWEEP_DTYPE=bf16` runs bf16 operands (converted to scaled f16 as they are staged) instead of f16.
 
 use kiln::gpu::matmul_coop::{matmul_coop_spec, CoopSpec, CoopTile};
 use kiln::{DType, Device, Result, Tensor};
@@ -15,7 +15,7 @@ use kiln::{DType, Device, Result, Tensor};
 const RUNS: usize = 15;
 
 /// `(name, batch, m, k, n, b_is_weight)`: a weight is stored `(n, k)` and used as its transpose.
-const CASES: [(&str, usize, usize, usize, usize, bool); 9] = [
+const CASES: [(&str, usize, usize, usize, usize, bool); 11] = [
     // Odd shapes: edge tiles beside interior ones (fast reads), and K off the slice (checked reads).
     ("odd777x4096x3000", 1, 777, 4096, 3000, false),
     ("odd1000x4104x2050", 1, 1000, 4104, 2050, true),
@@ -26,6 +26,9 @@ const CASES: [(&str, usize, usize, usize, usize, bool); 9] = [
     ("lin2048x14336", 1, 2048, 4096, 14336, true),
     ("lin512x14336", 1, 512, 4096, 14336, true),
     ("bmm32x2048x128", 32, 2048, 128, 2048, false),
+    // Batched decode (serving): 32 or 64 rows against an 8B MLP weight.
+    ("lin32x14336", 1, 32, 4096, 14336, true),
+    ("lin64x14336", 1, 64, 4096, 14336, true),
 ];
 
 const SPECS: [&str; 12] = [

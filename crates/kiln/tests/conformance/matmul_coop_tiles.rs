@@ -327,7 +327,7 @@ fn coop_bf16_emulated() {
         return;
     }
     let mut seed = 700;
-    for spec in ["2x2:2x2:32:h4", "2x2:2x2:16:h1:deep"] {
+    for spec in ["2x2:2x2:32:h4", "2x2:2x2:16:h1:deep", "2x2:2x2:16:h4:a3:fast"] {
         run_bf16(&dev, spec, Some(16), &VIEWS, &mut seed);
     }
 }
@@ -348,7 +348,7 @@ fn coop_bf16_on_device() {
         return;
     }
     let mut seed = 1900;
-    for spec in ["2x2:4x4:32:h4", "4x2:4x4:16:h4:deep", "2x4:4x4:16:h4:deep", "2x4:4x2:32:h4"] {
+    for spec in ["2x2:4x4:32:h4", "4x2:4x4:16:h4:deep", "2x4:4x4:16:h4:a4:fast", "2x2:4x4:32:h4:deep:fast"] {
         run_bf16(&dev, spec, None, &VIEWS, &mut seed);
     }
     for (m, k, n) in [(300, 257, 514), (513, 96, 1000), (64, 4096, 129)] {

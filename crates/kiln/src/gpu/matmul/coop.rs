@@ -130,8 +130,9 @@ pub(crate) struct Config {
     /// Cooperative ops replaced by plain WGSL over workgroup memory with the same data layout (a
     /// test of everything around them on adapters without cooperative matrices, e.g. lavapipe).
     pub(crate) emulate: bool,
-    /// bf16 operands and result (see [`Out`]); the operands are staged as f16, each line scaled by a
-    /// power of two (`pointwise/line_maxima.rs`).
+    /// bf16 operands and result (see [`Out`]): the operands are read as stored (bf16 pairs in 32-bit
+    /// words) and converted to f16 when staged, each line (row of A, column of B) multiplied by a
+    /// power of two from its maximum (`pointwise/line_maxima.rs`), which the epilogue undoes.
     pub(crate) out: Out,
 }
 
@@ -301,7 +302,10 @@ pub(crate) fn source(c: &Config) -> String {
     let shift = unit.trailing_zeros();
     let (a_chunks, b_chunks) = (a_ts * a_tf / w / wg, b_ts * b_tf / w / wg);
     let (a_step, b_step) = (wg / (a_tf / w), wg / (b_tf / w));
-    let reg = "vec4<f16>";
+    let bf16 = c.out.bf16();
+    // A register holds one chunk as read: 4 halves, or for bf16 the two words of 4 bf16 values
+    // (converted when stored, so that a read in flight is not waited on early).
+    let reg = if bf16 { "vec2<u32>" } else { "vec4<f16>" };
     let mat = |t: &str, role: &str| format!("coop_mat{s}x{s}<{t}, {role}>");
     // A fragment of `role` at `sa`/`sb[idx]`, stored row-major (`t`) or column-major, rows `ld` apart.
     let frag = |t: bool, role: &str, arr: &str, idx: String, ld: u32| {
@@ -324,6 +328,24 @@ pub(crate) fn source(c: &Config) -> String {
     }
     // Register sets for the slices in flight (`ahead`), named by set so that no value is copied
     // while its load is in flight.
+    if bf16 {
+        // Each chunk's lines are the same at every K step: their scales are read once. A k-fast chunk
+        // lies along one line (slow index), an mn-fast chunk across 4 (fast index).
+        for (sc, n, step, k_fast, s0, sl, f, lines, x) in [
+            ("sca", a_chunks, a_step, c.a.k_fast, "m0", "a_s", "a_f", "m", "xa"),
+            ("scb", b_chunks, b_step, c.b.k_fast, "n0", "b_s", "b_f", "n", "xb"),
+        ] {
+            for i in 0..n {
+                let v = if k_fast {
+                    format!("vec4<f32>(line_scale({x}, {s0} + {sl} + {}u, {lines}))", i * step)
+                } else {
+                    let l = |j: u32| format!("line_scale({x}, {s0} + {f} + {j}u, {lines})");
+                    format!("vec4<f32>({}, {}, {}, {})", l(0), l(1), l(2), l(3))
+                };
+                decls += &format!("    let {sc}_{i} = {v};\n");
+            }
+        }
+    }
     let sets = c.ahead;
     for set in 0..sets {
         for i in 0..a_chunks {
@@ -342,7 +364,7 @@ pub(crate) fn source(c: &Config) -> String {
         let mut load = String::new();
         for i in 0..a_chunks {
             let v = if c.probe == Probe::NoLoad {
-                format!("{reg}(f16(k0 & 7u))")
+                format!("{reg}({}(k0 & 7u))", if bf16 { "" } else { "f16" })
             } else {
                 format!("chunk_a(a_base, {a_s0} + a_s + {}u, {a_f0} + a_f)", i * a_step)
             };
@@ -350,7 +372,7 @@ pub(crate) fn source(c: &Config) -> String {
         }
         for i in 0..b_chunks {
             let v = if c.probe == Probe::NoLoad {
-                format!("{reg}(f16(k0 & 3u))")
+                format!("{reg}({}(k0 & 3u))", if bf16 { "" } else { "f16" })
             } else {
                 format!("chunk_b(b_base, {b_s0} + b_s + {}u, {b_f0} + b_f)", i * b_step)
             };
@@ -404,23 +426,24 @@ pub(crate) fn source(c: &Config) -> String {
     };
     let store = |set: u32| {
         let mut store = String::new();
-        for (name, reg, n, step, ld, st, stage) in [
-            ("sa", "ra", a_chunks, a_step, lda, "a_st", sa_stage),
-            ("sb", "rb", b_chunks, b_step, ldb, "b_st", sb_stage),
+        for (name, reg, sc, n, step, ld, st, stage) in [
+            ("sa", "ra", "sca", a_chunks, a_step, lda, "a_st", sa_stage),
+            ("sb", "rb", "scb", b_chunks, b_step, ldb, "b_st", sb_stage),
         ] {
             for i in 0..n {
+                // bf16: the 4 values scaled by their lines' powers of two and rounded to f16.
+                let v = if bf16 { format!("bf16_h4({reg}{set}_{i}, {sc}_{i})") } else { format!("{reg}{set}_{i}") };
                 if unit > 1 {
                     let off = i * step * ld;
-                    store +=
-                        &format!("        {name}[(so * {stage}u + {st} + {off}u) >> {shift}u] = {reg}{set}_{i};\n");
+                    store += &format!("        {name}[(so * {stage}u + {st} + {off}u) >> {shift}u] = {v};\n");
                     continue;
                 }
+                store += &format!("        {{\n        let h = {v};\n");
                 for (j, comp) in ["x", "y", "z", "w"].iter().enumerate() {
-                    store += &format!(
-                        "        {name}[so * {stage}u + {st} + {}u] = {reg}{set}_{i}.{comp};\n",
-                        i * step * ld + j as u32
-                    );
+                    store +=
+                        &format!("        {name}[so * {stage}u + {st} + {}u] = h.{comp};\n", i * step * ld + j as u32);
                 }
+                store += "        }\n";
             }
         }
         store
@@ -526,8 +549,8 @@ pub(crate) fn source(c: &Config) -> String {
     }
 
     // Operand bindings and chunk readers. `base + s * slow_stride + f * fast_stride`.
-    let a = reader(c.a, c.stage, ("p[0]", "p[5]"), ("p[2]", "p[6]"));
-    let b = reader(c.b, c.stage, ("p[1]", "p[8]"), ("p[2]", "p[7]"));
+    let a = reader(c.a, c.stage, bf16, ("p[0]", "p[5]"), ("p[2]", "p[6]"));
+    let b = reader(c.b, c.stage, bf16, ("p[1]", "p[8]"), ("p[2]", "p[7]"));
     let (dst, decls_bf16, set_x) = match c.out {
         Out::F16 => ("array<f16>", String::new(), ""),
         out => (
@@ -684,6 +707,8 @@ struct Reader {
     fs: String,
     vec: bool,
     stage: Stage,
+    /// bf16 values, read as the 32-bit words that hold them.
+    bf16: bool,
 }
 
 impl Reader {
@@ -698,10 +723,26 @@ impl Reader {
     }
     /// The element type of the one-at-a-time binding.
     fn scalar_binding(&self) -> &'static str {
-        "array<f16>"
+        if self.bf16 {
+            "array<u32>"
+        } else {
+            "array<f16>"
+        }
     }
     /// The element-by-element read of a chunk (edges, general strides): zeros past the fast extent.
     fn part(&self, buf: &str) -> String {
+        if self.bf16 {
+            // Value j's 16 bits go to half j % 2 of word j / 2.
+            return format!(
+                "for (var j = 0u; j < 4u; j++) {{
+            if (f + j < nf) {{
+                let i = e + j * fs;
+                let h = ({buf}[i >> 1u] >> ((i & 1u) * 16u)) & 0xffffu;
+                v[j >> 1u] |= h << ((j & 1u) * 16u);
+            }}
+        }}"
+            );
+        }
         format!(
             "for (var j = 0u; j < 4u; j++) {{
             if (f + j < nf) {{ v[j] = {buf}[e + j * fs]; }}
@@ -711,11 +752,12 @@ impl Reader {
 }
 
 /// `mn` and `k` are (extent, stride) parameter expressions of the operand's M-or-N dim and K dim.
-fn reader(o: Operand, stage: Stage, mn: (&str, &str), k: (&str, &str)) -> Reader {
+fn reader(o: Operand, stage: Stage, bf16: bool, mn: (&str, &str), k: (&str, &str)) -> Reader {
     let (slow, fast) = if o.k_fast { (mn, k) } else { (k, mn) };
-    let vec_ty = "array<vec4<f16>>";
+    let vec_ty = if bf16 { "array<vec2<u32>>" } else { "array<vec4<f16>>" };
     Reader {
         stage,
+        bf16,
         binding: if o.vec { vec_ty.into() } else { "array<u32>".into() },
         ns: slow.0.into(),
         nf: fast.0.into(),
@@ -735,6 +777,27 @@ var<private> xb: u32;
 
 {}
 {}
+// The power of two 2^-e that a line's values are multiplied by when staged (1 past the last line).
+fn line_scale(first: u32, line: u32, lines: u32) -> f32 {{
+    if (line >= lines) {{
+        return 1.0;
+    }}
+    // e is within [-110, 115]: the exponent field stays normal.
+    return bitcast<f32>(u32(127 - line_exp(mx[first + line])) << 23u);
+}}
+
+// Four bf16 values (two words, low half first) times their scales, as f16: every finite value fits
+// (a line's maximum is scaled into [2^14, 2^15)); Inf and NaN pass through.
+fn bf16_h4(w: vec2<u32>, s: vec4<f32>) -> vec4<f16> {{
+    let v = vec4<f32>(
+        bitcast<f32>(w.x << 16u),
+        bitcast<f32>(w.x & 0xffff0000u),
+        bitcast<f32>(w.y << 16u),
+        bitcast<f32>(w.y & 0xffff0000u),
+    );
+    return vec4<f16>(v * s);
+}}
+
 // `v * 2^(ea + eb)` in two steps of the same sign: no intermediate overflows unless the result does.
 fn unscale(v: f32, row: u32, col: u32) -> f32 {{
     let e = line_exp(mx[xa + row]) + line_exp(mx[xb + col]);
@@ -837,8 +900,8 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
             }
         }
     }
-    out.push(("line_maxima".into(), line_maxima::source()));
-    out.push(("line_scale".into(), line_maxima::scale_source()));
+    out.push(("line_maxima".into(), line_maxima::source(false)));
+    out.push(("line_maxima_x4".into(), line_maxima::source(true)));
     // Vector staging (Vulkan only, 16x16): every operand staging with each vector form, and the
     // larger sweep shapes (8 subgroups of 4x4 tiles, 16-deep K slices).
     for stage in [Stage::H4] {
@@ -1029,41 +1092,13 @@ fn matmul_coop(
         return None;
     }
     let (sa, sb) = (al.strides(), bl.strides());
-    // bf16: each operand is converted to a contiguous f16 copy, every line (row of A, column of B)
-    // scaled by a power of two (`line_maxima`), in the orientation it has (K-contiguous or not);
-    // the kernel reads those and scales the products back. Their layouts, known before any work.
-    let a_kfast = k == 1 || sa[rank - 1] == 1 || (m != 1 && sa[rank - 2] != 1 && sa[rank - 1] <= sa[rank - 2]);
-    let b_kfast = k == 1 || sb[rank - 2] == 1 || (n != 1 && sb[rank - 1] != 1 && sb[rank - 2] <= sb[rank - 1]);
-    let staged = |lines: usize, kfast: bool, b_side: bool| {
-        // (line stride, k stride) of the copy, then as (M/N dim stride, K stride) of the operand.
-        let (ls, ks) = if kfast { (k, 1) } else { (1, lines) };
-        let (d, st) = if b_side { ([k, lines], [ks, ls]) } else { ([lines, k], [ls, ks]) };
-        if batch > 1 {
-            Layout::new(vec![batch, d[0], d[1]].into(), vec![lines * k, st[0], st[1]], 0)
-        } else {
-            Layout::new(d.to_vec().into(), st.to_vec(), 0)
-        }
-    };
-    let conv = bf16.then(|| (staged(m, a_kfast, false), staged(n, b_kfast, true)));
-    let (cal, cbl) = match &conv {
-        Some((x, y)) => (x, y),
-        None => (al, bl),
-    };
-    let (bd, bs) = if bf16 { (vec![batch], vec![vec![m * k], vec![n * k]]) } else { (bd, bs) };
-    let (crank, csa, csb) = (cal.rank(), cal.strides(), cbl.strides());
     // Batch strides only step with more than one batch (`collapse` gives [1] for none).
     let bstr = |i: usize| if batch > 1 { &bs[i][..] } else { &[] };
-    let size = |x: &GpuStorage, l: &Layout| {
-        if bf16 {
-            (l.elem_count().max(batch * k) * 2).max(16) as u64
-        } else {
-            x.buffer.size()
-        }
-    };
+    // bf16 operands are read in place, as f16 ones are (`Config::out`).
     let ops = |w: usize| {
         (
-            operand(m, csa[crank - 2], k, csa[crank - 1], cal.offset(), bstr(0), size(a, cal), w),
-            operand(n, csb[crank - 1], k, csb[crank - 2], cbl.offset(), bstr(1), size(b, cbl), w),
+            operand(m, sa[rank - 2], k, sa[rank - 1], al.offset(), bstr(0), a.buffer.size(), w),
+            operand(n, sb[rank - 1], k, sb[rank - 2], bl.offset(), bstr(1), b.buffer.size(), w),
         )
     };
     // Vector staging on Vulkan (Metal's simdgroup loads take only scalar pointers).
@@ -1135,11 +1170,10 @@ fn matmul_coop(
     if batch > max {
         return None;
     }
-    let (bd0, bs0) = collapse(batch_dims, &[&al.strides()[..rank - 2], &bl.strides()[..rank - 2]]);
     Some((|| {
-        let Some((cal, cbl)) = &conv else {
+        if !bf16 {
             return run(a, al, b, bl, &c, (m, n, k), batch, (&bd, &bs), tiles(&c), None);
-        };
+        }
         let mx = line_maxima::maxima_buffer(ctx, batch * (m + n))?;
         let lines = |lines, offset, line_stride, k_stride, strides| line_maxima::Lines {
             lines,
@@ -1148,16 +1182,14 @@ fn matmul_coop(
             line_stride,
             k_stride,
             batch,
-            dims: &bd0,
+            dims: &bd,
             strides,
         };
-        let la = lines(m, al.offset(), sa[rank - 2], sa[rank - 1], &bs0[0][..]);
-        let lb = lines(n, bl.offset(), sb[rank - 1], sb[rank - 2], &bs0[1][..]);
+        let la = lines(m, al.offset(), sa[rank - 2], sa[rank - 1], &bs[0][..]);
+        let lb = lines(n, bl.offset(), sb[rank - 1], sb[rank - 2], &bs[1][..]);
         line_maxima::line_maxima(a, &la, &mx, 0)?;
         line_maxima::line_maxima(b, &lb, &mx, batch * m)?;
-        let ha = line_maxima::scale_to_f16(a, &la, &mx, 0, a_kfast)?;
-        let hb = line_maxima::scale_to_f16(b, &lb, &mx, batch * m, b_kfast)?;
-        run(&ha, cal, &hb, cbl, &c, (m, n, k), batch, (&bd, &bs), tiles(&c), Some(&mx))
+        run(a, al, b, bl, &c, (m, n, k), batch, (&bd, &bs), tiles(&c), Some(&mx))
     })())
 }
 

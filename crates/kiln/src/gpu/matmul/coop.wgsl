@@ -1,7 +1,8 @@
 // f16 matrix product on cooperative matrices (tensor cores, Apple simdgroup matrices):
 // C[b] = A[b] @ B[b] with f16 operands, f32 accumulation and an f16 result (rounded once at the end).
-// bf16 operands are staged as f16, every row of A and column of B scaled by a power of two that
-// fits its range (`mx`: line maxima from coop_scale.wgsl), and the product scaled back to bf16.
+// bf16 operands are read as stored and staged as f16, every row of A and column of B scaled by a
+// power of two that fits its range (`mx`: line maxima from line_maxima.wgsl; `bf16_h4`), and the
+// product scaled back to bf16.
 // A workgroup computes a {{BM}}x{{BN}} tile of C with {{NSG}} subgroups of {{SG}} invocations in a
 // {{WM}}x{{WN}} grid; each subgroup keeps {{TM}}x{{TN}} accumulators of {{S}}x{{S}} in registers. A and
 // B advance {{BK}} deep along K, staged through two workgroup buffers: while one buffer is multiplied,

@@ -9,17 +9,38 @@ use crate::Result;
 use std::sync::Arc;
 
 const SOURCE: &str = include_str!("line_maxima.wgsl");
-const SCALE: &str = include_str!("line_scale.wgsl");
 /// Elements of one line each invocation reads (`BLOCK` in the kernel).
 const BLOCK: usize = 64;
 
-pub(crate) fn source() -> String {
-    SOURCE.to_string()
+/// The pass's source: `x4` reads 8 values at a time along K-contiguous lines.
+pub(crate) fn source(x4: bool) -> String {
+    let (x, scan) = if x4 { ("array<vec4<u32>>", SCAN_X4) } else { ("array<u32>", SCAN_X1) };
+    crate::gpu::runtime::kernels::render(SOURCE, &[("X", x), ("SCAN", scan)])
 }
 
-pub(crate) fn scale_source() -> String {
-    crate::gpu::runtime::kernels::render(SCALE, &[("LINE_EXP", LINE_EXP)])
-}
+/// One value at a time, any strides.
+const SCAN_X1: &str = "    for (var k = blk * BLOCK; k < k1; k++) {
+        let i = e0 + k * p[4];
+        let w = x[i >> 1u];
+        let bits = select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u) & 0x7fffffffu;
+        if (bits < 0x7f800000u) {
+            m = max(m, bits);
+        }
+    }
+";
+
+/// Eight values (one `vec4<u32>`) at a time along K.
+const SCAN_X4: &str = "    for (var k = blk * BLOCK; k < k1; k += 8u) {
+        let w = x[(e0 + k) >> 3u];
+        let hi = w & vec4<u32>(0x7fff0000u);
+        let lo = (w << vec4<u32>(16u)) & vec4<u32>(0x7fffffffu);
+        let inf = vec4<u32>(0x7f800000u);
+        let h = select(vec4<u32>(0u), hi, hi < inf);
+        let l = select(vec4<u32>(0u), lo, lo < inf);
+        let v = max(h, l);
+        m = max(m, max(max(v.x, v.y), max(v.z, v.w)));
+    }
+";
 
 /// WGSL `fn line_exp(bits) -> i32`: the power of two that puts a line's largest finite magnitude
 /// (f32 bits from this pass) in [2^14, 2^15): f16 then holds every value of the line up to 65504,
@@ -57,7 +78,19 @@ pub(crate) fn maxima_buffer(ctx: &Arc<GpuContext>, words: usize) -> Result<GpuSt
 /// `first` on: slot `first + z * lines + line`.
 pub(crate) fn line_maxima(x: &GpuStorage, l: &Lines, mx: &GpuStorage, first: usize) -> Result<()> {
     let ctx = &x.ctx;
-    let kernel = ctx.pipelines.get(ctx, "line_maxima", 1, source)?;
+    // 16-byte reads where every line starts on 8 values and K fills whole vectors.
+    let eight = |v: usize| v.is_multiple_of(8);
+    let x4 = l.k_stride == 1
+        && eight(l.k)
+        && eight(l.offset)
+        && (l.lines == 1 || eight(l.line_stride))
+        && (l.batch == 1 || l.strides.iter().all(|&s| eight(s)))
+        && x.buffer.size() >= 16;
+    let kernel = if x4 {
+        ctx.pipelines.get(ctx, "line_maxima_x4", 1, || source(true))?
+    } else {
+        ctx.pipelines.get(ctx, "line_maxima", 1, || source(false))?
+    };
     let blocks = l.k.div_ceil(BLOCK);
     let n = l.batch * l.lines * blocks;
     // Consecutive invocations along whichever of the line and K strides is the unit one.
@@ -89,46 +122,4 @@ pub(crate) fn line_maxima(x: &GpuStorage, l: &Lines, mx: &GpuStorage, first: usi
         &params,
         groups,
     )
-}
-
-/// bf16 `x`'s lines as a contiguous f16 copy scaled by the powers of two of `mx` (from word `first`
-/// on): `(batch, lines, k)` when `k_fast`, else `(batch, k, lines)` (`line_scale.wgsl`).
-pub(crate) fn scale_to_f16(
-    x: &GpuStorage,
-    l: &Lines,
-    mx: &GpuStorage,
-    first: usize,
-    k_fast: bool,
-) -> Result<GpuStorage> {
-    let ctx = &x.ctx;
-    let kernel = ctx.pipelines.get(ctx, "line_scale", 2, scale_source)?;
-    let n = l.batch * l.lines * l.k;
-    let out = GpuStorage::alloc(ctx, crate::DType::F16, n)?;
-    let mut params = vec![
-        l.lines as u32,
-        l.k as u32,
-        l.offset as u32,
-        l.line_stride as u32,
-        l.k_stride as u32,
-        first as u32,
-        k_fast as u32,
-        if l.batch > 1 { l.dims.len() as u32 } else { 0 },
-    ];
-    params.resize(17, 0);
-    if l.batch > 1 {
-        for (i, (&d, &s)) in l.dims.iter().zip(l.strides).enumerate() {
-            params[8 + i] = d as u32;
-            params[12 + i] = s as u32;
-        }
-    }
-    params[16] = n as u32;
-    let groups = wgsl::grid(n.div_ceil(2), 256, ctx.limits.max_compute_workgroups_per_dimension);
-    ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(
-        ctx,
-        &kernel,
-        &[out.buffer.raw(), x.buffer.raw(), mx.buffer.raw()],
-        &params,
-        groups,
-    )?;
-    Ok(out)
 }

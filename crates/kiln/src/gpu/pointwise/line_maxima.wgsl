@@ -5,12 +5,13 @@
 // so that bf16 values, whose range f16 lacks, are staged as f16 without overflow (line_maxima.rs).
 // Invocation t takes one block of up to 64 elements of one line of one batch entry; `p[7] == 1`
 // makes consecutive invocations take consecutive lines (coalesced when lines are contiguous), else
-// consecutive blocks of one line (K contiguous).
+// consecutive blocks of one line (K contiguous). The `x4` variant reads K-contiguous lines 8 values
+// (16 bytes) at a time: offset, line stride, batch strides and K are multiples of 8.
 // Params: p[0] lines, p[1] K, p[2] offset, p[3] line stride, p[4] k stride, p[5] first slot in `mx`,
 // p[6] blocks per line, p[7] line order, p[8] batch rank (<= 4), p[9..13] batch dims,
 // p[13..17] batch strides, p[17] invocations.
 @group(0) @binding(0) var<storage, read_write> mx: array<atomic<u32>>;
-@group(0) @binding(1) var<storage, read> x: array<u32>;
+@group(0) @binding(1) var<storage, read> x: {{X}};
 @group(1) @binding(0) var<storage, read> p: array<u32, 32>;
 
 const BLOCK: u32 = 64u;
@@ -45,15 +46,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let e0 = base + line * p[3];
     let k1 = min((blk + 1u) * BLOCK, p[1]);
     var m = 0u;
-    for (var k = blk * BLOCK; k < k1; k++) {
-        let i = e0 + k * p[4];
-        let w = x[i >> 1u];
-        let bits = select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u) & 0x7fffffffu;
-        if (bits < 0x7f800000u) {
-            m = max(m, bits);
-        }
-    }
-    if (m > 0u) {
+{{SCAN}}    if (m > 0u) {
         atomicMax(&mx[p[5] + z * lines + line], m);
     }
 }
