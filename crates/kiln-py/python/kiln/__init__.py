@@ -41,6 +41,7 @@ from ._kiln import (  # noqa: F401
 from ._kiln import (  # noqa: F401
     bfloat16,
     bool,
+    bool_,  # MLX's name (``mx.bool_``) of bool, for ``import kiln as mx``
     float16,
     float32,
     float64,
@@ -143,6 +144,7 @@ __all__ = [
     "zeros_like",
     "bfloat16",
     "bool",
+    "bool_",
     "float16",
     "float32",
     "float64",
