@@ -74,7 +74,13 @@ pub fn compile(py: Python<'_>, func: Py<PyAny>) -> PyCompiled {
                     *e.lock().unwrap_or_else(|p| p.into_inner()) = Some(err);
                     kiln::Error::Gpu { op: "compile", msg: "could not wrap the arguments".into() }
                 })?;
-            let res = PyTuple::new(py, args).and_then(|a| f.call1(py, a));
+            let res = PyTuple::new(py, args.iter().map(|a| a.clone_ref(py))).and_then(|a| f.call1(py, a));
+            // An in-place operator on an argument (`x += 1`) updates the caller's tensor when the
+            // function runs as it is; a trace cannot: such a function runs as it is from now on.
+            if res.is_ok() && args.iter().zip(xs).any(|(a, x)| !a.borrow(py).t.shares_storage_with(x)) {
+                ip.store(true, std::sync::atomic::Ordering::Relaxed);
+                return Err(kiln::Error::InvalidArgument { op: "compile", msg: "updates an argument in place".into() });
+            }
             if let Ok(o) = &res {
                 if outputs(o.bind(py), &r).is_err() {
                     // Not tensors: the function runs as it is from now on.
@@ -113,6 +119,10 @@ impl PyCompiled {
         }
         if let Some(e) = self.raised.lock().unwrap_or_else(|p| p.into_inner()).take() {
             return Err(e);
+        }
+        if self.is_plain.load(std::sync::atomic::Ordering::Relaxed) {
+            // Found out during this call that it updates an argument in place: run it as it is.
+            return self.func.call1(py, args);
         }
         let outs: Vec<Py<PyTensor>> =
             r?.into_iter().map(|t| Py::new(py, PyTensor::from(t))).collect::<PyResult<_>>()?;

@@ -316,24 +316,30 @@ impl PyTensor {
         let current = Bound::new(py, PyTensor::from(slf.borrow().t.clone()))?;
         let updated = py.import("kiln._setitem")?.getattr("setitem")?.call1((current, key, value))?;
         let t = updated.cast::<PyTensor>()?.borrow().t.clone();
-        // Another thread running an op on this tensor holds it (with the GIL released): wait for
-        // it, up to about two seconds, before giving up.
-        let mut tries = 0u32;
-        let mut this = loop {
-            match slf.try_borrow_mut() {
-                Ok(this) => break this,
-                Err(_) if tries < 20_000 => {
-                    tries += 1;
-                    py.detach(|| std::thread::sleep(std::time::Duration::from_micros(100)));
-                }
-                Err(_) => {
-                    return Err(PyRuntimeError::new_err(
-                        "[setitem] the tensor stayed in use by another thread for 2 s; cannot update it now",
-                    ))
-                }
-            }
-        };
-        this.t = t;
-        Ok(())
+        replace_storage(slf, "setitem", t)
     }
+}
+
+/// Replaces the tensor of `slf` by `t` (`t[key] = v`, in-place operators). Another thread running
+/// an op on this tensor holds it (with the GIL released): waits for it, up to about two seconds,
+/// before giving up.
+pub(crate) fn replace_storage(slf: &Bound<'_, PyTensor>, op: &str, t: Tensor) -> PyResult<()> {
+    let py = slf.py();
+    let mut tries = 0u32;
+    let mut this = loop {
+        match slf.try_borrow_mut() {
+            Ok(this) => break this,
+            Err(_) if tries < 20_000 => {
+                tries += 1;
+                py.detach(|| std::thread::sleep(std::time::Duration::from_micros(100)));
+            }
+            Err(_) => {
+                return Err(PyRuntimeError::new_err(format!(
+                    "[{op}] the tensor stayed in use by another thread for 2 s; cannot update it now"
+                )))
+            }
+        }
+    };
+    this.t = t;
+    Ok(())
 }

@@ -66,10 +66,21 @@ operator! {
 
 #[pymethods]
 impl PyTensor {
-    /// NumPy defers binary operators with a Tensor to the Tensor's methods.
-    #[classattr]
-    fn __array_ufunc__() -> Option<bool> {
-        None
+    /// NumPy ufuncs on tensors (`kiln._ufunc`): an operator's ufunc (`ndarray + t`, `np.add(a, t)`)
+    /// calls the Tensor's operator method, as Python would, so the result is a tensor with kiln's
+    /// promotion; `np.sqrt(t)` and the other ufuncs with a namespace function of their name
+    /// run that function on the tensor's device; anything else (`out=`, `where=`, `reduce`, ufuncs
+    /// kiln lacks) is NotImplemented, which NumPy raises as a TypeError.
+    #[pyo3(signature = (ufunc, method, *inputs, **kwargs))]
+    fn __array_ufunc__<'py>(
+        slf: &Bound<'py, Self>,
+        ufunc: &Bound<'py, PyAny>,
+        method: &Bound<'py, PyAny>,
+        inputs: &Bound<'py, PyTuple>,
+        kwargs: Option<&Bound<'py, pyo3::types::PyDict>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        py.import("kiln._ufunc")?.getattr("array_ufunc")?.call1((ufunc, method, inputs, kwargs))
     }
     /// Above NumPy's arrays, for libraries that still look at it.
     #[classattr]
@@ -198,4 +209,72 @@ fn shift(py: Python<'_>, name: &str, t: Tensor, other: &Bound<'_, PyAny>, reflec
     let o = PyTensor::operand(&t, other)?;
     let (a, b) = if reflected { (o, t) } else { (t, o) };
     namespace_call(py, name, vec![PyTensor::from(a), PyTensor::from(b)])
+}
+
+/// In-place operators (`x += y` ...): the out-of-place operator's result replaces `x`'s storage
+/// (copy-on-write, as `x[...] = v`: views taken earlier keep the old values). As the array API
+/// standard asks, an in-place operator never changes `x`'s dtype (TypeError) or shape (ValueError):
+/// `int_tensor += 1.5` raises, as in NumPy.
+fn inplace(slf: &Bound<'_, PyTensor>, other: &Bound<'_, PyAny>, op: &str, method: &str) -> PyResult<()> {
+    let r = slf.call_method1(method, (other,))?;
+    let t = r.cast::<PyTensor>()?.borrow().t.clone();
+    let (dtype, dims) = {
+        let this = slf.borrow();
+        (this.t.dtype(), this.t.dims().to_vec())
+    };
+    if t.dtype() != dtype {
+        return Err(type_err(
+            op,
+            format!(
+                "the result's dtype {} differs from the tensor's {dtype}: an in-place operator cannot change it \
+                 (write x = x {} y, or convert y first)",
+                t.dtype(),
+                &method[2..method.len() - 2]
+            ),
+        ));
+    }
+    if t.dims() != dims.as_slice() {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!(
+            "[{op}] the result's shape {:?} differs from the tensor's {dims:?}: an in-place operator cannot \
+             broadcast the tensor itself",
+            t.dims()
+        )));
+    }
+    crate::indexing::replace_storage(slf, op, t)
+}
+
+macro_rules! inplace {
+    ($($iname:ident => $name:literal),* $(,)?) => { $(
+        #[pymethods]
+        impl PyTensor {
+            fn $iname(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>) -> PyResult<()> {
+                inplace(slf, other, stringify!($iname), $name)
+            }
+        }
+    )* };
+}
+
+inplace! {
+    __iadd__ => "__add__",
+    __isub__ => "__sub__",
+    __imul__ => "__mul__",
+    __itruediv__ => "__truediv__",
+    __ifloordiv__ => "__floordiv__",
+    __imod__ => "__mod__",
+    __imatmul__ => "__matmul__",
+    __iand__ => "__and__",
+    __ior__ => "__or__",
+    __ixor__ => "__xor__",
+    __ilshift__ => "__lshift__",
+    __irshift__ => "__rshift__",
+}
+
+#[pymethods]
+impl PyTensor {
+    fn __ipow__(slf: &Bound<'_, Self>, other: &Bound<'_, PyAny>, modulo: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        if modulo.is_some_and(|m| !m.is_none()) {
+            return Err(type_err("pow", "three-argument pow is not supported"));
+        }
+        inplace(slf, other, "__ipow__", "__pow__")
+    }
 }

@@ -275,6 +275,10 @@ impl PyTensor {
     fn __float__(&self, py: Python<'_>) -> PyResult<f64> {
         self.item(py)?.extract()
     }
+    /// `complex(t)` of a one-element tensor (kiln has no complex dtypes: the imaginary part is 0).
+    fn __complex__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyComplex>> {
+        Ok(pyo3::types::PyComplex::from_doubles(py, self.__float__(py)?, 0.0))
+    }
     fn __int__(&self, py: Python<'_>) -> PyResult<i64> {
         let v = self.item(py)?;
         match v.extract::<i64>() {

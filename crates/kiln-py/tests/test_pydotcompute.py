@@ -260,3 +260,66 @@ def test_allocation_failure_is_metal_error(where):
         MetalBackend().allocate((2**44,), np.float32)
     with pytest.raises(TypeError):
         MetalBackend().allocate((3,), np.complex64)
+
+
+def test_mlx_dtype_names_of_the_table(where):
+    """The table's MLX dtypes are the names `import kiln as mx` gives (`mx.bool_` included)."""
+    import kiln as mx
+
+    b = MetalBackend()
+    for name in ["float32", "float16", "int32", "int64", "int16", "int8", "uint32", "uint64", "uint16", "uint8",
+                 "bool_"]:
+        dt = getattr(mx, name)
+        assert b.allocate((2,), dt).dtype == dt, name
+    assert mx.bool_ == mx.bool and b.copy_to_device(np.array([True, False])).dtype == mx.bool_
+
+
+def test_execute_kernel_runs_regular_python_functions(where):
+    """"Regular Python functions" (the document's second kernel kind): NumPy code on device arrays
+    and on NumPy arguments, as well as functions returning several arrays or none."""
+    b = MetalBackend()
+    x = np.array([1.0, 4.0, 9.0], np.float32)
+    d = b.copy_to_device(x)
+
+    def numpy_kernel(a, c):
+        return np.sqrt(a) + np.multiply(c, 2.0)
+
+    for args in [(d, d), (x, x), (d, x)]:
+        r = b.execute_kernel(numpy_kernel, (1,), (1,), *args)
+        assert r.success, r.error
+        np.testing.assert_allclose(b.copy_to_host(r.output), np.sqrt(x) + 2 * x, rtol=1e-6)
+    r = b.execute_kernel(lambda a: float(np.asarray(a).sum()), (1,), (1,), d)
+    assert r.success and r.output == 14.0
+    r = b.execute_kernel(lambda a, c: (a + c, a * c), (64,), (256,), d, d)
+    assert r.success and [np.asarray(o).tolist() for o in r.output] == [[2, 8, 18], [1, 16, 81]]
+    r = b.execute_kernel(lambda a, scale=1.0: None, (1,), (1,), d, scale=2.0)
+    assert r.success and r.output is None
+
+
+def test_allocation_errors_are_metal_errors(where):
+    """allocate raises MetalError "if allocation fails", bad arguments included (as MetalError
+    subclasses that are also TypeError / ValueError)."""
+    b = MetalBackend()
+    with pytest.raises(MetalError) as e:
+        b.allocate((3,), np.complex64)
+    assert isinstance(e.value, TypeError)
+    with pytest.raises(MetalError) as e:
+        b.allocate((-1,), np.float32)
+    assert isinstance(e.value, ValueError)
+    with pytest.raises(MetalError):
+        b.allocate_zeros((-1, 2), np.float32)
+    assert b.get_memory_info()["buffer_count"] == 0
+
+
+def test_clear_cache_frees_the_cache(where):
+    """Performance tip 5: clear_cache() after large batches frees memory (cache_memory drops to 0)."""
+    b = MetalBackend()
+    arrays = [b.allocate((1 << 16,), np.float32) for _ in range(4)]
+    for a in arrays:
+        b.free(a)
+    del arrays, a
+    b.synchronize()
+    if where.is_gpu:
+        assert b.get_memory_info()["cache_memory"] >= 4 * (1 << 18)
+    b.clear_cache()
+    assert b.get_memory_info()["cache_memory"] == 0

@@ -41,6 +41,7 @@ from ._kiln import (  # noqa: F401
 from ._kiln import (  # noqa: F401
     bfloat16,
     bool,
+    bool_,  # MLX's name (``mx.bool_``) of bool, for ``import kiln as mx``
     float16,
     float32,
     float64,
@@ -79,7 +80,9 @@ def compile(fn):
     with ``kiln::compile``: traced on the first call of each signature (shapes, dtypes, device), then
     run as fused kernels (chains of elementwise ops with their row reductions: one GPU kernel each).
     Usable as a decorator. A function the tracer cannot follow (a Python ``if`` on a tensor's value,
-    an op kiln does not trace) runs eagerly, with a one-time warning; results are never wrong.
+    an op kiln does not trace) runs eagerly, with a one-time warning; results are never wrong. So,
+    silently, does a function that updates an argument in place (``x += 1``): the caller's tensor is
+    updated as it would be without ``compile``.
     ``f.stats()`` reports traces and fused groups.
 
     >>> import kiln
@@ -141,6 +144,7 @@ __all__ = [
     "zeros_like",
     "bfloat16",
     "bool",
+    "bool_",
     "float16",
     "float32",
     "float64",

@@ -11,3 +11,11 @@ class BackendNotAvailableError(PyDotComputeError, RuntimeError):
 
 class MetalError(PyDotComputeError, RuntimeError):
     """A device operation failed (allocation, copy, kernel)."""
+
+
+class MetalTypeError(MetalError, TypeError):
+    """A dtype or argument type the device cannot take (a ``MetalError`` and a ``TypeError``)."""
+
+
+class MetalValueError(MetalError, ValueError):
+    """A bad argument value, such as a negative dimension (a ``MetalError`` and a ``ValueError``)."""

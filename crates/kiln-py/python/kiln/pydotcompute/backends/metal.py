@@ -20,7 +20,7 @@ import numpy as np
 
 import kiln as _k
 
-from ..exceptions import BackendNotAvailableError, MetalError
+from ..exceptions import BackendNotAvailableError, MetalError, MetalTypeError, MetalValueError
 from .base import Backend, BackendType, KernelExecutionResult
 
 __all__ = [
@@ -120,11 +120,15 @@ class MetalBackend(Backend):
     # Memory.
     def allocate(self, shape: "tuple[int, ...]", dtype: Any) -> Any:
         """A zero-filled device array of `shape` and `dtype` (kiln has no uninitialised memory),
-        tracked by the buffer registry until ``free``."""
+        tracked by the buffer registry until ``free``. Every failure raises ``MetalError``, as the
+        document says: a bad dtype or shape as ``MetalError`` subclasses that are also a
+        ``TypeError`` or ``ValueError``; out of memory or a device failure as ``MetalError``."""
         try:
             a = _k.zeros(shape, dtype=_kiln_dtype(dtype), device=self._device)
-        except (TypeError, ValueError):
-            raise
+        except TypeError as e:
+            raise MetalTypeError(f"[allocate] {e}") from e
+        except ValueError as e:
+            raise MetalValueError(f"[allocate] {e}") from e
         except Exception as e:
             raise MetalError(f"[allocate] {e}") from e
         with self._lock:
@@ -179,7 +183,9 @@ class MetalBackend(Backend):
         **kwargs: Any,
     ) -> KernelExecutionResult:
         """Runs `kernel` and times the device work it queues (GPU timestamps where the adapter has
-        them). `kernel` is a Python function of array ops (NumPy arguments are uploaded first;
+        them). `kernel` is a Python function of array ops or a regular Python function (NumPy code:
+        NumPy ufuncs on device arrays run on the device, other NumPy calls convert them to host
+        arrays) (NumPy arguments are uploaded first;
         `grid_size` and `block_size` are ignored, as for MLX ops), a ``compile_kernel`` result, or a
         WGSL kernel of ``kiln.Backend.compile_kernel`` (then `grid_size` is the workgroup count and
         `args` the buffers, as in ``kiln.Backend.execute_kernel``). Never raises for kernel errors:
