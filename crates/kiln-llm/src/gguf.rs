@@ -445,13 +445,13 @@ fn byte_level_bpe(
 
     let pre = f.get("tokenizer.ggml.pre").and_then(Value::as_str).unwrap_or("default");
     let split = match pre {
-        "default" | "gpt2" => None,
+        "default" | "gpt-2" | "gpt2" => None,
         "llama-bpe" | "llama3" => Some(LLAMA3_SPLIT),
         "qwen2" => Some(QWEN2_SPLIT),
         "smollm" | "starcoder" | "refact" => Some(DIGIT_SPLIT),
         other => {
             return Err(format!(
-                "tokenizer.ggml.pre \"{other}\" is not supported (default, gpt2, llama-bpe, qwen2, smollm, starcoder, refact); {hint}"
+                "tokenizer.ggml.pre \"{other}\" is not supported (default, gpt-2, llama-bpe, qwen2, smollm, starcoder, refact); {hint}"
             ))
         }
     };

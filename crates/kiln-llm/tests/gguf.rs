@@ -1,6 +1,7 @@
 //! GGUF model files (made from the tiny safetensors fixtures by `fixtures/make_gguf.py` in llama.cpp's
 //! conventions) on the CPU and the GPU: logits against the f32 transformers reference within each
-//! format's error, the Q/K row permutation round trip, quantized weights kept quantized, tied
+//! format's error, greedy tokens and logits against llama.cpp's own on the same files
+//! (`fixtures/make_llama_cpp_refs.py`), the Q/K row permutation round trip, quantized weights kept quantized, tied
 //! embeddings, the tokenizer and chat template of the metadata, clear errors.
 
 mod common;
@@ -94,6 +95,7 @@ fn quantized_path_matches_dequantized_weights() {
 // more than a trained model does, so these tolerances are the measured worst error of each format on
 // these models (CPU and GPU agree to ~1e-6) with about 1.5x headroom, not a property of the format.
 // A wrong Q/K permutation is >= 0.5 off even in f32 (`wrong_permutation_is_garbage`).
+// The greedy tokens of the quantized files are checked at every step against llama.cpp (below).
 
 /// Q8_0 (every 2-D weight, embedding and LM head included; steps of max|w| / 127 per block of 32):
 /// measured worst 6.6e-2 of max(1, |row|); tolerance 0.1, greedy tokens equal where the reference
@@ -125,6 +127,202 @@ fn qwen2_q8_0_gguf_tied_embeddings() {
     for dev in devices() {
         check("qwen2", "qwen2/model-q8_0.gguf", &dev, DType::F32, 0.17, 0.3);
     }
+}
+
+// Against llama.cpp itself: `fixtures/make_llama_cpp_refs.py` ran llama.cpp (llama-cpp-python) on each
+// GGUF file for three prompts given as token ids (no tokenizer involved) and stored beside the file its
+// greedy continuation (8 tokens) and its logits at each of those steps; for a quantized file also the
+// same from llama.cpp on an f32 copy of the file holding the dequantized weights (gguf-py's
+// dequantization). kiln is fed the prompt and then llama.cpp's tokens, and compared row by row.
+//
+// - Sharp: the f32 file against llama.cpp on it, a quantized file against llama.cpp on its dequantized
+//   copy. Both sides then compute in f32 with the same weight values (kiln's quantized kernels match
+//   its dequantized weights to ~2e-6, `quantized_path_matches_dequantized_weights`), so only summation
+//   order differs: the greedy token must be llama.cpp's at every step (no margin floor) and every row
+//   within `SHARP` = 1e-4 of max(1, |row|), the f32 models' tolerance; measured worst 2.1e-6 (f32) to
+//   3.9e-6 (quantized), CPU and GPU alike. The smallest top-2 gap of these rows is 0.014, far above the
+//   differences, so the token check is stable.
+// - Against llama.cpp on the quantized file itself: llama.cpp rounds the activations to Q8_0 (blocks of
+//   32, one f16 scale) before each matmul with a Q8_0 / Q4_0 weight, kiln does not. That rounding moves
+//   llama.cpp's own logits by `own` (its quantized run against its dequantized run, over the steps
+//   where both chose the same tokens; 5.6e-2 to 6.9e-2 of the row scale here) and changes its own greedy
+//   tokens (llama q8_0, first prompt, first step: 21 quantized, 113 on the dequantized weights, as in
+//   kiln), so only the logits are compared: within `2 * own` (the same rounding on the other side, and
+//   as much again for the later steps that `own` cannot see). A wrong Q/K order is >= 0.5 off.
+
+/// llama.cpp's greedy continuation of a prompt: `logits[i]` is the row that predicts `tokens[i]`
+/// (`logits[0]` is the prompt's last row).
+struct LlamaCppRun {
+    prompt: Vec<u32>,
+    tokens: Vec<u32>,
+    logits: Vec<Vec<f32>>,
+}
+
+/// Tolerance of the sharp comparison (f32 on both sides), as for the f32 safetensors models.
+const SHARP: f64 = 1e-4;
+
+/// The stored runs of `file` (`key`: "runs" on the file itself, "dequantized" on its f32 copy).
+fn llama_cpp_refs(file: &str, key: &str) -> Vec<LlamaCppRun> {
+    let path = fixture(&file.replace(".gguf", ".llama_cpp.json"));
+    let j: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let ids = |v: &serde_json::Value| v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect();
+    let floats = |v: &serde_json::Value| v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
+    let runs: Vec<LlamaCppRun> = j[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("{file}: no \"{key}\" in the llama.cpp reference"))
+        .iter()
+        .map(|r| LlamaCppRun {
+            prompt: ids(&r["prompt_ids"]),
+            tokens: ids(&r["tokens"]),
+            logits: r["logits"].as_array().unwrap().iter().map(floats).collect(),
+        })
+        .collect();
+    assert!(!runs.is_empty() && runs.iter().all(|r| r.tokens.len() == r.logits.len() && !r.tokens.is_empty()));
+    runs
+}
+
+/// kiln's rows for a run: the prompt, then llama.cpp's tokens one by one through the KV cache (row `i`
+/// predicts `tokens[i]`, as in the reference).
+fn kiln_rows(model: &Model, run: &LlamaCppRun) -> Vec<Vec<f32>> {
+    let mut cache = model.new_cache();
+    let mut rows = model.forward(&run.prompt, &mut cache, false).unwrap().to_vec2::<f32>().unwrap();
+    for &tok in &run.tokens[..run.tokens.len() - 1] {
+        rows.push(model.forward(&[tok], &mut cache, false).unwrap().to_vec2::<f32>().unwrap().remove(0));
+    }
+    rows
+}
+
+/// The comparison with llama.cpp: every row within `tol` of llama.cpp's (`row_err`: max |difference|
+/// over max(1, max |logit|)) and, with `tokens`, the greedy token equal to llama.cpp's at every step.
+/// The worst error, or what failed.
+fn compare_to_llama_cpp(rows: &[Vec<f32>], run: &LlamaCppRun, tol: f64, tokens: bool) -> Result<f64, String> {
+    if rows.len() != run.logits.len() {
+        return Err(format!("{} rows for {} steps", rows.len(), run.logits.len()));
+    }
+    let mut worst = 0.0f64;
+    for (i, (row, want)) in rows.iter().zip(&run.logits).enumerate() {
+        if tokens && argmax(row) != run.tokens[i] {
+            return Err(format!("step {i}: greedy token {} where llama.cpp has {}", argmax(row), run.tokens[i]));
+        }
+        let err = row_err(row, want);
+        if err > tol || err.is_nan() {
+            return Err(format!("step {i}: logits {err:.2e} off llama.cpp's (tolerance {tol:.1e})"));
+        }
+        worst = worst.max(err);
+    }
+    Ok(worst)
+}
+
+/// How far llama.cpp's quantized run is from its run on the dequantized weights (its activation
+/// rounding), over the steps where both chose the same tokens so far.
+fn llama_cpp_own_rounding(file: &str) -> f64 {
+    let (q, d) = (llama_cpp_refs(file, "runs"), llama_cpp_refs(file, "dequantized"));
+    let mut own = 0.0f64;
+    for (q, d) in q.iter().zip(&d) {
+        assert_eq!(q.prompt, d.prompt);
+        for i in 0..q.tokens.len() {
+            own = own.max(row_err(&q.logits[i], &d.logits[i]));
+            if q.tokens[i] != d.tokens[i] {
+                break;
+            }
+        }
+    }
+    own
+}
+
+/// Compares `file` on `dev` with the stored llama.cpp runs `key`; the worst error.
+fn check_llama_cpp(file: &str, key: &str, dev: &Device, tol: f64, tokens: bool) -> f64 {
+    let model = load(file, dev, DType::F32);
+    let (mut worst, mut gap) = (0.0f64, f32::INFINITY);
+    for (k, run) in llama_cpp_refs(file, key).iter().enumerate() {
+        let rows = kiln_rows(&model, run);
+        match compare_to_llama_cpp(&rows, run, tol, tokens) {
+            Ok(err) => worst = worst.max(err),
+            Err(e) => panic!("{file} {dev} against llama.cpp's {key}: prompt {k}: {e}"),
+        }
+        gap = rows.iter().map(|r| margin(r)).fold(gap, f32::min);
+    }
+    eprintln!(
+        "{file} {dev} against llama.cpp's {key}: worst relative logit difference {worst:.2e} (tolerance {tol:.1e}); \
+         smallest top-2 gap {gap:.3}"
+    );
+    worst
+}
+
+const QUANTIZED: [&str; 3] = ["llama/model-q8_0.gguf", "llama/model-q4_0.gguf", "qwen2/model-q8_0.gguf"];
+
+/// The sharp comparison: same greedy tokens at every step, logits within 1e-4.
+#[test]
+fn same_tokens_and_logits_as_llama_cpp_in_f32() {
+    for dev in devices() {
+        check_llama_cpp("llama/model-f32.gguf", "runs", &dev, SHARP, true);
+        for file in QUANTIZED {
+            check_llama_cpp(file, "dequantized", &dev, SHARP, true);
+        }
+    }
+}
+
+/// The quantized files against llama.cpp's own quantized computation: logits within twice
+/// llama.cpp's own activation rounding (module comment above).
+#[test]
+fn quantized_logits_within_llama_cpp_activation_rounding() {
+    for file in QUANTIZED {
+        let own = llama_cpp_own_rounding(file);
+        eprintln!("{file}: llama.cpp's quantized run against its dequantized run: {own:.2e}");
+        assert!(own > 1e-3 && own < 0.15, "{file}: llama.cpp's own rounding {own:.2e} out of the expected range");
+        for dev in devices() {
+            check_llama_cpp(file, "runs", &dev, 2.0 * own, false);
+        }
+    }
+}
+
+/// The comparisons with llama.cpp fail for wrong results: the llama Q8_0 file loaded without the Q/K
+/// un-permutation (relabeled qwen2, as `wrong_permutation_is_garbage`), zeroed logits, rows one step
+/// late, one logit moved by twice the tolerance, and a reference whose greedy token is another; the
+/// right model passes the same comparisons.
+#[test]
+fn llama_cpp_comparison_rejects_wrong_results() {
+    let file = "llama/model-q8_0.gguf";
+    let (sharp, quant, loose) =
+        (llama_cpp_refs(file, "dequantized"), llama_cpp_refs(file, "runs"), 2.0 * llama_cpp_own_rounding(file));
+    let model = load(file, &Device::cpu(), DType::F32);
+    let rows: Vec<_> = sharp.iter().map(|r| kiln_rows(&model, r)).collect();
+    for (r, run) in rows.iter().zip(&sharp) {
+        compare_to_llama_cpp(r, run, SHARP, true).unwrap();
+    }
+    let rejected = |what: &str, rows: &[Vec<f32>], run: &LlamaCppRun, tol: f64, tokens: bool| match compare_to_llama_cpp(
+        rows, run, tol, tokens,
+    ) {
+        Ok(err) => panic!("{what}: accepted (worst {err:.2e})"),
+        Err(e) => eprintln!("{what}: rejected: {e}"),
+    };
+
+    let bytes = std::fs::read(fixture(file)).unwrap();
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("llama-q8_0-as-qwen2.gguf");
+    std::fs::write(&path, relabel_arch(&bytes, "llama", "qwen2")).unwrap();
+    let m = GgufModel::open(&path).unwrap();
+    let wrong = m.load(&Device::cpu(), LoadOptions { dtype: DType::F32, max_context: 64, progress: None }).unwrap();
+    for (k, (s, q)) in sharp.iter().zip(&quant).enumerate() {
+        // Prompt 1 is a single token: it attends only to itself until the second step.
+        rejected(&format!("prompt {k}, Q/K rows not un-permuted, sharp"), &kiln_rows(&wrong, s), s, SHARP, true);
+        if k != 1 {
+            let what = format!("prompt {k}, Q/K rows not un-permuted, against the quantized run");
+            rejected(&what, &kiln_rows(&wrong, q), q, loose, false);
+        }
+    }
+
+    let (r, run) = (&rows[0], &sharp[0]);
+    rejected("zeroed logits", &vec![vec![0.0; r[0].len()]; r.len()], run, loose, false);
+    let late: Vec<_> = std::iter::once(r[0].clone()).chain(r[..r.len() - 1].iter().cloned()).collect();
+    rejected("rows one step late", &late, run, SHARP, true);
+    let mut nudged = r.clone();
+    let j = (argmax(&nudged[2]) as usize + 1) % nudged[2].len();
+    let scale = run.logits[2].iter().fold(1.0f32, |m, x| m.max(x.abs()));
+    nudged[2][j] -= 2.0 * SHARP as f32 * scale;
+    rejected("one logit moved by twice the tolerance", &nudged, run, SHARP, false);
+    let mut other = LlamaCppRun { prompt: run.prompt.clone(), tokens: run.tokens.clone(), logits: run.logits.clone() };
+    other.tokens[3] = (other.tokens[3] + 1) % r[0].len() as u32;
+    rejected("another greedy token", r, &other, SHARP, true);
 }
 
 /// The GGUF config agrees with config.json on everything both state.
