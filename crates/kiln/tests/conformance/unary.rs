@@ -14,6 +14,7 @@ use crate::bounds::{int_vec, ulp_f32, ulp_of, wrap};
 use crate::common::*;
 use kiln::op::UnaryOp;
 use kiln::{DType, Device, Tensor};
+use rand::RngExt;
 
 /// True for the ops whose IEEE result is exact after one rounding (checked exactly).
 fn is_exact(op: UnaryOp) -> bool {
@@ -33,7 +34,8 @@ fn budget(op: UnaryOp, x: f64) -> (f64, f64) {
         Exp => (3.0 + 2.0 * a, 0.0),
         // WGSL log: 3 ulp, absolute 2^-21 on [0.5, 2].
         Log => (3.0, 2f64.powi(-21)),
-        // After kiln's 2 pi reduction (exact up to ~1e-9 here) the builtin's error near 0.
+        // After kiln's 2 pi reduction (Cody-Waite below 2^16, exact above; the reduced angle is within
+        // an f32 rounding of the true one) the builtin's error near 0.
         Sin | Cos => (4.0, 2e-6),
         Tanh => (8.0, 2f64.powi(-24)),
         // 1 / (1 + e^-x): exp's error at -x, one add, one division; where e^-x overflows f32 (x below
@@ -297,15 +299,6 @@ fn unary_floats(dev: &Device) {
     for dtype in supported(dev, &FLOATS) {
         for (oi, op) in float_ops().into_iter().enumerate() {
             for_each_input(dev, dtype, 100 + oi as u64, |t, vals, ctx| {
-                if matches!(op, UnaryOp::Sin | UnaryOp::Cos) && vals.iter().any(|v| v.is_finite() && v.abs() > 1e5) {
-                    // Issue 21 (helper-21): GPU sin/cos past the documented range |x| <= 1e5 (3e38
-                    // here) are left out; the values inside it are checked below.
-                    let inside: Vec<f64> =
-                        vals.iter().map(|&v| if v.is_finite() && v.abs() > 1e5 { 9e4 } else { v }).collect();
-                    let inside = round_to(&inside, t.dtype());
-                    let t = tensor(&inside, &[inside.len()], t.dtype(), t.device());
-                    return check_float(op, &t, &inside, &format!("{} {ctx} (inside 1e5)", op.name()));
-                }
                 check_float(op, t, vals, &format!("{} {ctx}", op.name()));
             });
         }
@@ -341,12 +334,7 @@ fn unary_float_ops_on_ints(dev: &Device) {
     let ops: Vec<UnaryOp> = UnaryOp::ALL.iter().copied().filter(|o| o.is_float_only()).collect();
     for dtype in INTS {
         for op in &ops {
-            let mut vals = round_to(&int_values(257, dtype, 7), dtype);
-            if matches!(op, UnaryOp::Sin | UnaryOp::Cos) {
-                // Issue 21 (helper-21): GPU sin/cos past kiln's documented range (|x| <= 1e5), e.g.
-                // of 2^31, are left out here.
-                vals.iter_mut().filter(|v| v.abs() > 1e5).for_each(|v| *v = 7.0);
-            }
+            let vals = round_to(&int_values(257, dtype, 7), dtype);
             for kind in [Layouts::Contiguous, Layouts::Stepped] {
                 let t = tensor_in(&vals, &[257], dtype, kind, dev);
                 let got = t.unary(*op).unwrap();
@@ -383,6 +371,28 @@ fn logical_not(dev: &Device) {
     }
 }
 
+/// sin and cos over every binade of f32 from 2^-10 to the largest finite value (the GPU reduces
+/// arguments from 2^16 on exactly, below by Cody-Waite), both signs, against the f64 reference of the
+/// same f32 values; and that a reduction dropping whole turns wrongly (sin(x) of x mod 2^24) fails.
+fn sin_cos_every_binade(dev: &Device) {
+    let mut r = rng(71);
+    let vals: Vec<f64> = (0..4096)
+        .map(|i| {
+            let e = -10.0 + (i % 138) as f64 + r.random::<f64>();
+            let v = 2f64.powf(e.min(127.99)) * if i % 2 == 0 { 1.0 } else { -1.0 };
+            v as f32 as f64
+        })
+        .collect();
+    let t = tensor(&vals, &[vals.len()], DType::F32, dev);
+    for op in [UnaryOp::Sin, UnaryOp::Cos] {
+        check_float(op, &t, &vals, &format!("{} across binades on {}", op.name(), dev.name()));
+    }
+    // The budget is tight enough to tell a reduction that loses the high bits.
+    let wrong: Vec<f64> = vals.iter().map(|v| (v % 16777216.0).sin()).collect();
+    let big = vals.iter().zip(&wrong).filter(|(v, w)| v.abs() > 1.7e7 && (v.sin() - **w).abs() > 1e-3).count();
+    assert!(big > 1000, "the check would not tell a reduction modulo 2^24: {big}");
+}
+
 fn unary_errors(dev: &Device) {
     let b = tensor(&[1.0, 0.0], &[2], DType::Bool, dev);
     for op in UnaryOp::ALL {
@@ -397,4 +407,4 @@ fn unary_errors(dev: &Device) {
     assert_err(x.clamp(0.0, f64::NAN), &["clamp", "NaN"]);
 }
 
-backend_tests!(unary_floats, unary_ints, unary_float_ops_on_ints, logical_not, unary_errors);
+backend_tests!(unary_floats, unary_ints, unary_float_ops_on_ints, sin_cos_every_binade, logical_not, unary_errors);

@@ -64,10 +64,54 @@ fn erfc_(x: f32) -> f32 {
     let e = erfc_abs_(abs(x));
     return select(select(e, 2.0 - e, x < 0.0), 1.0 - erf_small_(x), abs(x) < 0.5);
 }
-// sin and cos after a Cody-Waite reduction by 2 pi (6.28125 + 1.9353072e-3, the first part exact in a
-// product with k < 2^16): Vulkan and Metal promise sin/cos accuracy only inside [-pi, pi], and NVIDIA's
-// sin(1e5) is 0.0429 where the CPU's is 0.0357. Accurate to ~1e-6 for |x| <= 1e5; +-inf and NaN give NaN.
-fn reduce_2pi_(x: f32) -> f32 { let k = round(x * 0.15915494309189535); return (x - k * 6.28125) - k * 1.9353071795864769e-3; }
+// sin and cos after a reduction by 2 pi: Vulkan and Metal promise sin/cos accuracy only inside
+// [-pi, pi] (NVIDIA's sin(1e5) is 0.0429 where the CPU's is 0.0357; lavapipe's sin(-2^31) 0.598
+// against 0.971). Below 2^16 a Cody-Waite reduction (6.28125 + 1.9353072e-3, the first part exact
+// in a product with k < 2^16); from 2^16 on an exact one (Payne-Hanek, `reduce_turns_`). Accurate to
+// ~1e-6 for every finite x; +-inf and NaN give NaN.
+fn mul_24x32_(m: u32, w: u32) -> vec2<u32> {
+    // m * w (m < 2^24) as (low, high) words, from 16-bit halves.
+    let ml = m & 0xffffu; let mh = m >> 16u; let wl = w & 0xffffu; let wh = w >> 16u;
+    let a = mh * wl; let mid = a + ml * wh; let c = select(0u, 1u, mid < a);
+    let ll = ml * wl; let lo = ll + (mid << 16u); let c2 = select(0u, 1u, lo < ll);
+    return vec2<u32>(lo, mh * wh + (mid >> 16u) + (c << 16u) + c2);
+}
+// 32 bits of the 4-word integer p from bit b on (b < 96).
+fn bits_at_(p: array<u32, 4>, b: u32) -> u32 {
+    var q = p;
+    let i = b >> 5u; let s = b & 31u;
+    return select((q[i] >> s) | (q[i + 1u] << (32u - s)), q[i], s == 0u);
+}
+// x (|x| >= 2^16, finite) as an angle in [-pi, pi] with the same sin and cos: |x| = m 2^e times the
+// bits of 1 / (2 pi), three words of them from the first that can reach the fraction; the 64 bits
+// of the product below the binary point are |x|'s fraction of a turn, taken as the nearest of [-1/2, 1/2).
+fn reduce_turns_(x: f32) -> f32 {
+    var t = array<u32, 6>(0x28be60dbu, 0x9391054au, 0x7f09d5f4u, 0x7d4d3770u, 0x36d8a566u, 0x4f10e410u);
+    let bits = bitcast<u32>(x);
+    let e = i32((bits >> 23u) & 0xffu) - 150;
+    let m = (bits & 0x7fffffu) | 0x800000u;
+    let j = u32(max(e, 0)) >> 5u;
+    let ep = e - i32(j << 5u);
+    let q2 = mul_24x32_(m, t[j + 2u]); let q1 = mul_24x32_(m, t[j + 1u]); let q0 = mul_24x32_(m, t[j]);
+    let p1 = q2.y + q1.x; let c = select(0u, 1u, p1 < q2.y);
+    let s = q1.y + q0.x; let c1 = select(0u, 1u, s < q1.y);
+    let p2 = s + c; let c2 = select(0u, 1u, p2 < s);
+    let p = array<u32, 4>(q2.x, p1, p2, q0.y + c1 + c2);
+    let point = u32(96 - ep);
+    var f = bits_at_(p, point - 32u);
+    var g = bits_at_(p, point - 64u);
+    var sign = 1.0;
+    if (f >= 0x80000000u) {
+        // 1 - fraction, as 64 bits.
+        g = ~g + 1u; f = ~f + select(0u, 1u, g == 0u); sign = -1.0;
+    }
+    let r = sign * (f32(f) * 2.3283064365386963e-10 + f32(g) * 5.421010862427522e-20);
+    return select(r, -r, (bits >> 31u) == 1u) * 6.283185307179586;
+}
+fn reduce_2pi_(x: f32) -> f32 {
+    if (abs(x) >= 65536.0 && abs(x) < inf_f32()) { return reduce_turns_(x); }
+    let k = round(x * 0.15915494309189535); return (x - k * 6.28125) - k * 1.9353071795864769e-3;
+}
 // sin(+-0) is x itself (the reduction turns -0 into +0).
 fn sin_(x: f32) -> f32 { return select(sin(reduce_2pi_(x)), x, x == 0.0); }
 fn cos_(x: f32) -> f32 { return cos(reduce_2pi_(x)); }
