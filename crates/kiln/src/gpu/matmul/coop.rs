@@ -326,18 +326,17 @@ pub(crate) fn source(c: &Config) -> String {
             accs += &format!("    var c_{i}_{j} = zero;\n");
         }
     }
-    // Register sets for the slices in flight (`ahead`), named by set so that no value is copied
-    // while its load is in flight.
     if bf16 {
         // Each chunk's lines are the same at every K step: their scales are read once. A k-fast chunk
-        // lies along one line (slow index), an mn-fast chunk across 4 (fast index).
+        // lies along one line (slow index: one scale, splatted where used), an mn-fast chunk across 4
+        // (fast index).
         for (sc, n, step, k_fast, s0, sl, f, lines, x) in [
             ("sca", a_chunks, a_step, c.a.k_fast, "m0", "a_s", "a_f", "m", "xa"),
             ("scb", b_chunks, b_step, c.b.k_fast, "n0", "b_s", "b_f", "n", "xb"),
         ] {
             for i in 0..n {
                 let v = if k_fast {
-                    format!("vec4<f32>(line_scale({x}, {s0} + {sl} + {}u, {lines}))", i * step)
+                    format!("line_scale({x}, {s0} + {sl} + {}u, {lines})", i * step)
                 } else {
                     let l = |j: u32| format!("line_scale({x}, {s0} + {f} + {j}u, {lines})");
                     format!("vec4<f32>({}, {}, {}, {})", l(0), l(1), l(2), l(3))
@@ -346,6 +345,8 @@ pub(crate) fn source(c: &Config) -> String {
             }
         }
     }
+    // Register sets for the slices in flight (`ahead`), named by set so that no value is copied
+    // while its load is in flight.
     let sets = c.ahead;
     for set in 0..sets {
         for i in 0..a_chunks {
@@ -426,13 +427,17 @@ pub(crate) fn source(c: &Config) -> String {
     };
     let store = |set: u32| {
         let mut store = String::new();
-        for (name, reg, sc, n, step, ld, st, stage) in [
-            ("sa", "ra", "sca", a_chunks, a_step, lda, "a_st", sa_stage),
-            ("sb", "rb", "scb", b_chunks, b_step, ldb, "b_st", sb_stage),
+        for (name, reg, sc, k_fast, n, step, ld, st, stage) in [
+            ("sa", "ra", "sca", c.a.k_fast, a_chunks, a_step, lda, "a_st", sa_stage),
+            ("sb", "rb", "scb", c.b.k_fast, b_chunks, b_step, ldb, "b_st", sb_stage),
         ] {
             for i in 0..n {
                 // bf16: the 4 values scaled by their lines' powers of two and rounded to f16.
-                let v = if bf16 { format!("bf16_h4({reg}{set}_{i}, {sc}_{i})") } else { format!("{reg}{set}_{i}") };
+                let v = match (bf16, k_fast) {
+                    (false, _) => format!("{reg}{set}_{i}"),
+                    (true, true) => format!("bf16_h4({reg}{set}_{i}, vec4<f32>({sc}_{i}))"),
+                    (true, false) => format!("bf16_h4({reg}{set}_{i}, {sc}_{i})"),
+                };
                 if unit > 1 {
                     let off = i * step * ld;
                     store += &format!("        {name}[(so * {stage}u + {st} + {off}u) >> {shift}u] = {v};\n");
