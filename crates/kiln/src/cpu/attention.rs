@@ -6,7 +6,7 @@
 //! Rows with no visible key (only possible with causal masking when `tq > tk`, or when `tk == 0`) give
 //! zeros, like FlashAttention (PyTorch's math path gives NaN there).
 
-use super::softmax::{dot, max_nan, to_acc, Acc, Compute};
+use super::softmax::{dot, dot4, max_nan, to_acc, Acc, Compute};
 use super::{strided, unsupported, CpuStorage};
 use crate::backend::BackendStorage;
 use crate::op::AttentionParams;
@@ -18,6 +18,8 @@ use std::borrow::Cow;
 const BQ: usize = 16;
 /// Keys per tile.
 const BK: usize = 64;
+/// Output values per register-held piece of the value sum.
+const VPIECE: usize = 32;
 
 /// A `(b, h, t, e)` operand in the accumulation type whose rows (last dim) are contiguous.
 struct Rows<'a, A: Clone> {
@@ -53,76 +55,132 @@ impl<'a, A: Acc> Rows<'a, A> {
 
 /// Attention into `out` (`(b, hq, tq, dv)`, contiguous, zero-initialised).
 fn attention_into<A: Acc>(q: &Rows<A>, k: &Rows<A>, v: &Rows<A>, dims: [usize; 5], p: AttentionParams, out: &mut [A]) {
-    let [hq, tq, hkv, tk, dv] = dims;
+    let [_, tq, _, _, dv] = dims;
+    out.par_chunks_mut(tq * dv).enumerate().for_each(|(bh, ob)| {
+        ob.par_chunks_mut(BQ * dv).enumerate().for_each(|(qb, oblk)| {
+            // Compiled for the widest vector ISA: the dots, exps and value sums vectorise.
+            super::math::vectorized(
+                #[inline(always)]
+                || query_block(q, k, v, dims, p, bh, qb * BQ, oblk),
+            )
+        });
+    });
+}
+
+/// The outputs `oblk` (zero-initialised) of the queries from `q0` of (batch, head) `bh`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn query_block<A: Acc>(
+    q: &Rows<A>,
+    k: &Rows<A>,
+    v: &Rows<A>,
+    [hq, tq, hkv, tk, dv]: [usize; 5],
+    p: AttentionParams,
+    bh: usize,
+    q0: usize,
+    oblk: &mut [A],
+) {
     let group = hq / hkv;
     let scale = A::from_f64(p.scale);
     let causal = p.causal;
-    out.par_chunks_mut(tq * dv).enumerate().for_each(|(bh, ob)| {
-        let (bi, hi) = (bh / hq, bh % hq);
-        let kh = hi / group;
-        ob.par_chunks_mut(BQ * dv).enumerate().for_each(|(qb, oblk)| {
-            let q0 = qb * BQ;
-            let nq = oblk.len() / dv;
-            // Keys visible to query i: j < i + 1 + tk - tq (causal), else all.
-            let visible = |i: usize| if causal { (i + 1 + tk).saturating_sub(tq).min(tk) } else { tk };
-            let kend = visible(q0 + nq - 1);
-            let mut m = [A::NEG_INF; BQ];
-            let mut l = [A::ZERO; BQ];
-            let mut sc = [A::ZERO; BK];
-            for j0 in (0..kend).step_by(BK) {
-                let j1 = (j0 + BK).min(kend);
-                for r in 0..nq {
-                    let i = q0 + r;
-                    let lim = visible(i).min(j1);
-                    if lim <= j0 {
-                        continue;
-                    }
-                    let n = lim - j0;
-                    let qr = q.row(bi, hi, i);
-                    let mut mt = A::NEG_INF;
-                    for (jj, s) in sc[..n].iter_mut().enumerate() {
-                        *s = dot(qr, k.row(bi, kh, j0 + jj)) * scale;
-                        mt = max_nan(mt, *s);
-                    }
-                    let nm = max_nan(m[r], mt);
-                    if nm == A::NEG_INF {
-                        // Every score so far is -inf: they weigh nothing (and -inf - -inf would be NaN).
-                        continue;
-                    }
-                    let alpha = (m[r] - nm).exp();
-                    let acc = &mut oblk[r * dv..(r + 1) * dv];
-                    if alpha != A::ONE {
-                        acc.iter_mut().for_each(|a| *a *= alpha);
-                    }
-                    let mut ps = A::ZERO;
-                    for (jj, &s) in sc[..n].iter().enumerate() {
-                        let pj = (s - nm).exp();
-                        ps += pj;
-                        for (a, &vv) in acc.iter_mut().zip(v.row(bi, kh, j0 + jj)) {
+    let (bi, hi) = (bh / hq, bh % hq);
+    let kh = hi / group;
+    let nq = oblk.len() / dv;
+    // Keys visible to query i: j < i + 1 + tk - tq (causal), else all.
+    let visible = |i: usize| if causal { (i + 1 + tk).saturating_sub(tq).min(tk) } else { tk };
+    let kend = visible(q0 + nq - 1);
+    let mut m = [A::NEG_INF; BQ];
+    let mut l = [A::ZERO; BQ];
+    let mut sc = [A::ZERO; BK];
+    for j0 in (0..kend).step_by(BK) {
+        let j1 = (j0 + BK).min(kend);
+        for r in 0..nq {
+            let i = q0 + r;
+            let lim = visible(i).min(j1);
+            if lim <= j0 {
+                continue;
+            }
+            let n = lim - j0;
+            let qr = q.row(bi, hi, i);
+            // Four keys at a time: independent sums in flight (each dot as `dot` takes it).
+            let mut jj = 0;
+            while jj + 4 <= n {
+                let ks = [0, 1, 2, 3].map(|t| k.row(bi, kh, j0 + jj + t));
+                let d = dot4(qr, ks);
+                for t in 0..4 {
+                    sc[jj + t] = d[t] * scale;
+                }
+                jj += 4;
+            }
+            for (t, s) in sc[jj..n].iter_mut().enumerate() {
+                *s = dot(qr, k.row(bi, kh, j0 + jj + t)) * scale;
+            }
+            let mut mt = A::NEG_INF;
+            for &s in &sc[..n] {
+                mt = max_nan(mt, s);
+            }
+            let nm = max_nan(m[r], mt);
+            if nm == A::NEG_INF {
+                // Every score so far is -inf: they weigh nothing (and -inf - -inf would be NaN).
+                continue;
+            }
+            let alpha = (m[r] - nm).exp();
+            let acc = &mut oblk[r * dv..(r + 1) * dv];
+            if alpha != A::ONE {
+                acc.iter_mut().for_each(|a| *a *= alpha);
+            }
+            // The weights first (a loop of exps that vectorises), then the weighted value sum.
+            for s in sc[..n].iter_mut() {
+                *s = (*s - nm).exp();
+            }
+            let mut ps = A::ZERO;
+            for &pj in &sc[..n] {
+                ps += pj;
+            }
+            // The value sum a piece of the output row at a time, the piece held in registers over
+            // the keys (each output element sums its keys in order, as one key at a time would).
+            let mut c0 = 0;
+            while c0 < dv {
+                let w = VPIECE.min(dv - c0);
+                let mut part = [A::ZERO; VPIECE];
+                part[..w].copy_from_slice(&acc[c0..c0 + w]);
+                if w == VPIECE {
+                    for (jj, &pj) in sc[..n].iter().enumerate() {
+                        let vr = &v.row(bi, kh, j0 + jj)[c0..c0 + VPIECE];
+                        for (a, &vv) in part.iter_mut().zip(vr) {
                             *a += pj * vv;
                         }
                     }
-                    l[r] = l[r] * alpha + ps;
-                    m[r] = nm;
-                }
-            }
-            for r in 0..nq {
-                let acc = &mut oblk[r * dv..(r + 1) * dv];
-                if m[r].is_nan() {
-                    acc.fill(A::NAN);
-                } else if l[r] == A::ZERO {
-                    // No visible key: zeros (already there). Visible keys whose scores are all -inf:
-                    // NaN like a softmax over a row of -inf.
-                    if visible(q0 + r) > 0 {
-                        acc.fill(A::NAN);
-                    }
                 } else {
-                    let inv = A::ONE / l[r];
-                    acc.iter_mut().for_each(|a| *a *= inv);
+                    for (jj, &pj) in sc[..n].iter().enumerate() {
+                        let vr = &v.row(bi, kh, j0 + jj)[c0..c0 + w];
+                        for (a, &vv) in part[..w].iter_mut().zip(vr) {
+                            *a += pj * vv;
+                        }
+                    }
                 }
+                acc[c0..c0 + w].copy_from_slice(&part[..w]);
+                c0 += w;
             }
-        });
-    });
+            l[r] = l[r] * alpha + ps;
+            m[r] = nm;
+        }
+    }
+    for r in 0..nq {
+        let acc = &mut oblk[r * dv..(r + 1) * dv];
+        if m[r].is_nan() {
+            acc.fill(A::NAN);
+        } else if l[r] == A::ZERO {
+            // No visible key: zeros (already there). Visible keys whose scores are all -inf:
+            // NaN like a softmax over a row of -inf.
+            if visible(q0 + r) > 0 {
+                acc.fill(A::NAN);
+            }
+        } else {
+            let inv = A::ONE / l[r];
+            acc.iter_mut().for_each(|a| *a *= inv);
+        }
+    }
 }
 
 fn attention_typed<T: Compute>(
