@@ -6,7 +6,7 @@
 //! Rows with no visible key (only possible with causal masking when `tq > tk`, or when `tk == 0`) give
 //! zeros, like FlashAttention (PyTorch's math path gives NaN there).
 
-use super::softmax::{dot, dot4, max_nan, to_acc, Acc, Compute};
+use super::softmax::{dot, max_nan, to_acc, Acc, Compute};
 use super::{strided, unsupported, CpuStorage};
 use crate::backend::BackendStorage;
 use crate::op::AttentionParams;
@@ -18,8 +18,6 @@ use std::borrow::Cow;
 const BQ: usize = 16;
 /// Keys per tile.
 const BK: usize = 64;
-/// Output values per register-held piece of the value sum.
-const VPIECE: usize = 32;
 
 /// A `(b, h, t, e)` operand in the accumulation type whose rows (last dim) are contiguous.
 struct Rows<'a, A: Clone> {
@@ -102,18 +100,8 @@ fn query_block<A: Acc>(
             }
             let n = lim - j0;
             let qr = q.row(bi, hi, i);
-            // Four keys at a time: independent sums in flight (each dot as `dot` takes it).
-            let mut jj = 0;
-            while jj + 4 <= n {
-                let ks = [0, 1, 2, 3].map(|t| k.row(bi, kh, j0 + jj + t));
-                let d = dot4(qr, ks);
-                for t in 0..4 {
-                    sc[jj + t] = d[t] * scale;
-                }
-                jj += 4;
-            }
-            for (t, s) in sc[jj..n].iter_mut().enumerate() {
-                *s = dot(qr, k.row(bi, kh, j0 + jj + t)) * scale;
+            for (jj, s) in sc[..n].iter_mut().enumerate() {
+                *s = dot(qr, k.row(bi, kh, j0 + jj)) * scale;
             }
             let mut mt = A::NEG_INF;
             for &s in &sc[..n] {
@@ -137,30 +125,21 @@ fn query_block<A: Acc>(
             for &pj in &sc[..n] {
                 ps += pj;
             }
-            // The value sum a piece of the output row at a time, the piece held in registers over
-            // the keys (each output element sums its keys in order, as one key at a time would).
-            let mut c0 = 0;
-            while c0 < dv {
-                let w = VPIECE.min(dv - c0);
-                let mut part = [A::ZERO; VPIECE];
-                part[..w].copy_from_slice(&acc[c0..c0 + w]);
-                if w == VPIECE {
-                    for (jj, &pj) in sc[..n].iter().enumerate() {
-                        let vr = &v.row(bi, kh, j0 + jj)[c0..c0 + VPIECE];
-                        for (a, &vv) in part.iter_mut().zip(vr) {
-                            *a += pj * vv;
-                        }
-                    }
-                } else {
-                    for (jj, &pj) in sc[..n].iter().enumerate() {
-                        let vr = &v.row(bi, kh, j0 + jj)[c0..c0 + w];
-                        for (a, &vv) in part[..w].iter_mut().zip(vr) {
-                            *a += pj * vv;
-                        }
-                    }
+            // The value sum four keys per pass over the output row (each element still adds its
+            // keys one by one, in order).
+            let mut jj = 0;
+            while jj + 4 <= n {
+                let [v0, v1, v2, v3] = [0, 1, 2, 3].map(|t| &v.row(bi, kh, j0 + jj + t)[..dv]);
+                let [p0, p1, p2, p3] = [sc[jj], sc[jj + 1], sc[jj + 2], sc[jj + 3]];
+                for ((((a, &x0), &x1), &x2), &x3) in acc.iter_mut().zip(v0).zip(v1).zip(v2).zip(v3) {
+                    *a = (((*a + p0 * x0) + p1 * x1) + p2 * x2) + p3 * x3;
                 }
-                acc[c0..c0 + w].copy_from_slice(&part[..w]);
-                c0 += w;
+                jj += 4;
+            }
+            for (t, &pj) in sc[jj..n].iter().enumerate() {
+                for (a, &vv) in acc.iter_mut().zip(v.row(bi, kh, j0 + jj + t)) {
+                    *a += pj * vv;
+                }
             }
             l[r] = l[r] * alpha + ps;
             m[r] = nm;

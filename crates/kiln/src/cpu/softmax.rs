@@ -228,33 +228,6 @@ pub(crate) fn dot<A: Acc>(a: &[A], b: &[A]) -> A {
     lanes.iter().fold(A::ZERO, |a, &b| a + b) + s
 }
 
-/// The dot products of `a` with each of `bs` (each summed as [`dot`] sums it), computed together so
-/// that their sums are in flight at once.
-#[inline(always)]
-pub(crate) fn dot4<A: Acc>(a: &[A], bs: [&[A]; 4]) -> [A; 4] {
-    let n = a.len();
-    let full = n - n % LANES;
-    let mut lanes = [[A::ZERO; LANES]; 4];
-    for i in (0..full).step_by(LANES) {
-        let x = &a[i..i + LANES];
-        for (l, b) in lanes.iter_mut().zip(&bs) {
-            let y = &b[i..i + LANES];
-            for j in 0..LANES {
-                l[j] += x[j] * y[j];
-            }
-        }
-    }
-    let mut out = [A::ZERO; 4];
-    for ((o, l), b) in out.iter_mut().zip(&lanes).zip(&bs) {
-        let mut s = A::ZERO;
-        for (&x, &y) in a[full..].iter().zip(&b[full..n]) {
-            s += x * y;
-        }
-        *o = l.iter().fold(A::ZERO, |a, &b| a + b) + s;
-    }
-    out
-}
-
 /// Runs `f(first_row, rows_in, rows_out)` over groups of rows in parallel: `x` holds rows of `d_in`
 /// elements, `out` rows of `d_out`; `f` gets the rows in the accumulation type (converted through
 /// per-task scratch buffers for f16/bf16, in place for f32/f64) and calls `row` once per row.
