@@ -512,6 +512,15 @@ impl Model {
     /// Runs `tokens` (positions `cache.len()..`) through the model, appending to `cache`, and returns
     /// f32 logits: `(t, vocab)` for every position when `all_logits`, else `(1, vocab)` for the last.
     pub fn forward(&self, tokens: &[u32], cache: &mut Cache, all_logits: bool) -> Result<Tensor> {
+        if self.device.is_cpu() {
+            // The whole pass on a CPU worker thread: its parallel ops split there, not each handed
+            // over from this thread.
+            return kiln::cpu::on_worker_threads(|| self.forward_on(tokens, cache, all_logits));
+        }
+        self.forward_on(tokens, cache, all_logits)
+    }
+
+    fn forward_on(&self, tokens: &[u32], cache: &mut Cache, all_logits: bool) -> Result<Tensor> {
         let t = tokens.len();
         let offset = cache.len();
         if t == 0 {

@@ -53,76 +53,113 @@ impl<'a, A: Acc> Rows<'a, A> {
 
 /// Attention into `out` (`(b, hq, tq, dv)`, contiguous, zero-initialised).
 fn attention_into<A: Acc>(q: &Rows<A>, k: &Rows<A>, v: &Rows<A>, dims: [usize; 5], p: AttentionParams, out: &mut [A]) {
-    let [hq, tq, hkv, tk, dv] = dims;
+    let [_, tq, _, _, dv] = dims;
+    out.par_chunks_mut(tq * dv).enumerate().for_each(|(bh, ob)| {
+        ob.par_chunks_mut(BQ * dv).enumerate().for_each(|(qb, oblk)| {
+            // Compiled for the widest vector ISA: the dots, exps and value sums vectorise.
+            super::math::vectorized(
+                #[inline(always)]
+                || query_block(q, k, v, dims, p, bh, qb * BQ, oblk),
+            )
+        });
+    });
+}
+
+/// The outputs `oblk` (zero-initialised) of the queries from `q0` of (batch, head) `bh`.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn query_block<A: Acc>(
+    q: &Rows<A>,
+    k: &Rows<A>,
+    v: &Rows<A>,
+    [hq, tq, hkv, tk, dv]: [usize; 5],
+    p: AttentionParams,
+    bh: usize,
+    q0: usize,
+    oblk: &mut [A],
+) {
     let group = hq / hkv;
     let scale = A::from_f64(p.scale);
     let causal = p.causal;
-    out.par_chunks_mut(tq * dv).enumerate().for_each(|(bh, ob)| {
-        let (bi, hi) = (bh / hq, bh % hq);
-        let kh = hi / group;
-        ob.par_chunks_mut(BQ * dv).enumerate().for_each(|(qb, oblk)| {
-            let q0 = qb * BQ;
-            let nq = oblk.len() / dv;
-            // Keys visible to query i: j < i + 1 + tk - tq (causal), else all.
-            let visible = |i: usize| if causal { (i + 1 + tk).saturating_sub(tq).min(tk) } else { tk };
-            let kend = visible(q0 + nq - 1);
-            let mut m = [A::NEG_INF; BQ];
-            let mut l = [A::ZERO; BQ];
-            let mut sc = [A::ZERO; BK];
-            for j0 in (0..kend).step_by(BK) {
-                let j1 = (j0 + BK).min(kend);
-                for r in 0..nq {
-                    let i = q0 + r;
-                    let lim = visible(i).min(j1);
-                    if lim <= j0 {
-                        continue;
-                    }
-                    let n = lim - j0;
-                    let qr = q.row(bi, hi, i);
-                    let mut mt = A::NEG_INF;
-                    for (jj, s) in sc[..n].iter_mut().enumerate() {
-                        *s = dot(qr, k.row(bi, kh, j0 + jj)) * scale;
-                        mt = max_nan(mt, *s);
-                    }
-                    let nm = max_nan(m[r], mt);
-                    if nm == A::NEG_INF {
-                        // Every score so far is -inf: they weigh nothing (and -inf - -inf would be NaN).
-                        continue;
-                    }
-                    let alpha = (m[r] - nm).exp();
-                    let acc = &mut oblk[r * dv..(r + 1) * dv];
-                    if alpha != A::ONE {
-                        acc.iter_mut().for_each(|a| *a *= alpha);
-                    }
-                    let mut ps = A::ZERO;
-                    for (jj, &s) in sc[..n].iter().enumerate() {
-                        let pj = (s - nm).exp();
-                        ps += pj;
-                        for (a, &vv) in acc.iter_mut().zip(v.row(bi, kh, j0 + jj)) {
-                            *a += pj * vv;
-                        }
-                    }
-                    l[r] = l[r] * alpha + ps;
-                    m[r] = nm;
+    let (bi, hi) = (bh / hq, bh % hq);
+    let kh = hi / group;
+    let nq = oblk.len() / dv;
+    // Keys visible to query i: j < i + 1 + tk - tq (causal), else all.
+    let visible = |i: usize| if causal { (i + 1 + tk).saturating_sub(tq).min(tk) } else { tk };
+    let kend = visible(q0 + nq - 1);
+    let mut m = [A::NEG_INF; BQ];
+    let mut l = [A::ZERO; BQ];
+    let mut sc = [A::ZERO; BK];
+    for j0 in (0..kend).step_by(BK) {
+        let j1 = (j0 + BK).min(kend);
+        for r in 0..nq {
+            let i = q0 + r;
+            let lim = visible(i).min(j1);
+            if lim <= j0 {
+                continue;
+            }
+            let n = lim - j0;
+            let qr = q.row(bi, hi, i);
+            for (jj, s) in sc[..n].iter_mut().enumerate() {
+                *s = dot(qr, k.row(bi, kh, j0 + jj)) * scale;
+            }
+            let mut mt = A::NEG_INF;
+            for &s in &sc[..n] {
+                mt = max_nan(mt, s);
+            }
+            let nm = max_nan(m[r], mt);
+            if nm == A::NEG_INF {
+                // Every score so far is -inf: they weigh nothing (and -inf - -inf would be NaN).
+                continue;
+            }
+            let alpha = (m[r] - nm).exp();
+            let acc = &mut oblk[r * dv..(r + 1) * dv];
+            if alpha != A::ONE {
+                acc.iter_mut().for_each(|a| *a *= alpha);
+            }
+            // The weights first (a loop of exps that vectorises), then the weighted value sum.
+            for s in sc[..n].iter_mut() {
+                *s = (*s - nm).exp();
+            }
+            let mut ps = A::ZERO;
+            for &pj in &sc[..n] {
+                ps += pj;
+            }
+            // The value sum four keys per pass over the output row (each element still adds its
+            // keys one by one, in order).
+            let mut jj = 0;
+            while jj + 4 <= n {
+                let [v0, v1, v2, v3] = [0, 1, 2, 3].map(|t| &v.row(bi, kh, j0 + jj + t)[..dv]);
+                let [p0, p1, p2, p3] = [sc[jj], sc[jj + 1], sc[jj + 2], sc[jj + 3]];
+                for ((((a, &x0), &x1), &x2), &x3) in acc.iter_mut().zip(v0).zip(v1).zip(v2).zip(v3) {
+                    *a = (((*a + p0 * x0) + p1 * x1) + p2 * x2) + p3 * x3;
+                }
+                jj += 4;
+            }
+            for (t, &pj) in sc[jj..n].iter().enumerate() {
+                for (a, &vv) in acc.iter_mut().zip(v.row(bi, kh, j0 + jj + t)) {
+                    *a += pj * vv;
                 }
             }
-            for r in 0..nq {
-                let acc = &mut oblk[r * dv..(r + 1) * dv];
-                if m[r].is_nan() {
-                    acc.fill(A::NAN);
-                } else if l[r] == A::ZERO {
-                    // No visible key: zeros (already there). Visible keys whose scores are all -inf:
-                    // NaN like a softmax over a row of -inf.
-                    if visible(q0 + r) > 0 {
-                        acc.fill(A::NAN);
-                    }
-                } else {
-                    let inv = A::ONE / l[r];
-                    acc.iter_mut().for_each(|a| *a *= inv);
-                }
+            l[r] = l[r] * alpha + ps;
+            m[r] = nm;
+        }
+    }
+    for r in 0..nq {
+        let acc = &mut oblk[r * dv..(r + 1) * dv];
+        if m[r].is_nan() {
+            acc.fill(A::NAN);
+        } else if l[r] == A::ZERO {
+            // No visible key: zeros (already there). Visible keys whose scores are all -inf:
+            // NaN like a softmax over a row of -inf.
+            if visible(q0 + r) > 0 {
+                acc.fill(A::NAN);
             }
-        });
-    });
+        } else {
+            let inv = A::ONE / l[r];
+            acc.iter_mut().for_each(|a| *a *= inv);
+        }
+    }
 }
 
 fn attention_typed<T: Compute>(

@@ -25,6 +25,17 @@ use crate::op::{AttentionParams, BinaryOp, CmpOp, ReduceOp, UnaryOp};
 use crate::{DType, Error, Layout, Result, Shape, WithDType};
 use half::{bf16, f16};
 
+/// Runs `f` on one of rayon's worker threads (on this one when it is already a worker), so that the
+/// CPU ops `f` runs split their work among the pool's threads directly: called from another thread
+/// (a program's main thread), every parallel op would hand its work to the pool and sleep until it
+/// is done, a round trip through the scheduler per op (a decode step has hundreds of small ones).
+pub fn on_worker_threads<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    if rayon::current_thread_index().is_some() {
+        return f();
+    }
+    rayon::scope(|_| f())
+}
+
 /// Host memory holding the elements of one dtype.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CpuStorage {

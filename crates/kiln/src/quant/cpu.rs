@@ -38,6 +38,10 @@ pub(crate) fn dequantize(qt: QuantType, bytes: &[u8], blocks: usize) -> Vec<f32>
 
 /// `x (m, k) @ w^T` for the `(n, k)` quantized `w` (planar `bytes`): the `(m, n)` f32 result.
 pub(crate) fn qmatmul(qt: QuantType, bytes: &[u8], n: usize, k: usize, x: &[f32], m: usize) -> Vec<f32> {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(isa) = super::cpu_x86::isa(qt) {
+        return qmatmul_x86(isa, qt, bytes, n, k, x, m);
+    }
     let blocks = n * k / qt.block_elems();
     let bpr = k / qt.block_elems();
     // Output transposed (n, m): each task owns whole weight rows.
@@ -61,6 +65,54 @@ pub(crate) fn qmatmul(qt: QuantType, bytes: &[u8], n: usize, k: usize, x: &[f32]
     if m == 1 {
         return out_t;
     }
+    let mut out = vec![0f32; m * n];
+    for (j, col) in out_t.chunks_exact(m).enumerate() {
+        for (i, &v) in col.iter().enumerate() {
+            out[i * n + j] = v;
+        }
+    }
+    out
+}
+
+/// Blocks per parallel task of the x86 kernels (larger: each is cheaper per block).
+#[cfg(target_arch = "x86_64")]
+const X86_TASK_BLOCKS: usize = 1024;
+
+/// `qmatmul` with the x86 kernels (`cpu_x86.rs`; 32-value blocks).
+#[cfg(target_arch = "x86_64")]
+fn qmatmul_x86(
+    isa: super::cpu_x86::Isa,
+    qt: QuantType,
+    bytes: &[u8],
+    n: usize,
+    k: usize,
+    x: &[f32],
+    m: usize,
+) -> Vec<f32> {
+    use super::cpu_x86 as k86;
+    let bpr = k / 32;
+    let w = k86::Blocks::new(qt, bytes, n * bpr);
+    let rows_per_task = (X86_TASK_BLOCKS / bpr.max(1)).max(1);
+    if m == 1 {
+        let mut out = vec![0f32; n];
+        out.par_chunks_mut(rows_per_task).enumerate().for_each(|(t, o)| {
+            k86::matvec_rows(isa, w, t * rows_per_task, bpr, x, o);
+        });
+        return out;
+    }
+    // Output transposed (n, m): each task owns whole weight rows, dequantised once each.
+    let mut out_t = vec![0f32; n * m];
+    out_t.par_chunks_mut(m * rows_per_task).enumerate().for_each_init(
+        || vec![0f32; k],
+        |row, (t, chunk)| {
+            for (r, o) in chunk.chunks_exact_mut(m).enumerate() {
+                k86::dequant_row(isa, w, t * rows_per_task + r, bpr, row);
+                for (i, o) in o.iter_mut().enumerate() {
+                    *o = k86::dot(isa, row, &x[i * k..(i + 1) * k]);
+                }
+            }
+        },
+    );
     let mut out = vec![0f32; m * n];
     for (j, col) in out_t.chunks_exact(m).enumerate() {
         for (i, &v) in col.iter().enumerate() {

@@ -19,6 +19,8 @@
 //! `(out, in)` weight), row after row, as in GGUF.
 
 mod cpu;
+#[cfg(target_arch = "x86_64")]
+mod cpu_x86;
 mod formats;
 mod formats_more;
 mod fused;

@@ -247,10 +247,12 @@ fn reference(x: &[f64], w: &[f64], bias: Option<&[f64]>, m: usize, n: usize, k: 
 }
 
 fn qlinear_matches_reference(dev: &Device) {
-    // Odd n (16-bit outputs go through f32) and a wide k with even n (more lanes per weight row,
-    // 16-bit outputs written by the kernel).
-    for (qt, (n, k)) in
-        QuantType::ALL.into_iter().flat_map(|qt| [(qt, (13, 2 * qt.block_elems().max(64))), (qt, (38, 2048))])
+    // Odd n (16-bit outputs go through f32), a wide k with even n (more lanes per weight row,
+    // 16-bit outputs written by the kernel), and an odd number of blocks per row (the CPU kernels
+    // take two blocks per step).
+    for (qt, (n, k)) in QuantType::ALL
+        .into_iter()
+        .flat_map(|qt| [(qt, (13, 2 * qt.block_elems().max(64))), (qt, (38, 2048)), (qt, (5, 3 * qt.block_elems()))])
     {
         let wv = random_values(n * k, DType::F32, 11);
         let w = QTensor::quantize(&tensor(&wv, &[n, k], DType::F32, dev), qt).unwrap();
