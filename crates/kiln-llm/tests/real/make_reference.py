@@ -34,6 +34,9 @@ import tempfile
 
 import gguf
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from gguf_f32 import dequantize_to_f32  # noqa: E402
 import xllamacpp as xlc
 
 STEPS = 16
@@ -46,26 +49,6 @@ PROMPTS = [
     "1, 2, 3, 4, 5, 6,",
 ]
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
-
-
-def dequantize_to_f32(src, dst):
-    """Every tensor of `src` dequantized to f32 (gguf-py's reference dequantization), metadata kept."""
-    r = gguf.GGUFReader(src)
-    w = gguf.GGUFWriter(dst, r.fields["general.architecture"].contents())
-    for name, f in r.fields.items():
-        if name.startswith("GGUF.") or name == "general.architecture":
-            continue
-        if f.types[0] == gguf.GGUFValueType.ARRAY:
-            w.add_key_value(name, f.contents(), f.types[0], sub_type=f.types[-1])
-        else:
-            w.add_key_value(name, f.contents(), f.types[0])
-    for t in r.tensors:
-        a = gguf.quants.dequantize(t.data, t.tensor_type).astype(np.float32)
-        w.add_tensor(t.name, a.reshape([int(x) for x in reversed(t.shape.tolist())]))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
 
 
 def server(path, f32_cache):
