@@ -44,18 +44,34 @@ pub(crate) fn qmatmul(qt: QuantType, bytes: &[u8], n: usize, k: usize, x: &[f32]
     }
     let blocks = n * k / qt.block_elems();
     let bpr = k / qt.block_elems();
-    // Output transposed (n, m): each task owns whole weight rows.
     let rows_per_task = (TASK_BLOCKS / bpr.max(1)).max(1);
+    let dequant_row = |nr: usize, row: &mut [f32]| {
+        for (j, dst) in row.chunks_exact_mut(qt.block_elems()).enumerate() {
+            let (body, d) = planar_block(qt, bytes, blocks, nr * bpr + j);
+            dequant_block(qt, body, d, dst);
+        }
+    };
+    rows_product(n, k, x, m, rows_per_task, dequant_row, dot)
+}
+
+/// `x (m, k)` times the `n` weight rows that `dequant_row(r, buf)` writes as f32, each dequantised
+/// once into a per-task buffer, `rows_per_task` weight rows a task: the `(m, n)` result.
+fn rows_product(
+    n: usize,
+    k: usize,
+    x: &[f32],
+    m: usize,
+    rows_per_task: usize,
+    dequant_row: impl Fn(usize, &mut [f32]) + Sync,
+    dot: impl Fn(&[f32], &[f32]) -> f32 + Sync,
+) -> Vec<f32> {
+    // Output transposed (n, m): each task owns whole weight rows.
     let mut out_t = vec![0f32; n * m];
     out_t.par_chunks_mut(m * rows_per_task).enumerate().for_each_init(
         || vec![0f32; k],
         |row, (t, chunk)| {
             for (r, o) in chunk.chunks_exact_mut(m).enumerate() {
-                let nr = t * rows_per_task + r;
-                for (j, dst) in row.chunks_exact_mut(qt.block_elems()).enumerate() {
-                    let (body, d) = planar_block(qt, bytes, blocks, nr * bpr + j);
-                    dequant_block(qt, body, d, dst);
-                }
+                dequant_row(t * rows_per_task + r, row);
                 for (i, o) in o.iter_mut().enumerate() {
                     *o = dot(row, &x[i * k..(i + 1) * k]);
                 }
@@ -100,26 +116,9 @@ fn qmatmul_x86(
         });
         return out;
     }
-    // Output transposed (n, m): each task owns whole weight rows, dequantised once each.
-    let mut out_t = vec![0f32; n * m];
-    out_t.par_chunks_mut(m * rows_per_task).enumerate().for_each_init(
-        || vec![0f32; k],
-        |row, (t, chunk)| {
-            for (r, o) in chunk.chunks_exact_mut(m).enumerate() {
-                k86::dequant_row(isa, w, t * rows_per_task + r, bpr, row);
-                for (i, o) in o.iter_mut().enumerate() {
-                    *o = k86::dot(isa, row, &x[i * k..(i + 1) * k]);
-                }
-            }
-        },
-    );
-    let mut out = vec![0f32; m * n];
-    for (j, col) in out_t.chunks_exact(m).enumerate() {
-        for (i, &v) in col.iter().enumerate() {
-            out[i * n + j] = v;
-        }
-    }
-    out
+    // More rows: each weight row dequantised once, then its dot products with every input row.
+    let dequant_row = |r: usize, row: &mut [f32]| k86::dequant_row(isa, w, r, bpr, row);
+    rows_product(n, k, x, m, rows_per_task, dequant_row, |a, b| k86::dot(isa, a, b))
 }
 
 /// Dot product on 8 partial sums (vectorises; lengths are multiples of 32).
