@@ -371,6 +371,42 @@ fn binary_bool(dev: &Device) {
     run_dtype(dev, DType::Bool, 9000);
 }
 
+/// Divisors above 2^126 (f32 and bf16): a GPU divides as a * (1 / b), and that reciprocal flushes to
+/// zero (NVIDIA gave -1e30 / 3e38 = -0 and an i64 -5 / bf16 3.004e38 = -0). Every quotient here is a
+/// normal number, so the answer is div's 3 ulp of f32 (then the dtype's rounding), and floor_divide
+/// and remainder are exact: 3e38 // 2e38 = 1 (its (a - fmod) / b once gave 0), 2e38 % 3e38 = 2e38.
+fn huge_divisors(dev: &Device) {
+    let a = [-1e30, 1e30, 3e38, -3e38, 2e38, 1e10, -12345.0, 7e37, f64::INFINITY];
+    let b = [3e38, -3e38, 2e38, 2e38, 3e38, 1.7e38, 9e37, -1e38, 3e38];
+    for dtype in [DType::F32, DType::BF16] {
+        let (a, b) = (round_to(&a, dtype), round_to(&b, dtype));
+        let (ta, tb) = (tensor(&a, &[a.len()], dtype, dev), tensor(&b, &[b.len()], dtype, dev));
+        let q = ta.div(&tb).unwrap().to_f64_vec().unwrap();
+        let fd = ta.floor_div(&tb).unwrap().to_f64_vec().unwrap();
+        let rem = ta.remainder(&tb).unwrap().to_f64_vec().unwrap();
+        for i in 0..a.len() {
+            let want = a[i] / b[i];
+            let tol = 3.0 * ulp_f32(want) + if dtype == DType::F32 { 0.0 } else { ulp_of(want, dtype) };
+            let ok = if want.is_finite() { (q[i] - want).abs() <= tol } else { q[i] == want };
+            assert!(ok, "{dtype} {} / {} = {} (want {want})", a[i], b[i], q[i]);
+            if want.is_finite() {
+                let f = (a[i] / b[i]).floor();
+                let r = round_to(&[a[i] - f * b[i]], dtype)[0];
+                assert_eq!(fd[i], f, "{dtype} {} // {}", a[i], b[i]);
+                assert_eq!(rem[i], r, "{dtype} {} % {}", a[i], b[i]);
+            }
+        }
+    }
+    // Mixed: an i64 dividend promotes with a bf16 divisor (the NVIDIA case).
+    let i = Tensor::from_vec(vec![-5i64, 7], 2, dev).unwrap();
+    let d = tensor(&[3.004e38, -3.004e38], &[2], DType::BF16, dev);
+    let got = i.div(&d).unwrap().to_f64_vec().unwrap();
+    let dv = round_to(&[3.004e38], DType::BF16)[0];
+    for (g, w) in got.iter().zip([-5.0 / dv, -7.0 / dv]) {
+        assert!((g - w).abs() <= 4.0 * ulp_of(w, DType::BF16) && *g != 0.0, "i64 / bf16: {g} (want {w})");
+    }
+}
+
 /// Division by zero (all signs), 0/0, inf/inf, and integer division by zero (through f32).
 fn division_by_zero(dev: &Device) {
     for dtype in supported(dev, &FLOATS) {
@@ -547,6 +583,7 @@ backend_tests!(
     binary_ints,
     binary_bool,
     division_by_zero,
+    huge_divisors,
     binary_mixed_dtypes,
     binary_scalars,
     logical_ops,

@@ -15,9 +15,13 @@ pub(crate) fn binary_body(op: BinaryOp, dt: DType) -> String {
     format!("let a = ld0(at0(e)); let b = ld1(at1(e)); return {};", binary_expr(op, ct(dt)))
 }
 
-/// The sign bit of each element: the top bit of the f32 value (f16/bf16 widen with their sign, NaNs
-/// included), `x < 0` for i32; unsigned types and bool have none.
+/// The sign bit of each element: the top bit of the f32 value (bf16 widens with its sign, NaNs
+/// included), of the raw half for f16 (NVIDIA's `unpack2x16float` gave -NaN a clear sign bit),
+/// `x < 0` for i32; unsigned types and bool have none.
 pub(crate) fn signbit_body(dt: DType) -> String {
+    if dt == DType::F16 {
+        return "return bits0(at0(e)) >> 15u;".into();
+    }
     match ct(dt) {
         "f32" => "return bitcast<u32>(ld0(at0(e))) >> 31u;".into(),
         "i32" => "return select(0u, 1u, ld0(at0(e)) < 0);".into(),
@@ -118,10 +122,10 @@ fn cos_(x: f32) -> f32 { return cos(reduce_2pi_(x)); }
 // relu on the bits: NVIDIA's compiler turns select(x, 0, x < 0) into max(x, 0), which drops NaN
 // (relu(NaN) gave 0 on the H100, NaN on the CPU). Negative means sign bit set, not -0, not NaN.
 fn relu_(x: f32) -> f32 { let b = bitcast<u32>(x); return select(x, 0.0, b > 0x80000000u && b <= 0xff800000u); }
-fn silu_(x: f32) -> f32 { return select(x / (1.0 + exp(-x)), -0.0, is_neg_inf(x)); }
+fn silu_(x: f32) -> f32 { return select(div_(x, 1.0 + exp(-x)), -0.0, is_neg_inf(x)); }
 fn gelu_tanh_(x: f32) -> f32 {
     let u = 0.7978845608028654 * (x + 0.044715 * x * x * x);
-    return select(x / (1.0 + exp(-2.0 * u)), -0.0, is_neg_inf(x));
+    return select(div_(x, 1.0 + exp(-2.0 * u)), -0.0, is_neg_inf(x));
 }
 fn gelu_erf_(x: f32) -> f32 { return select(0.5 * x * erfc_(-x * 0.7071067811865476), -0.0, is_neg_inf(x)); }
 fn powf_(a: f32, b: f32) -> f32 {
@@ -172,6 +176,14 @@ fn fmod_(a: f32, b: f32) -> f32 {
     }
     return select(r, -r, a < 0.0);
 }
+// a / b over the whole f32 range. GPUs divide as a * (1 / b), and the reciprocal of a divisor above
+// 2^126 flushes to zero (WGSL promises 2.5 ulp only for divisors in [2^-126, 2^126]; NVIDIA's
+// -1e30 / 3e38 gave -0): such a divisor and the dividend are first scaled by 1/4, which is exact for
+// the divisor and loses nothing of a quotient that is not itself far below the subnormals.
+fn div_(a: f32, b: f32) -> f32 {
+    let s = select(1.0, 0.25, abs(b) > 8.507059e37);
+    return (a * s) / (b * s);
+}
 fn sign_xor_(a: f32, b: f32) -> u32 { return (bitcast<u32>(a) ^ bitcast<u32>(b)) & 0x80000000u; }
 fn divmod_(a: f32, b: f32) -> vec2<f32> {
     var m = fmod_(a, b);
@@ -182,11 +194,13 @@ fn divmod_(a: f32, b: f32) -> vec2<f32> {
     }
     // `!(x == 0.0)`, not `x != 0.0`: a NaN must take the nonzero branch whatever comparison the
     // shader compiler picks (lavapipe's `NaN != 0` was false).
-    var div = (a - m) / b;
+    var div = div_(a - m, b);
     if (!(m == 0.0)) {
         if ((b < 0.0) != (m < 0.0)) { m += b; div -= 1.0; }
     } else {
-        m = select(0.0, -0.0, b < 0.0);
+        // The divisor's sign on a zero remainder, as bits: NVIDIA gave 0 % 3 = -0 from the select of
+        // two float constants.
+        m = bitcast<f32>(select(0u, 0x80000000u, b < 0.0));
     }
     var fd = bitcast<f32>(sign_xor_(a, b));
     if (!(div == 0.0)) {
@@ -240,7 +254,7 @@ pub(crate) fn unary_expr(op: UnaryOp, t: &str) -> String {
         UnaryOp::Cos => "cos_(x)".into(),
         UnaryOp::Tanh => "tanh_(x)".into(),
         UnaryOp::Square => "x * x".into(),
-        UnaryOp::Recip => "1.0 / x".into(),
+        UnaryOp::Recip => "div_(1.0, x)".into(),
         UnaryOp::Floor => if f { "floor(x)" } else { "x" }.into(),
         UnaryOp::Ceil => if f { "ceil(x)" } else { "x" }.into(),
         UnaryOp::Round => if f { "round(x)" } else { "x" }.into(),
@@ -254,7 +268,7 @@ pub(crate) fn unary_expr(op: UnaryOp, t: &str) -> String {
             }
         }
         .into(),
-        UnaryOp::Sigmoid => "1.0 / (1.0 + exp(-x))".into(),
+        UnaryOp::Sigmoid => "div_(1.0, 1.0 + exp(-x))".into(),
         UnaryOp::Silu => "silu_(x)".into(),
         UnaryOp::GeluTanh => "gelu_tanh_(x)".into(),
         UnaryOp::GeluErf => "gelu_erf_(x)".into(),
@@ -277,7 +291,7 @@ pub(crate) fn binary_expr(op: BinaryOp, t: &str) -> String {
         BinaryOp::Add => "a + b".into(),
         BinaryOp::Sub => "a - b".into(),
         BinaryOp::Mul => "a * b".into(),
-        BinaryOp::Div => "a / b".into(),
+        BinaryOp::Div => if t == "f32" { "div_(a, b)" } else { "a / b" }.into(),
         BinaryOp::Pow => match t {
             "f32" => "powf_(a, b)",
             "i32" => "powi_(a, b)",

@@ -166,8 +166,11 @@ pub(crate) fn source(variants: &str, inputs: &[DType], out: DType, body: &str, f
     let decls: String = (0..inputs.len())
         .map(|i| format!("@group(0) @binding({}) var<storage, read> in{i}: array<u32>;\n", i + 1))
         .collect();
-    let loaders: String =
-        inputs.iter().enumerate().map(|(i, &dt)| loader(&format!("ld{i}"), &format!("in{i}"), dt)).collect();
+    let loaders: String = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, &dt)| loader(&format!("ld{i}"), &format!("in{i}"), dt) + &bits_loader(i, &format!("in{i}"), dt, body))
+        .collect();
     let indexers: String = variants.chars().enumerate().map(|(i, v)| indexer(i, v)).collect();
     let (store, _) = store_word(out, 0);
     render(
@@ -376,5 +379,16 @@ impl Pro {
             Pro::RmsNorm => "rmsnorm",
             Pro::SiluMul => "silumul",
         }
+    }
+}
+
+/// `fn bits{i}(e: u32) -> u32`, the raw 16 bits of f16 element `e` of input `i`, for a body that calls
+/// it: `unpack2x16float` may drop the sign of a NaN (NVIDIA's does), so what needs the bits reads them.
+pub(crate) fn bits_loader(i: usize, buf: &str, dt: DType, body: &str) -> String {
+    let name = format!("bits{i}");
+    if dt == DType::F16 && body.contains(&format!("{name}(")) {
+        loader(&name, buf, DType::U16)
+    } else {
+        String::new()
     }
 }

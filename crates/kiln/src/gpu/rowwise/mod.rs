@@ -345,16 +345,25 @@ impl Variant {
         let (nv, w, ids) = (self.nv(), self.w, self.ids());
         let mut b = self.bases();
         let ys: Vec<String> = (0..nv).map(|s| format!("y{s}")).collect();
+        // The row's first element, the shift of the sums below (LayerNorm).
+        let (pre0, ex0) = self.load(0, "0u");
+        let shift = format!(
+            "    var shift = 0.0;\n    if (!rms && k > 0u) {{\n        {pre0}\n        shift = ({}).x;\n    }}\n",
+            ex0[0]
+        );
         if self.np > 0 {
             let slots = self.slots();
             b += &self.load_row("vec4<f32>(0.0)");
+            b += &shift;
             b += "    var mean = 0.0;\n    if (!rms) {\n        var sv = vec4<f32>(0.0);\n";
             for (u, s) in &slots {
-                b += &format!("        sv += x{u}_{s};\n");
+                b += &format!("        sv += select(vec4<f32>(0.0), x{u}_{s} - shift, k{u}_{s});\n");
             }
-            // The mean, corrected by the mean of the residuals: a rounded sum leaves the first
-            // estimate an ulp away from a row of equal large values, whose x - mean must be 0.
-            b += &format!("        mean = red_sum(hsum(sv){ids}) / kf;\n        var sr = vec4<f32>(0.0);\n");
+            // The mean of the values shifted by the row's first one, corrected by the mean of the
+            // residuals: a row of equal values gets its value exactly, whatever the division's
+            // rounding (NVIDIA's left the plain sum / k of equal 1e10s an ulp off, and x - mean
+            // 1024 instead of 0), and a rounded sum leaves other rows closer.
+            b += &format!("        mean = shift + red_sum(hsum(sv){ids}) / kf;\n        var sr = vec4<f32>(0.0);\n");
             for (u, s) in &slots {
                 b += &format!("        sr += select(vec4<f32>(0.0), x{u}_{s} - mean, k{u}_{s});\n");
             }
@@ -379,6 +388,7 @@ impl Variant {
                     "        let k{s} = lanes(q, {s}u, k);\n        let x{s} = select(vec4<f32>(0.0), {e}, k{s});\n"
                 );
             }
+            b += &shift;
             b += &format!(
                 "    var mean = 0.0;\n    var r = 0.0;\n    if (rms) {{\n        var ss = vec4<f32>(0.0);\n\
                  \x20       for (var q = lid; q < np; q += {w}u) {{\n{}",
@@ -395,11 +405,11 @@ impl Variant {
             );
             for s in 0..nv {
                 b += &format!(
-                    "            cn += hsum(select(vec4<f32>(0.0), vec4<f32>(1.0), k{s}));\n            cs += hsum(x{s});\n"
+                    "            cn += hsum(select(vec4<f32>(0.0), vec4<f32>(1.0), k{s}));\n            cs += hsum(select(vec4<f32>(0.0), x{s} - shift, k{s}));\n"
                 );
             }
             // The chunk mean, corrected by its residuals (see the register path above).
-            b += "            var cm = cs / cn;\n            var cr = 0.0;\n";
+            b += "            var cm = shift + cs / cn;\n            var cr = 0.0;\n";
             for s in 0..nv {
                 b += &format!("            cr += hsum(select(vec4<f32>(0.0), x{s} - cm, k{s}));\n");
             }

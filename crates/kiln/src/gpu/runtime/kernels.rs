@@ -6,7 +6,7 @@
 use super::device::Gpu;
 use crate::{Error, Result};
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// Words of parameters one dispatch may pass.
 pub(crate) const PARAM_WORDS: usize = 64;
@@ -19,6 +19,11 @@ pub(crate) struct Kernel {
 
 pub(crate) struct Pipelines {
     cache: RwLock<HashMap<String, Arc<Kernel>>>,
+    /// One lock per key being compiled: a second thread that wants the same kernel waits for the
+    /// first, while kernels of other keys compile at the same time and cached ones stay readable.
+    /// (Compiling under the cache's write lock serialised every thread of a process behind each
+    /// driver compile; on NVIDIA that kept the conformance suite from finishing in 7 minutes.)
+    building: Mutex<HashMap<String, Arc<Mutex<()>>>>,
     pub(crate) params_layout: wgpu::BindGroupLayout,
 }
 
@@ -47,7 +52,7 @@ impl Pipelines {
                 count: None,
             }],
         });
-        Pipelines { cache: RwLock::new(HashMap::new()), params_layout }
+        Pipelines { cache: RwLock::new(HashMap::new()), building: Mutex::new(HashMap::new()), params_layout }
     }
 
     /// The compiled kernel for `key`, building `source()` on a miss. `inputs` is the number of
@@ -74,13 +79,17 @@ impl Pipelines {
         if let Some(k) = self.cache.read().unwrap_or_else(|e| e.into_inner()).get(key) {
             return Ok(k.clone());
         }
-        let mut cache = self.cache.write().unwrap_or_else(|e| e.into_inner());
-        if let Some(k) = cache.get(key) {
+        let slot = self.building.lock().unwrap_or_else(|e| e.into_inner()).entry(key.to_string()).or_default().clone();
+        let _building = slot.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(k) = self.cache.read().unwrap_or_else(|e| e.into_inner()).get(key) {
             return Ok(k.clone());
         }
-        let kernel = Arc::new(self.compile(ctx, key, outputs, inputs, &source(), "main")?);
-        cache.insert(key.to_string(), kernel.clone());
-        Ok(kernel)
+        let kernel = self.compile(ctx, key, outputs, inputs, &source(), "main").map(Arc::new);
+        if let Ok(k) = &kernel {
+            self.cache.write().unwrap_or_else(|e| e.into_inner()).insert(key.to_string(), k.clone());
+        }
+        self.building.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
+        kernel
     }
 
     /// Whether a kernel with this key has been compiled.
