@@ -5,7 +5,10 @@ Reads every `.rs` file under crates/kiln/src/gpu, resolves the module paths it n
 inline paths: `super::x`, `crate::gpu::x`, `self::x`), and fails when
 - a file of a lower layer names a higher one: runtime/ names nothing else of gpu/, pointwise/ names
   only runtime/, a kernel family names only runtime/, pointwise/ and itself;
-- files import each other in a circle (at file level, tests excluded).
+- files import each other in a circle (at file level, tests excluded);
+- a file names what stands above the GPU backend: `Storage`, `Tensor` or the `ops` module (the face
+  files gpu/mod.rs and gpu/custom.rs, which implement the backend for `Storage`, and the in-crate
+  test files excepted; `ABOVE_PENDING` lists files whose tensor-level probes are still to move out).
 The face (gpu/mod.rs, catalog.rs) and the in-crate test files may name every family.
 Prints what it checked; exits 1 on a violation.
 """
@@ -17,6 +20,11 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "crates", 
 GPU = os.path.join(ROOT, "gpu")
 FACE = {"mod.rs", "catalog.rs", "tests.rs", "variant_tests.rs"}
 LOWER = {"runtime": set(), "pointwise": {"runtime"}}
+# Files that may name the layers above gpu/ (see the module docs).
+ABOVE_OK = {"mod.rs", "custom.rs", "tests.rs", "variant_tests.rs"}
+# Tensor-level test probes still inside a family (to move above `Tensor`).
+ABOVE_PENDING = {"matmul/coop.rs", "attention/mod.rs"}
+ABOVE = re.compile(r"(?<![\w:])(Storage|Tensor)\b|\b(?:crate|super)::(?:Storage|Tensor|storage|tensor|ops)\b")
 
 PATH = re.compile(r"\b(super|crate|self)((?:::[A-Za-z_][A-Za-z0-9_]*)+)")
 GROUP = re.compile(r"\b(super|crate|self)((?:::[A-Za-z_][A-Za-z0-9_]*)*)::\{([^;]*?)\};", re.S)
@@ -89,6 +97,17 @@ def targets(rel, mod, text):
     return out
 
 
+def above(rel, text):
+    """What a file names of the layers above gpu/ (outside its test module)."""
+    if rel in ABOVE_OK or rel in ABOVE_PENDING or rel.endswith("/tests.rs"):
+        return []
+    body = strip(text)
+    cut = body.find("#[cfg(test)]\nmod tests")
+    if cut >= 0:
+        body = body[:cut]
+    return sorted({m.group(0) for m in ABOVE.finditer(body)})
+
+
 def owner(path, mods):
     """The file (gpu-relative) holding the longest prefix of a module path."""
     best = None
@@ -111,6 +130,8 @@ def main():
             if o and o != rel:
                 deps.add(o)
         edges[rel] = deps
+        for name in above(rel, text):
+            bad.append(f"{rel} names {name}, which stands above the GPU backend")
         if rel in FACE or rel.endswith("/tests.rs"):
             continue
         mine = mod[0]

@@ -1,7 +1,7 @@
 //! Every kernel the GPU backend can generate, without a device: the source of the MSL/HLSL
 //! translation test (naga turns each into Metal and DX12 shaders on any machine).
 
-use super::elementwise::{self as ew, rope, FUNCS};
+use super::elementwise::{self as ew, rotary, FUNCS};
 use super::pointwise::{self as pw, copy, vec as ewv};
 use super::runtime::storage;
 use super::{attention, index, matmul, reduce, rowwise};
@@ -31,13 +31,13 @@ fn wide(dt: DType) -> bool {
     matches!(dt, DType::I64 | DType::U64)
 }
 
-/// The vectorised elementwise variants (`elementwise_vec.rs`) of `dt`.
+/// The vectorised elementwise variants (`pointwise/vec.rs`) of `dt`.
 fn vectorised(push: &mut impl FnMut(String, String), dt: DType) {
     for op in UnaryOp::ALL {
         if op.input_dtype(dt) == Some(dt) {
             push(
                 format!("vec_unary_{}:c:{dt}", op.name()),
-                ewv::source("c", &[dt], dt, &ew::unary_body(op, dt), FUNCS),
+                ewv::source_with("c", &[dt], dt, &ew::unary_body(op, dt), FUNCS, ew::unary_params(op, dt).as_ref()),
             );
         }
     }
@@ -76,7 +76,9 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
                 continue;
             }
             for v in ["c", "s", "g"] {
-                push(format!("unary_{}:{v}:{dt}", op.name()), pw::source(v, &[dt], dt, &ew::unary_body(op, dt), FUNCS));
+                let src =
+                    pw::source_with(v, &[dt], dt, &ew::unary_body(op, dt), FUNCS, ew::unary_params(op, dt).as_ref());
+                push(format!("unary_{}:{v}:{dt}", op.name()), src);
             }
         }
         for op in BinaryOp::ALL {
@@ -116,9 +118,26 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
             for ids in IDS {
                 push(
                     format!("index_select:{dt}:{ids}"),
-                    pw::source("ss", &[dt, ids], dt, &index::index_select_body(dt, ids), ""),
+                    pw::source_with(
+                        "ss",
+                        &[dt, ids],
+                        dt,
+                        &index::index_select_body(dt, ids),
+                        "",
+                        Some(&index::SelectOp::default().block()),
+                    ),
                 );
-                push(format!("gather:{dt}:{ids}"), pw::source("ss", &[dt, ids], dt, &index::gather_body(dt, ids), ""));
+                push(
+                    format!("gather:{dt}:{ids}"),
+                    pw::source_with(
+                        "ss",
+                        &[dt, ids],
+                        dt,
+                        &index::gather_body(dt, ids),
+                        "",
+                        Some(&index::GatherOp::default().block()),
+                    ),
+                );
             }
         }
         reduce::catalog(dt, &mut push);
@@ -132,7 +151,14 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
         for interleaved in [false, true] {
             push(
                 format!("rope:{interleaved}:{dt}"),
-                pw::source("sss", &[dt, dt, dt], dt, &rope::rope_body(interleaved), ""),
+                pw::source_with(
+                    "sss",
+                    &[dt, dt, dt],
+                    dt,
+                    &rotary::rope_body(interleaved),
+                    "",
+                    Some(&rotary::RopeOp::default().block()),
+                ),
             );
         }
         push(format!("cumsum:{dt}"), reduce::cumsum_source(dt));
@@ -154,7 +180,7 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
         }
     }
     push("fill".into(), storage::fill_source());
-    push("bandwidth:copy".into(), super::runtime::bandwidth::SOURCE.to_string());
+    push("bandwidth:copy".into(), super::runtime::bandwidth::source());
     push("matmul_splitk".into(), matmul::splitk_source());
     super::quant::catalog(&mut push);
     super::decode::catalog(&mut push);

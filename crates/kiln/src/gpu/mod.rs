@@ -49,7 +49,6 @@ use crate::op::{AttentionParams, BinaryOp, CmpOp, ReduceOp, UnaryOp};
 use crate::{DType, Layout, Result};
 use elementwise::{rope, FUNCS, SILU_MUL_BODY};
 use pointwise::{copy, Elementwise, WHERE_BODY};
-use runtime::wgsl;
 
 impl BackendStorage for GpuStorage {
     fn dtype(&self) -> DType {
@@ -68,7 +67,6 @@ impl BackendStorage for GpuStorage {
         if is_wide(self.dtype) {
             return on_host(&[(self, l)], |h, hl| h[0].unary(&hl[0], op));
         }
-        let t = wgsl::ct(self.dtype);
         let mut k = Elementwise::new(
             &format!("unary_{}", op.name()),
             vec![(self, l)],
@@ -76,11 +74,7 @@ impl BackendStorage for GpuStorage {
             elementwise::unary_body(op, self.dtype),
         )
         .with_funcs(FUNCS);
-        if let UnaryOp::Clamp { min, max } = op {
-            // Integer bounds round inward, as on the CPU (clamp of u8 to [0.5, 2.5] is [1, 2]).
-            let (min, max) = if t == "f32" { (min, max) } else { (min.ceil(), max.floor()) };
-            k.consts = vec![wgsl::param_bits(t, min), wgsl::param_bits(t, max)];
-        }
+        k.op = elementwise::unary_params(op, self.dtype);
         k.run()
     }
 

@@ -1,17 +1,16 @@
-// Merges the per-split partial rows of split-K attention (attention.wgsl, attention_decode.wgsl):
+// Merges the per-split partial rows of split-K attention (flash.wgsl, decode.wgsl, paged_decode.wgsl):
 // for output row r, split s holds (max m, sum l) at words 2(r * splits + s) and the unnormalised
-// value sums from p[7] + (r * splits + s) * dv. The result is sum_s e^(m_s - M) acc_s / sum_s
+// value sums from p.part_start + (r * splits + s) * dv. The result is sum_s e^(m_s - M) acc_s / sum_s
 // e^(m_s - M) l_s with M the largest m_s; only the splits holding a key the row may see are read.
 //
-// One workgroup of 256 per row: invocation t takes column quad t % Q (Q = p[8] quads per row) and the
+// One workgroup of 256 per row: invocation t takes column quad t % Q (Q = p.quads quads per row) and the
 // splits s = t / Q, s + L, ... (L = 256 / Q lanes), four at a time so their loads are in flight
 // together, keeping a running (max, sum, values); then the L lanes of each quad are merged. (A
 // decode step over 8192 keys in 64 splits with dv = 128: 8 lanes, two rounds of loads per lane.)
-// Params: p[0] rows, p[1] dv, p[2] splits, p[3] keys per split, p[4] tq, p[5] tk, p[6] causal,
-// p[7] start of the partial rows, p[8] column quads per row (<= 64).
+// Params: `CombineParams` (mod.rs).
 @group(0) @binding(0) var<storage, read_write> dst: array<u32>;
 @group(0) @binding(1) var<storage, read> in0: array<u32>;
-@group(1) @binding(0) var<storage, read> p: array<u32, 64>;
+{{PARAMS}}
 {{PRELUDE}}
 {{STORE}}
 
@@ -43,14 +42,14 @@ fn fold(a: Acc, m: f32, l: f32, o: vec4<f32>) -> Acc {
 fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nw: vec3<u32>) {
     let row = wid.x + wid.y * nw.x;
-    if (row >= p[0]) { return; }
-    let dv = p[1]; let nsplit = p[2]; let nq = p[8];
+    if (row >= p.rows) { return; }
+    let dv = p.dv; let nsplit = p.splits; let nq = p.quads;
     let lanes = 256u / nq;
     let q = t % nq; let lane = t / nq;
     let c = 4u * q;
     let n = min(4u, dv - c);
-    let vis = visible(row % p[4], p[4], p[5], p[6] == 1u);
-    let ns = min(nsplit, (vis + p[3] - 1u) / p[3]);
+    let vis = visible(row % p.tq, p.tq, p.tk, p.causal == 1u);
+    let ns = min(nsplit, (vis + p.per_split - 1u) / p.per_split);
     var a = Acc(-inf_f32(), 0.0, vec4<f32>(0.0), false);
     if (lane < lanes) {
         for (var s = lane; s < ns; s += 4u * lanes) {
@@ -63,7 +62,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
                     mv[u] = bitcast<f32>(in0[2u * pr]);
                     lv[u] = bitcast<f32>(in0[2u * pr + 1u]);
                     var x = vec4<f32>(0.0);
-                    for (var k = 0u; k < n; k++) { x[k] = bitcast<f32>(in0[p[7] + pr * dv + c + k]); }
+                    for (var k = 0u; k < n; k++) { x[k] = bitcast<f32>(in0[p.part_start + pr * dv + c + k]); }
                     if (u == 0u) { o0 = x; } else if (u == 1u) { o1 = x; } else if (u == 2u) { o2 = x; } else { o3 = x; }
                 }
             }

@@ -11,17 +11,14 @@
 // variants: no barrier in the loop) or through workgroup memory, and each invocation
 // keeps its own running max, sum and weighted value sum (online softmax) for its 4NV value columns.
 // At the end the 16 slots are merged in workgroup memory and the rows written: final rows when there
-// is one split, else (max, sum) and unnormalised rows for attention_combine.wgsl.
+// is one split, else (max, sum) and unnormalised rows for combine.wgsl.
 //
-// Params: p[0] b, p[1] hq, p[2] hkv, p[3] tq, p[4] tk, p[5] d, p[6] dv, p[7] scale bits, p[8] causal,
-// p[9] row chunks per head, p[11] splits, p[12] keys per split, p[13] partial, p[14] workgroups,
-// p[15] start of the partial rows, p[16..21] q offset and b/h/t/e strides, p[21..26] the same for k,
-// p[26..31] for v.
+// Params: `AttnParams` (mod.rs); p.blocks counts row chunks per head.
 @group(0) @binding(0) var<storage, read_write> dst: array<u32>;
 @group(0) @binding(1) var<storage, read> in0: array<u32>;
 @group(0) @binding(2) var<storage, read> in1: {{KV_ARRAY}};
 @group(0) @binding(3) var<storage, read> in2: {{KV_ARRAY}};
-@group(1) @binding(0) var<storage, read> p: array<u32, 64>;
+{{PARAMS}}
 {{PRELUDE}}
 {{LOADERS}}
 {{STORE}}
@@ -57,18 +54,18 @@ fn finish(o: vec4<f32>, l: f32, bad: bool, vis: u32) -> vec4<f32> {
 fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nw: vec3<u32>) {
     let g = wid.x + wid.y * nw.x;
-    if (g >= p[14]) { return; }
-    let hq = p[1]; let hkv = p[2]; let tq = p[3]; let tk = p[4]; let d = p[5]; let dv = p[6];
-    let scale = bitcast<f32>(p[7]); let causal = p[8] == 1u;
-    let nrc = p[9]; let nsplit = p[11]; let partial = p[13] == 1u;
+    if (g >= p.groups) { return; }
+    let hq = p.hq; let hkv = p.hkv; let tq = p.tq; let tk = p.tk; let d = p.d; let dv = p.dv;
+    let scale = p.scale; let causal = p.causal == 1u;
+    let nrc = p.blocks; let nsplit = p.splits; let partial = p.partial == 1u;
     // Row chunks of one key/value head and split are neighbours, so the second reads hit L2.
     let rc = g % nrc;
     var r = g / nrc;
     let s = r % nsplit; r /= nsplit;
     let hk = r % hkv; let b = r / hkv;
     let group = hq / hkv;
-    let kbeg = s * p[12];
-    let kstop = min(kbeg + p[12], tk);
+    let kbeg = s * p.per_split;
+    let kstop = min(kbeg + p.per_split, tk);
     // Row x of this chunk is query i of head hk * group + x / tq; rows past the group are idle.
     var lim: array<u32, R>;
     var kend = 0u;
@@ -94,8 +91,8 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
         return;
     }
 
-    let kbase = p[21] + b * p[22] + hk * p[23]; let kst = p[24]; let kse = p[25];
-    let vbase = p[26] + b * p[27] + hk * p[28]; let vst = p[29]; let vse = p[30];
+    let kbase = p.k_off + b * p.k_sb + hk * p.k_sh; let kst = p.k_st; let kse = p.k_se;
+    let vbase = p.v_off + b * p.v_sb + hk * p.v_sh; let vst = p.v_st; let vse = p.v_se;
     // The queries: all QN loads of an invocation first, then the stores.
     var qv: array<f32, QN>;
     for (var it = 0u; it < QN; it++) {
@@ -105,7 +102,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
         qv[it] = 0.0;
         if (x < R && gr < group * tq && (EXACT_D || c < d)) {
             let h = hk * group + gr / tq;
-            qv[it] = ld0(p[16] + b * p[17] + h * p[18] + (gr % tq) * p[19] + c * p[20]) * scale;
+            qv[it] = ld0(p.q_off + b * p.q_sb + h * p.q_sh + (gr % tq) * p.q_st + c * p.q_se) * scale;
         }
     }
     for (var it = 0u; it < QN; it++) {

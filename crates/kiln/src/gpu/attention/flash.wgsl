@@ -12,16 +12,13 @@
 //
 // q (b, hq, tq, d), k (b, hkv, tk, d), v (b, hkv, tk, dv): any strides. Output (b, hq, tq, dv)
 // contiguous through store4 (final), or per split: (max, sum) pairs then unnormalised rows (partial,
-// merged by attention_combine.wgsl).
-// Params: p[0] b, p[1] hq, p[2] hkv, p[3] tq, p[4] tk, p[5] d, p[6] dv, p[7] scale bits, p[8] causal,
-// p[9] query blocks, p[10] value chunks, p[11] splits, p[12] keys per split, p[13] partial,
-// p[14] workgroups, p[15] start of the partial rows, p[16..21] q offset and b/h/t/e strides,
-// p[21..26] the same for k, p[26..31] for v.
+// merged by combine.wgsl).
+// Params: `AttnParams` (mod.rs).
 @group(0) @binding(0) var<storage, read_write> dst: array<u32>;
 @group(0) @binding(1) var<storage, read> in0: {{Q_ARRAY}};
 @group(0) @binding(2) var<storage, read> in1: {{K_ARRAY}};
 @group(0) @binding(3) var<storage, read> in2: {{V_ARRAY}};
-@group(1) @binding(0) var<storage, read> p: array<u32, 64>;
+{{PARAMS}}
 {{PRELUDE}}
 {{LOADERS}}
 {{STORE}}
@@ -58,20 +55,20 @@ fn visible(i: u32, tq: u32, tk: u32, causal: bool) -> u32 {
 fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nw: vec3<u32>) {
     let g = wid.x + wid.y * nw.x;
-    if (g >= p[14]) { return; }
-    let hq = p[1]; let hkv = p[2]; let tq = p[3]; let tk = p[4]; let d = p[5]; let dv = p[6];
-    let scale = bitcast<f32>(p[7]); let causal = p[8] == 1u;
-    let nqb = p[9]; let ndv = p[10]; let nsplit = p[11]; let partial = p[13] == 1u;
+    if (g >= p.groups) { return; }
+    let hq = p.hq; let hkv = p.hkv; let tq = p.tq; let tk = p.tk; let d = p.d; let dv = p.dv;
+    let scale = p.scale; let causal = p.causal == 1u;
+    let nqb = p.blocks; let ndv = p.vchunks; let nsplit = p.splits; let partial = p.partial == 1u;
     // The query block varies slowest, last blocks (the most keys under causal masking) first.
-    let inner = p[0] * hq * nsplit * ndv;
+    let inner = p.b * hq * nsplit * ndv;
     let qb = nqb - 1u - g / inner;
     var r = g % inner;
     let dvc = r % ndv; r /= ndv;
     let s = r % nsplit; let bh = r / nsplit;
     let h = bh % hq; let b = bh / hq; let hk = h / (hq / hkv);
     let q0 = qb * 64u;
-    let kbeg = s * p[12];
-    let kstop = min(kbeg + p[12], tk);
+    let kbeg = s * p.per_split;
+    let kstop = min(kbeg + p.per_split, tk);
     let kend = min(kstop, visible(min(q0 + 63u, tq - 1u), tq, tk, causal));
     if (kbeg >= kend) {
         // No row of the block sees a key of this split. A split's partial rows are then never read
@@ -88,9 +85,9 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     // Tiles from j0 on need masking: some key is past the first row's limit or the split's end.
     let lim_first = min(visible(q0, tq, tk, causal), kstop);
 
-    let qbase = p[16] + b * p[17] + h * p[18]; let qst = p[19]; let qse = p[20];
-    let kbase = p[21] + b * p[22] + hk * p[23]; let kst = p[24]; let kse = p[25];
-    let vbase = p[26] + b * p[27] + hk * p[28]; let vst = p[29]; let vse = p[30];
+    let qbase = p.q_off + b * p.q_sb + h * p.q_sh; let qst = p.q_st; let qse = p.q_se;
+    let kbase = p.k_off + b * p.k_sb + hk * p.k_sh; let kst = p.k_st; let kse = p.k_se;
+    let vbase = p.v_off + b * p.v_sb + hk * p.v_sh; let vst = p.v_st; let vse = p.v_se;
     let col0 = dvc * DVC;
     let rg = t / 8u; let kg = t % 8u;
 {{DECLARE}}

@@ -4,9 +4,11 @@
 //! plain WGSL in place of the cooperative ops (same workgroup-memory layouts), which the
 //! conformance tests run on adapters without cooperative matrices.
 
+use super::params::AttnParams;
 use crate::gpu::pointwise::line_maxima::{self, Lines, LINE_EXP};
 use crate::gpu::runtime::coop::support;
 use crate::gpu::runtime::kernels::render;
+use crate::gpu::runtime::params::params;
 use crate::gpu::runtime::wgsl::{self, PRELUDE};
 use crate::gpu::runtime::{GpuContext, GpuStorage};
 use crate::op::AttentionParams;
@@ -325,6 +327,7 @@ fn unscale(v: f32, e: i32) -> f32 {{
     render(
         SOURCE,
         &[
+            ("PARAMS", &CoopAttnParams::wgsl()),
             ("STAGE_K", &stage_k),
             ("STAGE_V", &stage_v),
             ("SCORES", &scores),
@@ -387,14 +390,14 @@ fn emulation(c: &Config) -> String {
         format!(
             "fn emu_mma_{name}(a: vec3<u32>, b: vec3<u32>, c: array<f32, {e}>, lane: u32) -> array<f32, {e}> {{
     var r = c;
-    // Trip counts from parameters (p[34] = {e}, p[35] = {s}): software adapters would unroll
+    // Trip counts from parameters (p.lane_elems = {e}, p.frag = {s}): software adapters would unroll
     // constant ones at every call site and take long to compile.
-    for (var q = 0u; q < p[34]; q++) {{
+    for (var q = 0u; q < p.lane_elems; q++) {{
         let x = lane + q * {sg}u;
         let row = x / {s}u;
         let col = x % {s}u;
         var acc = r[q];
-        for (var k = 0u; k < p[35]; k++) {{
+        for (var k = 0u; k < p.frag; k++) {{
             acc += emu_{a}(emu_at(a, row, k)) * emu_{b}(emu_at(b, k, col));
         }}
         r[q] = acc;
@@ -412,7 +415,7 @@ fn emu_at(d: vec3<u32>, r: u32, c: u32) -> u32 {{
 
 {}{}
 fn emu_store(c: array<f32, {e}>, off: u32, ld: u32, lane: u32) {{
-    for (var q = 0u; q < p[34]; q++) {{
+    for (var q = 0u; q < p.lane_elems; q++) {{
         let x = lane + q * {sg}u;
         ss[off + (x / {s}u) * ld + x % {s}u] = c[q];
     }}
@@ -524,26 +527,24 @@ fn run(
     let out_dt = if c.pairs { dt } else { DType::F32 };
     let out = GpuStorage::alloc(ctx, out_dt, b * hq * tq * dv)?;
     let (xq, xk, xv) = (0, b * hq * tq, b * hq * tq + b * hkv * tk);
-    let mut params = vec![0u32; 36];
-    params[..10].copy_from_slice(&[
-        b as u32,
-        hq as u32,
-        hkv as u32,
-        tq as u32,
-        tk as u32,
-        d as u32,
-        dv as u32,
-        (p.scale as f32).to_bits(),
-        p.causal as u32,
-        tq.div_ceil(c.bq() as usize) as u32,
-    ]);
-    params[14] = groups as u32;
-    params[16..21].copy_from_slice(&wgsl::view_words(ql));
-    params[21..26].copy_from_slice(&wgsl::view_words(kl));
-    params[26..31].copy_from_slice(&wgsl::view_words(vl));
-    params[31..34].copy_from_slice(&[xq as u32, xk as u32, xv as u32]);
-    params[34] = c.s * c.s / c.sg;
-    params[35] = c.s;
+    let [q_off, q_sb, q_sh, q_st, q_se] = wgsl::view_words(ql);
+    let [k_off, k_sb, k_sh, k_st, k_se] = wgsl::view_words(kl);
+    let [v_off, v_sb, v_sh, v_st, v_se] = wgsl::view_words(vl);
+    #[rustfmt::skip]
+    let base = AttnParams {
+        b: b as u32, hq: hq as u32, hkv: hkv as u32, tq: tq as u32, tk: tk as u32, d: d as u32, dv: dv as u32,
+        scale: p.scale as f32,
+        causal: p.causal as u32,
+        blocks: tq.div_ceil(c.bq() as usize) as u32,
+        groups: groups as u32,
+        q_off, q_sb, q_sh, q_st, q_se,
+        k_off, k_sb, k_sh, k_st, k_se,
+        v_off, v_sb, v_sh, v_st, v_se,
+        ..AttnParams::default()
+    };
+    let params =
+        CoopAttnParams { base, xq: xq as u32, xk: xk as u32, xv: xv as u32, lane_elems: c.s * c.s / c.sg, frag: c.s }
+            .words();
     // bf16: the largest magnitude of every query row, key row and value column.
     let mx = if c.bf16 {
         let mx = line_maxima::maxima_buffer(ctx, xv + b * hkv * dv)?;
@@ -594,6 +595,19 @@ fn run(
     let grid = wgsl::grid(groups * wg, wg, ctx.limits.max_compute_workgroups_per_dimension);
     ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(ctx, &kernel, &bufs, &params, grid)?;
     out.finish(dt)
+}
+
+params! {
+    /// The coop flash kernel's parameters: those of the flash kernel (`blocks` the query blocks; no
+    /// splits), where the q, k and v line maxima start in `mx` (bf16), and the emulated kernel's
+    /// loop bounds (elements per lane, fragment size).
+    struct CoopAttnParams: AttnParams {
+        xq: u32,
+        xk: u32,
+        xv: u32,
+        lane_elems: u32,
+        frag: u32,
+    }
 }
 
 /// Every variant, for the translation test.

@@ -13,9 +13,7 @@
 // from memory, so masked keys never reach a row, as in the plain flash kernel.
 // q (b, hq, tq, d), k (b, hkv, tk, d), v (b, hkv, tk, dv): any strides; output (b, hq, tq, dv)
 // contiguous.
-// Params: p[0] b, p[1] hq, p[2] hkv, p[3] tq, p[4] tk, p[5] d, p[6] dv, p[7] scale bits, p[8] causal,
-// p[9] query blocks, p[14] workgroups, p[16..21] q offset and b/h/t/e strides, p[21..26] k,
-// p[26..31] v, p[31..34] where the q, k and v line maxima start in `mx` (bf16).
+// Params: `CoopAttnParams` (flash_coop.rs).
 enable f16;
 {{ENABLE}}
 
@@ -24,7 +22,7 @@ enable f16;
 @group(0) @binding(2) var<storage, read> kx: array<vec2<u32>>;
 @group(0) @binding(3) var<storage, read> vx: array<vec2<u32>>;
 {{MX_BINDING}}
-@group(1) @binding(0) var<storage, read> p: array<u32, 64>;
+{{PARAMS}}
 
 const S: u32 = {{S}}u;
 const SG: u32 = {{SG}}u;
@@ -84,25 +82,25 @@ fn main(
 ) {
     {{SG_LET}}
     let g = wid.x + wid.y * nw.x;
-    if (g >= p[14]) {
+    if (g >= p.groups) {
         return;
     }
-    let hq = p[1]; let hkv = p[2]; let tq = p[3]; let tk = p[4]; let d = p[5]; let dv = p[6];
-    let scale = bitcast<f32>(p[7]); let causal = p[8] == 1u;
+    let hq = p.hq; let hkv = p.hkv; let tq = p.tq; let tk = p.tk; let d = p.d; let dv = p.dv;
+    let scale = p.scale; let causal = p.causal == 1u;
     // The query block varies slowest, last blocks (the most keys under causal masking) first.
-    let bh_n = p[0] * hq;
-    let qb = p[9] - 1u - g / bh_n;
+    let bh_n = p.b * hq;
+    let qb = p.blocks - 1u - g / bh_n;
     let bh = g % bh_n;
     let h = bh % hq; let b = bh / hq; let hk = h / (hq / hkv);
     let q0 = qb * BQ;
     let kend = visible(min(q0 + BQ - 1u, tq - 1u), tq, tk, causal);
     let steps = (kend + BK - 1u) / BK;
-    let qbase = p[16] + b * p[17] + h * p[18]; let qst = p[19]; let qse = p[20];
-    let kbase = p[21] + b * p[22] + hk * p[23]; let kst = p[24]; let kse = p[25];
-    let vbase = p[26] + b * p[27] + hk * p[28]; let vst = p[29]; let vse = p[30];
-    let xq = p[31] + bh * tq;
-    let xk = p[32] + (b * hkv + hk) * tk;
-    let xv = p[33] + (b * hkv + hk) * dv;
+    let qbase = p.q_off + b * p.q_sb + h * p.q_sh; let qst = p.q_st; let qse = p.q_se;
+    let kbase = p.k_off + b * p.k_sb + hk * p.k_sh; let kst = p.k_st; let kse = p.k_se;
+    let vbase = p.v_off + b * p.v_sb + hk * p.v_sh; let vst = p.v_st; let vse = p.v_se;
+    let xq = p.xq + bh * tq;
+    let xk = p.xk + (b * hkv + hk) * tk;
+    let xv = p.xv + (b * hkv + hk) * dv;
 
     for (var i = li; i < {{SS_N}}u; i += WG) {
         ss[i] = 0.0;

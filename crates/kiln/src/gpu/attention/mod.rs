@@ -1,6 +1,6 @@
-//! Scaled dot-product attention: a flash-attention prefill kernel (`attention.wgsl`), a split-K
-//! decode kernel for short query lengths (`attention_decode.wgsl`) and the kernel that merges split
-//! partial rows (`attention_combine.wgsl`). Queries, keys and values are read through their strides
+//! Scaled dot-product attention: a flash-attention prefill kernel (`flash.wgsl`), a split-K
+//! decode kernel for short query lengths (`decode.wgsl`) and the kernel that merges split
+//! partial rows (`combine.wgsl`). Queries, keys and values are read through their strides
 //! (KV-cache views need no copy); f16/bf16 are computed in f32 and written packed when `dv` is even.
 //!
 //! The register-blocked inner loops are generated here as straight-line WGSL over named `vec4`
@@ -13,12 +13,14 @@
 
 pub(crate) mod paged_decode;
 pub(crate) mod paged_write;
+mod params;
 
 use crate::gpu::runtime::kernels::render;
 use crate::gpu::runtime::wgsl::{self, loader, PRELUDE};
 use crate::gpu::runtime::GpuStorage;
 use crate::op::AttentionParams;
 use crate::{DType, Error, Layout, Result};
+use params::{AttnParams, CombineParams};
 use std::fmt::Write;
 
 pub(crate) mod flash_coop;
@@ -308,7 +310,7 @@ pub(crate) fn flash_source(dt: DType, out: DType, c: FlashConfig) -> String {
              if (kg == 0u && dvc == 0u) {{ dst[2u * pr] = bitcast<u32>(select(m{i}, nan_f32(), bad{i})); dst[2u * pr + 1u] = bitcast<u32>(ls); }}\n{}            \
              }} else {{\n                let vis = visible(row, tq, tk, causal);\n{}            }}\n        }}\n    }}",
             lines(cols(), |n| format!(
-                "                {{ let c = col0 + 4u * (kg + {}u); if (c < dv) {{ put_raw(p[15] + pr * dv + c, o{i}_{n}, min(4u, dv - c)); }} }}",
+                "                {{ let c = col0 + 4u * (kg + {}u); if (c < dv) {{ put_raw(p.part_start + pr * dv + c, o{i}_{n}, min(4u, dv - c)); }} }}",
                 8 * n
             )),
             lines(cols(), |n| format!(
@@ -326,6 +328,7 @@ pub(crate) fn flash_source(dt: DType, out: DType, c: FlashConfig) -> String {
     render(
         FLASH,
         &[
+            ("PARAMS", &AttnParams::wgsl()),
             ("Q_ARRAY", arrays[0]),
             ("K_ARRAY", arrays[1]),
             ("V_ARRAY", arrays[2]),
@@ -515,7 +518,7 @@ pub(crate) fn decode_source(dt: DType, out: DType, c: DecodeConfig) -> String {
              let grow = (b * hq + h) * tq + i;\n                let n = min(4u, dv - c);\n                \
              if (partial) {{\n                    let pr = grow * nsplit + s;\n                    \
              if (c4 == 0u) {{ dst[2u * pr] = bitcast<u32>(select(mx[x], nan_f32(), bad[x])); dst[2u * pr + 1u] = bitcast<u32>(lsum[x]); }}\n                    \
-             put_raw(p[15] + pr * dv + c, o, n);\n                \
+             put_raw(p.part_start + pr * dv + c, o, n);\n                \
              }} else {{\n                    \
              store4(grow * dv + c, finish(o, lsum[x], bad[x], visible(i, tq, tk, causal)), n);\n                }}\n            \
              }}\n        }}\n        workgroupBarrier();\n    }}\n"
@@ -527,6 +530,7 @@ pub(crate) fn decode_source(dt: DType, out: DType, c: DecodeConfig) -> String {
     render(
         DECODE,
         &[
+            ("PARAMS", &AttnParams::wgsl()),
             ("KV_ARRAY", arrays[1]),
             ("PRELUDE", PRELUDE),
             ("LOADERS", &loaders),
@@ -553,7 +557,7 @@ pub(crate) fn decode_source(dt: DType, out: DType, c: DecodeConfig) -> String {
 
 /// The kernel merging split partial rows into the final output of dtype `out`.
 pub(crate) fn combine_source(out: DType) -> String {
-    render(COMBINE, &[("PRELUDE", PRELUDE), ("STORE", &store_fns(out))])
+    render(COMBINE, &[("PARAMS", &CombineParams::wgsl()), ("PRELUDE", PRELUDE), ("STORE", &store_fns(out))])
 }
 
 /// Every attention kernel variant the launcher can pick for the usual head sizes (64, 128) and one
@@ -685,21 +689,19 @@ pub(crate) fn attention(
     // f16/bf16 rows of even length are written packed by the kernels; others as f32, then cast.
     let out_dt = if dt != DType::F32 && dv.is_multiple_of(2) { dt } else { DType::F32 };
     let out = GpuStorage::alloc(ctx, out_dt, rows * dv)?;
-    let mut params = vec![0u32; 31];
-    params[..9].copy_from_slice(&[
-        b as u32,
-        hq as u32,
-        hkv as u32,
-        tq as u32,
-        tk as u32,
-        d as u32,
-        dv as u32,
-        (p.scale as f32).to_bits(),
-        p.causal as u32,
-    ]);
-    params[16..21].copy_from_slice(&wgsl::view_words(ql));
-    params[21..26].copy_from_slice(&wgsl::view_words(kl));
-    params[26..31].copy_from_slice(&wgsl::view_words(vl));
+    let [q_off, q_sb, q_sh, q_st, q_se] = wgsl::view_words(ql);
+    let [k_off, k_sb, k_sh, k_st, k_se] = wgsl::view_words(kl);
+    let [v_off, v_sb, v_sh, v_st, v_se] = wgsl::view_words(vl);
+    #[rustfmt::skip]
+    let mut params = AttnParams {
+        b: b as u32, hq: hq as u32, hkv: hkv as u32, tq: tq as u32, tk: tk as u32, d: d as u32, dv: dv as u32,
+        scale: p.scale as f32,
+        causal: p.causal as u32,
+        q_off, q_sb, q_sh, q_st, q_se,
+        k_off, k_sb, k_sh, k_st, k_se,
+        v_off, v_sb, v_sh, v_st, v_se,
+        ..AttnParams::default()
+    };
     let too_small = || Error::Gpu {
         op: "attention",
         msg: format!("d={d}, dv={dv} need more workgroup memory than the adapter's {limit} bytes"),
@@ -732,8 +734,14 @@ pub(crate) fn attention(
     let nsplit = tk.div_ceil(c);
     let groups = base * nsplit;
     let part_start = 2 * rows * nsplit;
-    params[9..16]
-        .copy_from_slice(&[blocks, ndv, nsplit, c, (nsplit > 1) as usize, groups, part_start].map(|x| x as u32));
+    params.blocks = blocks as u32;
+    params.vchunks = ndv as u32;
+    params.splits = nsplit as u32;
+    params.per_split = c as u32;
+    params.partial = (nsplit > 1) as u32;
+    params.groups = groups as u32;
+    params.part_start = part_start as u32;
+    let params = params.words();
     // With split keys the kernel writes f32 partial rows and the combine kernel the output.
     let part =
         if nsplit > 1 { Some(GpuStorage::alloc(ctx, DType::F32, part_start + rows * nsplit * dv)?) } else { None };
@@ -751,7 +759,18 @@ pub(crate) fn attention(
         }
     }
     if let Some(part) = part {
-        let cp = [rows, dv, nsplit, c, tq, tk, p.causal as usize, part_start, dv.div_ceil(4)].map(|x| x as u32);
+        let cp = CombineParams {
+            rows: rows as u32,
+            dv: dv as u32,
+            splits: nsplit as u32,
+            per_split: c as u32,
+            tq: tq as u32,
+            tk: tk as u32,
+            causal: p.causal as u32,
+            part_start: part_start as u32,
+            quads: dv.div_ceil(4) as u32,
+        }
+        .words();
         let bufs = [out.buffer.raw(), part.buffer.raw()];
         dispatch(q, format!("attention_combine:{out_dt}"), || combine_source(out_dt), &bufs, &cp, rows, 1)?;
     }

@@ -5,8 +5,9 @@
 //! in range, lengths covered by the table, every length at least 1); the kernel still clamps block
 //! ids to the pool.
 
-use super::{combine_source, dispatch, granular, granule_loaders, lines, store_fns, MAX_HEAD};
+use super::{combine_source, dispatch, granular, granule_loaders, lines, store_fns, CombineParams, MAX_HEAD};
 use crate::gpu::runtime::kernels::render;
+use crate::gpu::runtime::params::params;
 use crate::gpu::runtime::wgsl::PRELUDE;
 use crate::gpu::runtime::GpuStorage;
 use crate::{DType, Error, Layout, Result};
@@ -53,6 +54,36 @@ impl PagedConfig {
     }
 }
 
+params! {
+    /// The paged decode kernel's parameters: sequences, hq, hkv, d, dv, the score scale, row chunks
+    /// per head, splits and positions per split, 1 when partial rows are written, workgroups, where
+    /// the partial rows start, the block size, the table's row length (most blocks), blocks in the
+    /// pool, q's offset and sequence/head/element strides, the k and v pools' offsets.
+    struct PagedParams {
+        seqs: u32,
+        hq: u32,
+        hkv: u32,
+        d: u32,
+        dv: u32,
+        scale: f32,
+        blocks: u32,
+        splits: u32,
+        per_split: u32,
+        partial: u32,
+        groups: u32,
+        part_start: u32,
+        block_size: u32,
+        table_len: u32,
+        pool_blocks: u32,
+        q_off: u32,
+        q_ss: u32,
+        q_sh: u32,
+        q_se: u32,
+        k_off: u32,
+        v_off: u32,
+    }
+}
+
 /// The kernel for pool dtype `dt`, written as `out` (f32 partial rows, or the final dtype).
 pub(crate) fn paged_source(dt: DType, out: DType, c: PagedConfig) -> String {
     const XYZW: [&str; 4] = ["x", "y", "z", "w"];
@@ -63,6 +94,7 @@ pub(crate) fn paged_source(dt: DType, out: DType, c: PagedConfig) -> String {
     render(
         PAGED,
         &[
+            ("PARAMS", &PagedParams::wgsl()),
             ("KV_ARRAY", arrays[1]),
             ("PRELUDE", PRELUDE),
             ("LOADERS", &loaders),
@@ -150,34 +182,30 @@ pub(crate) fn paged_decode(a: &PagedArgs) -> Result<GpuStorage> {
     let out_dt = if dt != DType::F32 && dv.is_multiple_of(2) { dt } else { DType::F32 };
     let out = GpuStorage::alloc(ctx, out_dt, rows * dv)?;
     let (qs, ks, vs) = (ql.strides(), kl.offset(), vl.offset());
-    let mut params = vec![0u32; 21];
-    params.copy_from_slice(
-        &[
-            b,
-            hq,
-            hkv,
-            d,
-            dv,
-            0,
-            nrc,
-            nsplit,
-            c,
-            (nsplit > 1) as usize,
-            groups,
-            part_start,
-            bs,
-            a.max_blocks,
-            nblocks,
-            ql.offset(),
-            qs[0],
-            qs[1],
-            qs[3],
-            ks,
-            vs,
-        ]
-        .map(|x| x as u32),
-    );
-    params[5] = (a.scale as f32).to_bits();
+    let params = PagedParams {
+        seqs: b as u32,
+        hq: hq as u32,
+        hkv: hkv as u32,
+        d: d as u32,
+        dv: dv as u32,
+        scale: a.scale as f32,
+        blocks: nrc as u32,
+        splits: nsplit as u32,
+        per_split: c as u32,
+        partial: (nsplit > 1) as u32,
+        groups: groups as u32,
+        part_start: part_start as u32,
+        block_size: bs as u32,
+        table_len: a.max_blocks as u32,
+        pool_blocks: nblocks as u32,
+        q_off: ql.offset() as u32,
+        q_ss: qs[0] as u32,
+        q_sh: qs[1] as u32,
+        q_se: qs[3] as u32,
+        k_off: ks as u32,
+        v_off: vs as u32,
+    }
+    .words();
     let part =
         if nsplit > 1 { Some(GpuStorage::alloc(ctx, DType::F32, part_start + rows * nsplit * dv)?) } else { None };
     let dst = part.as_ref().unwrap_or(&out);
@@ -188,7 +216,18 @@ pub(crate) fn paged_decode(a: &PagedArgs) -> Result<GpuStorage> {
     if let Some(part) = part {
         // Every row sees all splits (non-causal, `tk` the longest length); splits past a sequence's
         // length hold an empty (-inf, 0) partial row, which the combine skips.
-        let cp = [rows, dv, nsplit, c, 1, a.max_len, 0, part_start, dv.div_ceil(4)].map(|x| x as u32);
+        let cp = CombineParams {
+            rows: rows as u32,
+            dv: dv as u32,
+            splits: nsplit as u32,
+            per_split: c as u32,
+            tq: 1,
+            tk: a.max_len as u32,
+            causal: 0,
+            part_start: part_start as u32,
+            quads: dv.div_ceil(4) as u32,
+        }
+        .words();
         let bufs = [out.buffer.raw(), part.buffer.raw()];
         dispatch(q, format!("attention_combine:{out_dt}"), || combine_source(out_dt), &bufs, &cp, rows, 1)?;
     }

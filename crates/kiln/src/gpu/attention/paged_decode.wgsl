@@ -3,7 +3,7 @@
 // j of sequence b is slot j % block_size of block table[b * max_blocks + j / block_size]. Split-K
 // over each sequence's positions as decode.wgsl: one workgroup of 128 invocations per (sequence,
 // key/value head, chunk of R query heads sharing it, split of the positions); with several splits
-// the (max, sum) and unnormalised rows go to attention_combine.wgsl.
+// the (max, sum) and unnormalised rows go to combine.wgsl.
 //
 // A tile of 32 positions takes three phases and two barriers:
 //   1. invocation t is key slot t / 8 (16 slots, two keys each) and lane cg = t % 8: it dots the
@@ -15,17 +15,14 @@
 //      granule t % DV4 (G groups of DV4 lanes), keeping its own part of the row sums.
 // At the end the G groups' value sums and row sums are added up in workgroup memory.
 //
-// Params: p[0] sequences, p[1] hq, p[2] hkv, p[3] d, p[4] dv, p[5] scale bits, p[6] row chunks per
-// head, p[7] splits, p[8] positions per split, p[9] partial, p[10] workgroups, p[11] start of the
-// partial rows, p[12] block size, p[13] table row length (max blocks), p[14] blocks in the pool,
-// p[15..19] q offset and sequence/head/element strides, p[19] k pool offset, p[20] v pool offset.
+// Params: `PagedParams` (paged_decode.rs).
 @group(0) @binding(0) var<storage, read_write> dst: array<u32>;
 @group(0) @binding(1) var<storage, read> in0: array<u32>;
 @group(0) @binding(2) var<storage, read> in1: {{KV_ARRAY}};
 @group(0) @binding(3) var<storage, read> in2: {{KV_ARRAY}};
 @group(0) @binding(4) var<storage, read> table: array<u32>;
 @group(0) @binding(5) var<storage, read> lens: array<u32>;
-@group(1) @binding(0) var<storage, read> p: array<u32, 64>;
+{{PARAMS}}
 {{PRELUDE}}
 {{LOADERS}}
 {{STORE}}
@@ -51,27 +48,27 @@ fn finish(o: vec4<f32>, l: f32, bad: bool) -> vec4<f32> {
 
 // The first element of position `j`'s row in a pool of rows of `e` elements starting at `off`.
 fn pool_row(b: u32, hk: u32, j: u32, e: u32, off: u32) -> u32 {
-    let bs = p[12];
-    let blk = min(table[b * p[13] + j / bs], p[14] - 1u);
-    return off + ((blk * p[2] + hk) * bs + j % bs) * e;
+    let bs = p.block_size;
+    let blk = min(table[b * p.table_len + j / bs], p.pool_blocks - 1u);
+    return off + ((blk * p.hkv + hk) * bs + j % bs) * e;
 }
 
 @compute @workgroup_size(128)
 fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nw: vec3<u32>) {
     let g = wid.x + wid.y * nw.x;
-    if (g >= p[10]) { return; }
-    let hq = p[1]; let hkv = p[2]; let d = p[3]; let dv = p[4];
-    let scale = bitcast<f32>(p[5]);
-    let nrc = p[6]; let nsplit = p[7]; let partial = p[9] == 1u;
+    if (g >= p.groups) { return; }
+    let hq = p.hq; let hkv = p.hkv; let d = p.d; let dv = p.dv;
+    let scale = p.scale;
+    let nrc = p.blocks; let nsplit = p.splits; let partial = p.partial == 1u;
     let rc = g % nrc;
     var r = g / nrc;
     let s = r % nsplit; r /= nsplit;
     let hk = r % hkv; let b = r / hkv;
     let group = hq / hkv;
     let len = lens[b];
-    let kbeg = s * p[8];
-    let kstop = min(kbeg + p[8], len);
+    let kbeg = s * p.per_split;
+    let kstop = min(kbeg + p.per_split, len);
     if (kbeg >= kstop) {
         // The sequence ends before this split: an empty partial row (only with splits; a sequence
         // has at least one position, so the first split is never empty).
@@ -93,7 +90,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
         qv[it] = 0.0;
         if (x < R && rc * R + x < group && c < d) {
             let h = hk * group + rc * R + x;
-            qv[it] = ld0(p[15] + b * p[16] + h * p[17] + c * p[18]) * scale;
+            qv[it] = ld0(p.q_off + b * p.q_ss + h * p.q_sh + c * p.q_se) * scale;
         }
     }
     for (var it = 0u; it < QN; it++) {
@@ -103,7 +100,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     workgroupBarrier();
     let slot = t / 8u; let cg = t % 8u;
     let grp = t / DV4; let cq = t % DV4;
-    let koff = p[19]; let voff = p[20];
+    let koff = p.k_off; let voff = p.v_off;
     var m = vec4<f32>(-inf_f32());
     var lp = vec4<f32>(0.0);
     var bad = vec4<bool>(false);
@@ -171,7 +168,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
             if (partial) {
                 let pr = row * nsplit + s;
                 if (c4 == 0u) { dst[2u * pr] = bitcast<u32>(select(m[x], nan_f32(), bad[x])); dst[2u * pr + 1u] = bitcast<u32>(l); }
-                put_raw(p[11] + pr * dv + c, o, n);
+                put_raw(p.part_start + pr * dv + c, o, n);
             } else {
                 store4(row * dv + c, finish(o, l, bad[x]), n);
             }

@@ -4,11 +4,28 @@
 
 use super::dispatch;
 use crate::gpu::runtime::kernels::render;
+use crate::gpu::runtime::params::params;
 use crate::gpu::runtime::wgsl::{loader, PRELUDE};
 use crate::gpu::runtime::GpuStorage;
 use crate::{DType, Layout, Result};
 
 const WRITE: &str = include_str!("paged_write.wgsl");
+
+params! {
+    /// Words to write, heads h, row length e, the pool's block size and offset (elements), the
+    /// source's offset and sequence/head/element strides.
+    struct WriteParams {
+        words: u32,
+        h: u32,
+        e: u32,
+        block_size: u32,
+        pool_off: u32,
+        src_off: u32,
+        src_ss: u32,
+        src_sh: u32,
+        src_se: u32,
+    }
+}
 
 /// Elements per u32 word of the pool.
 fn pack(dt: DType) -> usize {
@@ -21,13 +38,14 @@ fn pack(dt: DType) -> usize {
 
 pub(crate) fn write_source(dt: DType) -> String {
     let store = match dt {
-        DType::F16 => "    dst[at >> 1u] = pack2x16float(vec2<f32>(ld0(src), ld0(src + p[8])));",
-        DType::BF16 => "    dst[at >> 1u] = bf16_bits(ld0(src)) | (bf16_bits(ld0(src + p[8])) << 16u);",
+        DType::F16 => "    dst[at >> 1u] = pack2x16float(vec2<f32>(ld0(src), ld0(src + p.src_se)));",
+        DType::BF16 => "    dst[at >> 1u] = bf16_bits(ld0(src)) | (bf16_bits(ld0(src + p.src_se)) << 16u);",
         _ => "    dst[at] = bitcast<u32>(ld0(src));",
     };
     render(
         WRITE,
         &[
+            ("PARAMS", &WriteParams::wgsl()),
             ("PRELUDE", PRELUDE),
             ("LOADER", &loader("ld0", "in0", dt)),
             ("PACK", &pack(dt).to_string()),
@@ -65,7 +83,18 @@ pub(crate) fn write_rows(
         return Ok(());
     }
     let st = sl.strides();
-    let params = [words, h, e, pl.dims()[2], pl.offset(), sl.offset(), st[0], st[1], st[3]].map(|x| x as u32);
+    let params = WriteParams {
+        words: words as u32,
+        h: h as u32,
+        e: e as u32,
+        block_size: pl.dims()[2] as u32,
+        pool_off: pl.offset() as u32,
+        src_off: sl.offset() as u32,
+        src_ss: st[0] as u32,
+        src_sh: st[1] as u32,
+        src_se: st[3] as u32,
+    }
+    .words();
     let bufs = [pool.buffer.raw(), src.buffer.raw(), slots.buffer.raw()];
     dispatch(pool, format!("attention_paged_write:{dt}"), || write_source(dt), &bufs, &params, words.div_ceil(256), 1)
 }

@@ -6,23 +6,21 @@
 // their loads issued first, so every weight byte is read once with wide, coalesced loads; each x
 // unit loaded serves the C rows. The lanes of a set are summed by {{SUM}}.
 // Grid: x = column blocks of {{SETS}} * {{C}}, y = row blocks of {{MT}}.
-// Params: p[0] m, p[1] n, p[2] k, p[3] x offset (units), p[4] x row stride (units), p[5] w offset
-// (units), p[6] up offset from gate (units, silu_mul), p[7] norm weight offset (units), p[8] eps
-// (f32 bits), p[9] addend row stride (elements), p[10] addend offset (elements).
+// Params: `DecodeParams` (mod.rs).
 @group(0) @binding(0) var<storage, read_write> dst: array<{{DST_ELEM}}>;
 @group(0) @binding(1) var<storage, read> x: array<vec4<u32>>;
 @group(0) @binding(2) var<storage, read> w: array<vec4<u32>>;
 {{EXTRA}}
-@group(1) @binding(0) var<storage, read> p: array<u32, 64>;
+{{PARAMS}}
 {{PRELUDE}}
 var<workgroup> red: array<f32, {{RED}}>;
 {{HELPERS}}
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: vec3<u32>{{SG_ARGS}}) {
-    let m = p[0];
-    let n = p[1];
-    let k = p[2];
+    let m = p.m;
+    let n = p.n;
+    let k = p.k;
     let units = k / {{V}}u;
     let lane = tid % {{LN}}u;
     let col0 = (wid.x * {{SETS}}u + tid / {{LN}}u) * {{C}}u;

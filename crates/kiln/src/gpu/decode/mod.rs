@@ -1,17 +1,37 @@
 //! Fused kernels of the single-stream decode step (`Tensor::linear_fused`, `ops/decode.rs`): the
 //! dense matrix-vector product that normalises (RMSNorm) or gates (`silu_mul`) its own input row,
-//! adds the residual before its store and writes the model's dtype (`decode_matvec.wgsl`), so a
+//! adds the residual before its store and writes the model's dtype (`matvec.wgsl`), so a
 //! decoder layer's norms, casts, activations and skip connections cost no dispatch of their own.
 
 pub(crate) mod rope_kv;
 
 pub(crate) use crate::gpu::pointwise::Pro;
 use crate::gpu::runtime::kernels::render;
+use crate::gpu::runtime::params::params;
 pub(crate) use crate::gpu::runtime::storage::At;
 use crate::gpu::runtime::wgsl::PRELUDE;
 use crate::gpu::runtime::GpuStorage;
 use crate::{DType, Error, Result};
 use std::fmt::Write;
+
+params! {
+    /// The product's parameters: m, n, k, x's offset and row stride and w's offset (16-byte units),
+    /// the up half's offset from the gate (units, silu_mul), the norm weight's offset (units), eps,
+    /// and the addend's row stride and offset (elements).
+    struct DecodeParams {
+        m: u32,
+        n: u32,
+        k: u32,
+        x_off: u32,
+        x_stride: u32,
+        w_off: u32,
+        up_off: u32,
+        nw_off: u32,
+        eps: f32,
+        add_stride: u32,
+        add_off: u32,
+    }
+}
 
 const MATVEC: &str = include_str!("matvec.wgsl");
 
@@ -112,10 +132,10 @@ impl DecodeMatvec {
         let (mut setup, mut body, mut reduce, mut finish) =
             (String::new(), String::new(), String::new(), String::new());
         for j in 0..c {
-            writeln!(setup, "    let wb{j} = p[5] + min(col0 + {j}u, n - 1u) * units;").unwrap();
+            writeln!(setup, "    let wb{j} = p.w_off + min(col0 + {j}u, n - 1u) * units;").unwrap();
         }
         for r in 0..mt {
-            writeln!(setup, "    let xb{r} = p[3] + min(m0 + {r}u, m - 1u) * p[4];").unwrap();
+            writeln!(setup, "    let xb{r} = p.x_off + min(m0 + {r}u, m - 1u) * p.x_stride;").unwrap();
             for j in 0..c {
                 writeln!(setup, "    var acc{j}_{r} = 0.0;").unwrap();
             }
@@ -142,8 +162,7 @@ impl DecodeMatvec {
             }
             setup += "        }\n        workgroupBarrier();\n    }\n";
             for r in 0..mt {
-                writeln!(setup, "    let scale{r} = inverseSqrt(red[{r}u * 256u] / f32(k) + bitcast<f32>(p[8]));")
-                    .unwrap();
+                writeln!(setup, "    let scale{r} = inverseSqrt(red[{r}u * 256u] / f32(k) + p.eps);").unwrap();
             }
             setup += "    workgroupBarrier();\n";
         }
@@ -158,12 +177,12 @@ impl DecodeMatvec {
             for r in 0..mt {
                 writeln!(body, "        let x{r}_{s} = select(vec4<u32>(), x[xb{r} + uc{s}], ok{s});").unwrap();
                 if self.pro == Pro::SiluMul {
-                    writeln!(body, "        let y{r}_{s} = select(vec4<u32>(), x[xb{r} + p[6] + uc{s}], ok{s});")
+                    writeln!(body, "        let y{r}_{s} = select(vec4<u32>(), x[xb{r} + p.up_off + uc{s}], ok{s});")
                         .unwrap();
                 }
             }
             if self.pro == Pro::RmsNorm {
-                writeln!(body, "        let g{s} = select(vec4<u32>(), nw[p[7] + uc{s}], ok{s});").unwrap();
+                writeln!(body, "        let g{s} = select(vec4<u32>(), nw[p.nw_off + uc{s}], ok{s});").unwrap();
             }
         }
         for s in 0..uu {
@@ -223,8 +242,8 @@ impl DecodeMatvec {
             }
         }
         // Output (m0 + r, col0 + j): the sum, scaled by the row's norm, plus the addend at element
-        // p[10] + (m0 + r) * p[9] + col0 + j; 16-bit outputs as words of two columns (c is even).
-        let at = |r: u32, j: u32| format!("p[10] + (m0 + {r}u) * p[9] + col0 + {j}u");
+        // p.add_off + (m0 + r) * p.add_stride + col0 + j; 16-bit outputs as words of two columns (c is even).
+        let at = |r: u32, j: u32| format!("p.add_off + (m0 + {r}u) * p.add_stride + col0 + {j}u");
         let scaled = |s: u32, r: u32| {
             if self.pro == Pro::RmsNorm {
                 format!("t{s} * scale{r}")
@@ -285,6 +304,7 @@ impl DecodeMatvec {
         render(
             MATVEC,
             &[
+                ("PARAMS", &DecodeParams::wgsl()),
                 ("DT", self.dt.as_str()),
                 (
                     "PRO",
@@ -390,20 +410,20 @@ pub(crate) fn matvec(a: &MatvecArgs) -> Result<GpuStorage> {
         bufs.push(r.buf.buffer.raw());
         (r_off, r_stride) = (r.offset, a.n);
     }
-    let params = [
-        a.m as u32,
-        a.n as u32,
-        a.k as u32,
-        (a.x.offset / vals) as u32,
-        (a.x_stride / vals) as u32,
-        (a.w.offset / vals) as u32,
-        (a.k / vals) as u32,
-        nw_off as u32,
-        eps.to_bits(),
-        r_stride as u32,
-        r_off as u32,
-    ];
+    let params = DecodeParams {
+        m: a.m as u32,
+        n: a.n as u32,
+        k: a.k as u32,
+        x_off: (a.x.offset / vals) as u32,
+        x_stride: (a.x_stride / vals) as u32,
+        w_off: (a.w.offset / vals) as u32,
+        up_off: (a.k / vals) as u32,
+        nw_off: nw_off as u32,
+        eps,
+        add_stride: r_stride as u32,
+        add_off: r_off as u32,
+    };
     let groups = [a.n.div_ceil(mv.cols() as usize) as u32, a.m.div_ceil(mv.mt as usize) as u32, 1];
-    ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(&ctx, &kernel, &bufs, &params, groups)?;
+    ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(&ctx, &kernel, &bufs, &params.words(), groups)?;
     Ok(dst)
 }

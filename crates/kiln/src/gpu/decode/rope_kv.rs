@@ -1,7 +1,8 @@
-//! Rotary embedding of q and k plus the KV-cache append in one dispatch (`decode_rope_kv.wgsl`),
+//! Rotary embedding of q and k plus the KV-cache append in one dispatch (`rope_kv.wgsl`),
 //! for the stacked q/k/v product of a decoder layer (`KvCache::append_rope`).
 
 use crate::gpu::runtime::kernels::render;
+use crate::gpu::runtime::params::params;
 use crate::gpu::runtime::wgsl::{self, loader, PRELUDE};
 use crate::gpu::runtime::GpuStorage;
 use crate::{DType, Error, Result};
@@ -22,7 +23,16 @@ pub(crate) fn source(dt: DType) -> String {
         };
         stores += &format!("fn {name}(e: u32, a: f32, b: f32) {{ {body} }}\n");
     }
-    render(SRC, &[("DT", dt.as_str()), ("PRELUDE", PRELUDE), ("LOADERS", &loaders), ("STORES", &stores)])
+    render(
+        SRC,
+        &[
+            ("DT", dt.as_str()),
+            ("PARAMS", &RopeKvParams::wgsl()),
+            ("PRELUDE", PRELUDE),
+            ("LOADERS", &loaders),
+            ("STORES", &stores),
+        ],
+    )
 }
 
 /// The operands: `t` rows of the stacked product (`row` elements apart from `y_off`), `nh` q heads
@@ -46,6 +56,27 @@ pub(crate) struct RopeKv<'a> {
     pub(crate) v_off: usize,
 }
 
+params! {
+    /// The qkv projection's offset and row length, tokens t, query heads NH, the first position,
+    /// the cache length, KV heads NKV, head dim D, the cos table's offset (rows of D/2, one a
+    /// token), the k and v caches' offsets, the grid width in invocations, the sin table's offset.
+    struct RopeKvParams {
+        y_off: u32,
+        row: u32,
+        t: u32,
+        nh: u32,
+        pos: u32,
+        len: u32,
+        nkv: u32,
+        d: u32,
+        cos_off: u32,
+        k_off: u32,
+        v_off: u32,
+        width: u32,
+        sin_off: u32,
+    }
+}
+
 /// Writes k and v into the caches and returns the rotated q, `(t, nh, d)`, in a fresh buffer.
 /// `d` is a multiple of 4 and (16-bit dtypes) the cache offsets even: checked by the caller.
 pub(crate) fn rope_kv(a: &RopeKv, kc: &GpuStorage, vc: &GpuStorage) -> Result<GpuStorage> {
@@ -63,23 +94,23 @@ pub(crate) fn rope_kv(a: &RopeKv, kc: &GpuStorage, vc: &GpuStorage) -> Result<Gp
     let kernel = ctx.pipelines.get_with(&ctx, &key, 3, 3, || source(dt))?;
     let threads = a.t * (a.nh + 2 * a.nkv) * (a.d / 4);
     let groups = wgsl::grid(threads, 256, ctx.limits.max_compute_workgroups_per_dimension);
-    let params = [
-        a.y_off as u32,
-        a.row as u32,
-        a.t as u32,
-        a.nh as u32,
-        a.pos as u32,
-        a.len as u32,
-        a.nkv as u32,
-        a.d as u32,
-        a.cos_off as u32,
-        a.k_off as u32,
-        a.v_off as u32,
-        groups[0] * 256,
-        a.sin_off as u32,
-    ];
+    let params = RopeKvParams {
+        y_off: a.y_off as u32,
+        row: a.row as u32,
+        t: a.t as u32,
+        nh: a.nh as u32,
+        pos: a.pos as u32,
+        len: a.len as u32,
+        nkv: a.nkv as u32,
+        d: a.d as u32,
+        cos_off: a.cos_off as u32,
+        k_off: a.k_off as u32,
+        v_off: a.v_off as u32,
+        width: groups[0] * 256,
+        sin_off: a.sin_off as u32,
+    };
     let bufs =
         [q.buffer.raw(), kc.buffer.raw(), vc.buffer.raw(), a.y.buffer.raw(), a.cos.buffer.raw(), a.sin.buffer.raw()];
-    ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(&ctx, &kernel, &bufs, &params, groups)?;
+    ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(&ctx, &kernel, &bufs, &params.words(), groups)?;
     Ok(q)
 }

@@ -1,19 +1,17 @@
 // Rotary embedding of q and k and the KV-cache append in one kernel: rows of the stacked q/k/v
-// projection (t, (NH + 2 NKV) * D), {{DT}}, contiguous from element p[0] with p[1] elements a row,
+// projection (t, (NH + 2 NKV) * D), {{DT}}, contiguous from element p.y_off with p.row elements a row,
 // are split into heads; q heads (rotated, half-split layout) go to `qo` (t, NH, D), k heads (rotated)
-// and v heads (copied) to positions p[4].. of the caches (1, NKV, p[5], D). One invocation per
+// and v heads (copied) to positions p.pos.. of the caches (1, NKV, p.len, D). One invocation per
 // (token, head, pair of adjacent elements i, i + 1 of the first half with their partners i + D/2,
 // i + D/2 + 1): whole words of every output, so no two invocations write one word.
-// Params: p[0] qkv offset, p[1] qkv row length, p[2] t, p[3] NH, p[4] position, p[5] cache length,
-// p[6] NKV, p[7] D, p[8] cos offset (rows of D/2 from there, one a token), p[9] k cache offset,
-// p[10] v cache offset, p[11] grid width in invocations, p[12] sin offset.
+// Params: `RopeKvParams` (rope_kv.rs).
 @group(0) @binding(0) var<storage, read_write> qo: array<u32>;
 @group(0) @binding(1) var<storage, read_write> kc: array<u32>;
 @group(0) @binding(2) var<storage, read_write> vc: array<u32>;
 @group(0) @binding(3) var<storage, read> y: array<u32>;
 @group(0) @binding(4) var<storage, read> cs: array<u32>;
 @group(0) @binding(5) var<storage, read> sn: array<u32>;
-@group(1) @binding(0) var<storage, read> p: array<u32, 64>;
+{{PARAMS}}
 {{PRELUDE}}
 {{LOADERS}}
 
@@ -22,29 +20,29 @@
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let d = p[7];
+    let d = p.d;
     let hd2 = d / 2u;
     let pairs = hd2 / 2u;
-    let nh = p[3];
-    let nkv = p[6];
+    let nh = p.nh;
+    let nkv = p.nkv;
     let heads = nh + 2u * nkv;
-    let g = gid.x + gid.y * p[11];
-    if (g >= p[2] * heads * pairs) { return; }
+    let g = gid.x + gid.y * p.width;
+    if (g >= p.t * heads * pairs) { return; }
     let i = (g % pairs) * 2u;
     let h = (g / pairs) % heads;
     let t = g / (pairs * heads);
-    let src = p[0] + t * p[1] + h * d + i;
+    let src = p.y_off + t * p.row + h * d + i;
     let x1 = vec2<f32>(ldy(src), ldy(src + 1u));
     let x2 = vec2<f32>(ldy(src + hd2), ldy(src + hd2 + 1u));
     if (h >= nh + nkv) {
-        let dst = p[10] + ((h - nh - nkv) * p[5] + p[4] + t) * d + i;
+        let dst = p.v_off + ((h - nh - nkv) * p.len + p.pos + t) * d + i;
         st_v(dst, x1.x, x1.y);
         st_v(dst + hd2, x2.x, x2.y);
         return;
     }
-    let tab = p[8] + t * hd2 + i;
+    let tab = p.cos_off + t * hd2 + i;
     let c = vec2<f32>(ldc(tab), ldc(tab + 1u));
-    let tsn = p[12] + t * hd2 + i;
+    let tsn = p.sin_off + t * hd2 + i;
     let s = vec2<f32>(lds(tsn), lds(tsn + 1u));
     let o1 = x1 * c - x2 * s;
     let o2 = x2 * c + x1 * s;
@@ -53,7 +51,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         st_q(dst, o1.x, o1.y);
         st_q(dst + hd2, o2.x, o2.y);
     } else {
-        let dst = p[9] + ((h - nh) * p[5] + p[4] + t) * d + i;
+        let dst = p.k_off + ((h - nh) * p.len + p.pos + t) * d + i;
         st_k(dst, o1.x, o1.y);
         st_k(dst + hd2, o2.x, o2.y);
     }

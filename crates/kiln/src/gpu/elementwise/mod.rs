@@ -1,14 +1,47 @@
 //! The elementwise ops: the bodies and WGSL expressions of unary, binary and comparison ops (and
-//! `silu_mul`), launched through the shared pointwise launcher; RoPE in `rope.rs`.
+//! `silu_mul`), launched through the shared pointwise launcher; RoPE in `rotary.rs`.
 
-pub(crate) mod rope;
+pub(crate) mod rotary;
+/// The old path of `rotary` (the face calls `rope::rope`).
+pub(crate) use rotary as rope;
 
-use crate::gpu::runtime::wgsl::ct;
+use crate::gpu::runtime::params::{params, Block};
+use crate::gpu::runtime::wgsl::{self, ct};
 use crate::op::{BinaryOp, CmpOp, UnaryOp};
 use crate::DType;
 
+params! {
+    /// A clamp's bounds, as bits of the compute type (the op constants `p.op` of its kernel).
+    pub(crate) struct ClampParams { lo: u32, hi: u32 }
+}
+
+/// The bounds of a clamp of `dt` values as bits of its compute type: integer bounds round inward,
+/// as on the CPU (clamp of u8 to [0.5, 2.5] is [1, 2]).
+pub(crate) fn clamp_bits(min: f64, max: f64, dt: DType) -> (u32, u32) {
+    let t = ct(dt);
+    let (min, max) = if t == "f32" { (min, max) } else { (min.ceil(), max.floor()) };
+    (wgsl::param_bits(t, min), wgsl::param_bits(t, max))
+}
+
+/// The op constants of a unary op's kernel (`Elementwise::op`): a clamp's bounds, else none.
+pub(crate) fn unary_params(op: UnaryOp, dt: DType) -> Option<Block> {
+    match op {
+        UnaryOp::Clamp { min, max } => {
+            let (lo, hi) = clamp_bits(min, max, dt);
+            Some(ClampParams { lo, hi }.block())
+        }
+        _ => None,
+    }
+}
+
 pub(crate) fn unary_body(op: UnaryOp, dt: DType) -> String {
-    format!("let x = ld0(at0(e)); return {};", unary_expr(op, ct(dt)))
+    let t = ct(dt);
+    // A clamp's expression reads its bounds as `lo` and `hi`; here they are the kernel's op constants.
+    let bounds = match op {
+        UnaryOp::Clamp { .. } => format!("let lo = bitcast<{t}>(p.op.lo); let hi = bitcast<{t}>(p.op.hi); "),
+        _ => String::new(),
+    };
+    format!("let x = ld0(at0(e)); {bounds}return {};", unary_expr(op, t))
 }
 
 pub(crate) fn binary_body(op: BinaryOp, dt: DType) -> String {
@@ -228,7 +261,8 @@ fn log_(x: f32) -> f32 { if (x == 0.0) { return -inf_f32(); } if (x < 0.0) { ret
 fn sqrt_(x: f32) -> f32 { if (x < 0.0) { return nan_f32(); } return sqrt(x); }
 "#;
 
-/// The WGSL expression of a unary op on `x` of compute type `t`; `c0`, `c1` are the op constants.
+/// The WGSL expression of a unary op on `x` of compute type `t`. A clamp reads its bounds from `lo`
+/// and `hi` (of type `t`), which the caller binds.
 pub(crate) fn unary_expr(op: UnaryOp, t: &str) -> String {
     let f = t == "f32";
     let u = t == "u32";
@@ -274,12 +308,10 @@ pub(crate) fn unary_expr(op: UnaryOp, t: &str) -> String {
         UnaryOp::GeluErf => "gelu_erf_(x)".into(),
         UnaryOp::Not => "select(0u, 1u, x == 0u)".into(),
         UnaryOp::Clamp { .. } => {
-            let lo = format!("bitcast<{t}>(p[37])");
-            let hi = format!("bitcast<{t}>(p[38])");
             if f {
-                format!("select(min(max(x, {lo}), {hi}), x, is_nan(x))")
+                "select(min(max(x, lo), hi), x, is_nan(x))".into()
             } else {
-                format!("min(max(x, {lo}), {hi})")
+                "min(max(x, lo), hi)".into()
             }
         }
     }

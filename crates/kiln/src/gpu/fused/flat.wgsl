@@ -2,10 +2,9 @@
 // every output and writes whole words. Leaves are read through at{i}(e) (contiguous, one element, or
 // general strides over the merged dims) or, when contiguous and aligned, as one 16- or 8-byte unit
 // per invocation into c{i}.
-// Params: p[0] n, p[1] rank, p[2] unused, p[3 .. 3 + rank] dims, then per leaf i at
-// 3 + rank + i * (rank + 1): its offset and its rank strides.
+// Params: `FusedParams` (spec.rs); `len` is unused.
 {{DECLS}}
-@group(1) @binding(0) var<storage, read> p: array<u32, 64>;
+{{PARAMS}}
 {{PRELUDE}}
 {{CACHES}}
 {{LOADERS}}
@@ -19,7 +18,7 @@ fn compute(e: u32, j: u32) {
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
     let t = gid.x + gid.y * nw.x * 256u;
-    let n = p[0];
+    let n = p.n;
     let e0 = 4u * t;
     if (e0 >= n) {
         return;

@@ -29,7 +29,7 @@ use std::fmt::Write;
 mod row;
 mod spec;
 
-use spec::{finish, leaf_base, leaf_variant, Gen};
+use spec::{finish, leaf_base, leaf_base_wgsl, leaf_variant, FusedParams, Gen};
 pub(crate) use spec::{Exprs, Op, Spec, Src, Val};
 
 const FLAT: &str = include_str!("flat.wgsl");
@@ -77,7 +77,7 @@ pub(crate) fn source(spec: &Spec, ex: Exprs, variants: &str, vec_out: &[bool]) -
     let mut stores = String::new();
     let mut fills = String::new();
     for (i, &v) in vars.iter().enumerate() {
-        let base = format!("p[RANKBASE{i}]");
+        let base = format!("p.view[{}]", leaf_base_wgsl(i));
         match v {
             'v' => {
                 let _ = writeln!(
@@ -130,6 +130,7 @@ pub(crate) fn source(spec: &Spec, ex: Exprs, variants: &str, vec_out: &[bool]) -
             FLAT,
             &[
                 ("DECLS", &decls),
+                ("PARAMS", &FusedParams::wgsl()),
                 ("PRELUDE", PRELUDE),
                 ("CACHES", &caches),
                 ("LOADERS", &loaders),
@@ -177,7 +178,7 @@ pub(crate) fn run(
     let rank = cdims.len();
     // Row kernels also take each leaf's stride along the row.
     let words = 3 + rank + leaves.len() * (rank + 1) + if row { leaves.len() } else { 0 };
-    if words > crate::gpu::runtime::kernels::PARAM_WORDS {
+    if words > FusedParams::WORDS {
         return Err(Error::Gpu {
             op: "compile",
             msg: format!("fused kernel of {what}: {} inputs of rank {rank} need too many parameters", leaves.len()),
@@ -234,21 +235,19 @@ pub(crate) fn run(
             None => source(spec, ex, &indexers.iter().collect::<String>(), &vec_out),
         })
         .map_err(|e| Error::Gpu { op: "compile", msg: format!("fused kernel of {what}: {e}") })?;
-    let mut params = vec![0u32; words];
-    params[0] = n as u32;
-    params[1] = rank as u32;
-    params[2] = len as u32;
+    let mut params = FusedParams { n: n as u32, rank: rank as u32, len: len as u32, ..FusedParams::default() };
+    let view = &mut params.view;
     for (k, &d) in cdims.iter().enumerate() {
-        params[3 + k] = d as u32;
+        view[k] = d as u32;
     }
     for (i, st) in cstrides.iter().enumerate() {
         let b = leaf_base(rank, i);
-        params[b] = leaves[i].1.offset() as u32;
+        view[b] = leaves[i].1.offset() as u32;
         for (k, &s) in st.iter().enumerate() {
-            params[b + 1 + k] = s as u32;
+            view[b + 1 + k] = s as u32;
         }
         if row {
-            params[leaf_base(rank, leaves.len()) + i] = leaves[i].1.strides().last().copied().unwrap_or(0) as u32;
+            view[leaf_base(rank, leaves.len()) + i] = leaves[i].1.strides().last().copied().unwrap_or(0) as u32;
         }
     }
     let bufs: Vec<&wgpu::Buffer> =
@@ -257,7 +256,7 @@ pub(crate) fn run(
         Some(_) => wgsl::grid(rows, 1, ctx.limits.max_compute_workgroups_per_dimension),
         None => wgsl::grid(n.div_ceil(4), 256, ctx.limits.max_compute_workgroups_per_dimension),
     };
-    ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(&ctx, &kernel, &bufs, &params, groups)?;
+    ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(&ctx, &kernel, &bufs, &params.words(), groups)?;
     outs.into_iter()
         .zip(out_dt)
         .map(|(o, d)| if o.dtype == d { Ok(o) } else { o.cast(&Layout::contiguous(o.len), d) })

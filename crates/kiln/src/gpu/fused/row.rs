@@ -12,7 +12,7 @@
 //!   workgroup reductions go through subgroup operations or a workgroup-memory tree;
 //! - how each output is written: 16-byte packs, words, or packed 2- and 1-byte words.
 
-use super::spec::{finish, reduce_parts, round, Exprs, Gen, Op, Spec, Src};
+use super::spec::{finish, leaf_base_wgsl, reduce_parts, round, Exprs, FusedParams, Gen, Op, Spec, Src};
 use crate::gpu::runtime::kernels::render;
 use crate::gpu::runtime::subgroups::use_subgroups;
 use crate::gpu::runtime::wgsl::{ct, loader, PRELUDE};
@@ -272,7 +272,7 @@ pub(crate) fn source(spec: &Spec, ex: Exprs, rp: &RowPlan) -> String {
         let lanes = |at: &str| {
             format!(
                 "fn lp{i}(q: u32) -> vec4<{t}> {{\n    var r = vec4<{t}>();\n    for (var c = 0u; c < 4u; c++) {{\n        \
-                 let d = 4u * q + c;\n        if (d < p[2]) {{ r[c] = ld{i}({at}); }}\n    }}\n    return r;\n}}\n"
+                 let d = 4u * q + c;\n        if (d < p.len) {{ r[c] = ld{i}({at}); }}\n    }}\n    return r;\n}}\n"
             )
         };
         loaders += &match acc {
@@ -301,8 +301,7 @@ pub(crate) fn source(spec: &Spec, ex: Exprs, rp: &RowPlan) -> String {
             }
             Access::Strided => {
                 let _ = writeln!(privs, "var<private> b{i}: u32;\nvar<private> s{i}: u32;");
-                let _ =
-                    writeln!(bases, "    b{i} = at{i}(erow);\n    s{i} = p[3u + p[1] + {nl}u * (p[1] + 1u) + {i}u];");
+                let _ = writeln!(bases, "    b{i} = at{i}(erow);\n    s{i} = p.view[{} + {i}u];", leaf_base_wgsl(nl));
             }
             Access::Row => {
                 let _ = writeln!(privs, "var<private> rz{i}: {t};");
@@ -390,7 +389,7 @@ pub(crate) fn source(spec: &Spec, ex: Exprs, rp: &RowPlan) -> String {
         let _ = writeln!(
             funcs,
             "fn pk{i}(q: u32{}) -> {acc_t} {{\n    var acc: {acc_t} = {ident};\n    for (var c = 0u; c < 4u; c++) {{\n        \
-             if (4u * q + c < p[2]) {{\n{}            acc = {};\n        }}\n    }}\n    return acc;\n}}",
+             if (4u * q + c < p.len) {{\n{}            acc = {};\n        }}\n    }}\n    return acc;\n}}",
             params(&ls),
             indent(&lets, "        "),
             c("acc", &x)
@@ -453,6 +452,7 @@ pub(crate) fn source(spec: &Spec, ex: Exprs, rp: &RowPlan) -> String {
             &[
                 ("WG", &wg.to_string()),
                 ("DECLS", &decls),
+                ("PARAMS", &FusedParams::wgsl()),
                 ("PRELUDE", PRELUDE),
                 ("LOADERS", &loaders),
                 ("INDEXERS", "//@IDX@"),
@@ -517,7 +517,7 @@ fn store_pack(k: usize, dt: DType, s: Store) -> String {
                 }
             };
             format!(
-                "    out{k}[(erow + 4u * q) / 2u] = {};\n    if (4u * q + 2u < p[2]) {{ out{k}[(erow + 4u * q) / 2u + 1u] = {}; }}\n",
+                "    out{k}[(erow + 4u * q) / 2u] = {};\n    if (4u * q + 2u < p.len) {{ out{k}[(erow + 4u * q) / 2u + 1u] = {}; }}\n",
                 pack(0, 1),
                 pack(2, 3)
             )
@@ -526,7 +526,7 @@ fn store_pack(k: usize, dt: DType, s: Store) -> String {
             "    out{k}[(erow + 4u * q) / 4u] = (o{k}[0] & 0xffu) | ((o{k}[1] & 0xffu) << 8u) | ((o{k}[2] & 0xffu) << 16u) | ((o{k}[3] & 0xffu) << 24u);\n"
         ),
         Store::Word | Store::RowValue => {
-            (0..4).map(|c| format!("    if (4u * q + {c}u < p[2]) {{ out{k}[erow + 4u * q + {c}u] = {}; }}\n", w(c))).collect()
+            (0..4).map(|c| format!("    if (4u * q + {c}u < p.len) {{ out{k}[erow + 4u * q + {c}u] = {}; }}\n", w(c))).collect()
         }
     }
 }

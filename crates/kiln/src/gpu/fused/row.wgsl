@@ -4,10 +4,10 @@
 // in registers x{i}_{u} when the row fits, else read again by each pass. Each reduction sums up
 // pk{i} over the invocation's packs, then wred{i} combines the invocations (subgroup operations or a
 // workgroup-memory tree); values constant along the row live in rv{i} (leaves constant along it in
-// rz{i}); st(q) computes and writes the outputs of a pack. Params as in flat.wgsl, with p[2] the row
-// length, then per leaf its stride along the row.
+// rz{i}); st(q) computes and writes the outputs of a pack. Params: `FusedParams` (spec.rs), with
+// `len` the row length and each leaf's stride along the row at the end of `view`.
 {{DECLS}}
-@group(1) @binding(0) var<storage, read> p: array<u32, 64>;
+{{PARAMS}}
 {{PRELUDE}}
 var<private> erow: u32;
 {{PRIVATES}}
@@ -21,8 +21,8 @@ var<workgroup> red: array<u32, {{RED}}>;
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,
         @builtin(local_invocation_index) lid: u32{{SG_ARGS}}) {
     let row = wid.x + wid.y * nw.x;
-    let len = p[2];
-    if (row >= p[0] / len) {
+    let len = p.len;
+    if (row >= p.n / len) {
         return;
     }
     let packs = (len + 3u) / 4u;

@@ -4,6 +4,7 @@
 //! identities. Both generators import this file; it imports neither.
 
 use crate::gpu::pointwise::cast_expr;
+use crate::gpu::runtime::params::params;
 use crate::gpu::runtime::wgsl::{self, ct};
 use crate::op::{BinaryOp, CmpOp, ReduceOp, UnaryOp};
 use crate::DType;
@@ -162,16 +163,20 @@ impl Gen<'_> {
         match v.op {
             Op::Unary(op) => {
                 let x = self.arg(v.args[0], dt, e);
-                let mut body = (self.ex.unary)(op, t);
-                if let UnaryOp::Clamp { min, max } = op {
-                    // Integer bounds round inward, as on the CPU and in the unfused kernel.
-                    let (min, max) = if t == "f32" { (min, max) } else { (min.ceil(), max.floor()) };
-                    body = body
-                        .replace("p[37]", &format!("{}u", wgsl::param_bits(t, min)))
-                        .replace("p[38]", &format!("{}u", wgsl::param_bits(t, max)));
-                }
+                let body = (self.ex.unary)(op, t);
+                // A clamp's expression reads its bounds as `lo` and `hi`: bound here to literals.
+                let bounds = match op {
+                    UnaryOp::Clamp { min, max } => {
+                        // Integer bounds round inward, as on the CPU and in the unfused kernel.
+                        let (min, max) = if t == "f32" { (min, max) } else { (min.ceil(), max.floor()) };
+                        let (lo, hi) = (wgsl::param_bits(t, min), wgsl::param_bits(t, max));
+                        format!("let lo = bitcast<{t}>({lo}u); let hi = bitcast<{t}>({hi}u); ")
+                    }
+                    _ => String::new(),
+                };
                 if fresh {
-                    let _ = writeln!(self.helpers, "fn op{i}(x: {t}) -> {t} {{ return {}; }}", round(dt, &body));
+                    let _ =
+                        writeln!(self.helpers, "fn op{i}(x: {t}) -> {t} {{ {bounds}return {}; }}", round(dt, &body));
                 }
                 format!("op{i}({x})")
             }
@@ -257,32 +262,40 @@ pub(super) fn leaf_variant(dims: &[usize], strides: &[usize], off: usize, dt: DT
     }
 }
 
-/// Parameter word of leaf `i`'s offset (its strides follow).
-pub(super) fn leaf_base(rank: usize, i: usize) -> usize {
-    3 + rank + i * (rank + 1)
+params! {
+    /// A fused kernel's parameters: elements, the merged rank, the row length (row kernels), and
+    /// `view`: the merged dims (`rank` words), then per leaf its offset and its `rank` strides (from
+    /// [`leaf_base`]), then, in row kernels, each leaf's stride along the row. The layout depends on
+    /// the rank, which one kernel serves whatever it is, so the kernels index `view` from `p.rank`.
+    pub(super) struct FusedParams { n: u32, rank: u32, len: u32, view: [u32; 61] }
 }
 
-/// The indexers need the rank, which is a parameter word; the WGSL reads `p[1]` for the loop and
-/// the leaf's parameter base from its index. Bases depend on the rank, so they are computed in
-/// WGSL from `p[1]` too.
+/// Index in `FusedParams::view` of leaf `i`'s offset (its strides follow).
+pub(super) fn leaf_base(rank: usize, i: usize) -> usize {
+    rank + i * (rank + 1)
+}
+
+/// [`leaf_base`] in WGSL (the rank is a parameter).
+pub(super) fn leaf_base_wgsl(i: usize) -> String {
+    format!("(p.rank + {i}u * (p.rank + 1u))")
+}
+
+/// Fills in the leaf indexers: the WGSL reads `p.rank` for the loop and the leaf's base in `view`
+/// from its index ([`leaf_base_wgsl`]).
 pub(super) fn finish(src: String, vars: &[char]) -> String {
     let mut idx = String::new();
     for (i, &v) in vars.iter().enumerate() {
-        let b = format!("(3u + p[1] + {i}u * (p[1] + 1u))");
+        let b = leaf_base_wgsl(i);
         let f = match v {
-            's' => format!("fn at{i}(e: u32) -> u32 {{ return p[{b}]; }}\n"),
-            'c' | 'v' | 'h' => format!("fn at{i}(e: u32) -> u32 {{ return p[{b}] + e; }}\n"),
+            's' => format!("fn at{i}(e: u32) -> u32 {{ return p.view[{b}]; }}\n"),
+            'c' | 'v' | 'h' => format!("fn at{i}(e: u32) -> u32 {{ return p.view[{b}] + e; }}\n"),
             _ => format!(
-                "fn at{i}(e: u32) -> u32 {{\n    let b = {b};\n    var rem = e;\n    var off = p[b];\n    for (var d = p[1]; d > 0u; d--) {{\n        let k = d - 1u;\n        off += (rem % p[3u + k]) * p[b + 1u + k];\n        rem /= p[3u + k];\n    }}\n    return off;\n}}\n"
+                "fn at{i}(e: u32) -> u32 {{\n    let b = {b};\n    var rem = e;\n    var off = p.view[b];\n    for (var d = p.rank; d > 0u; d--) {{\n        let k = d - 1u;\n        off += (rem % p.view[k]) * p.view[b + 1u + k];\n        rem /= p.view[k];\n    }}\n    return off;\n}}\n"
             ),
         };
         idx += &f;
     }
-    let mut out = src.replace("//@IDX@", &idx);
-    for i in 0..vars.len() {
-        out = out.replace(&format!("p[RANKBASE{i}]"), &format!("p[3u + p[1] + {i}u * (p[1] + 1u)]"));
-    }
-    out
+    src.replace("//@IDX@", &idx)
 }
 
 /// (accumulator type, identity, combine with `A` and `B`) of a row reduction of `dt` values.

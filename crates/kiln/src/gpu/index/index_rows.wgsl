@@ -3,14 +3,13 @@
 // exactly. The ids are read on the device (i64 as its two words: the low word, and the high word
 // checked to be 0); an id outside 0..dim writes zeros: never a read outside the source.
 // ROWS (index_select): out unit w is unit i of row (o, id[j]), w = (o * nid + j) * inner + i.
-//   p[0] units out, p[1] inner units, p[2] nid, p[3] dim, p[4] source offset (units), p[5] ids offset.
+//   Params: `RowsParams` (mod.rs).
 // GATHER (gather, one unit per element): the element of output e with its axis index replaced.
-//   p[0] elements, p[1] rank, p[2] axis, p[3] dim, p[4] source offset (units), p[5] ids offset,
-//   p[6..14] ids (= output) dims, p[14..22] source strides (units).
+//   Params: `GatherParams` (mod.rs).
 @group(0) @binding(0) var<storage, read_write> dst: array<{{UNIT}}>;
 @group(0) @binding(1) var<storage, read> src: array<{{UNIT}}>;
 @group(0) @binding(2) var<storage, read> ids: array<u32>;
-@group(1) @binding(0) var<storage, read> p: array<u32, 64>;
+{{PARAMS}}
 
 // Id j as u32; anything out of range (negative, a nonzero high word) maps to 0xffffffff.
 fn id_at(j: u32) -> u32 {
@@ -24,7 +23,7 @@ fn source_unit(w: u32) -> u32 {
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
     let w = gid.x + gid.y * nw.x * 256u;
-    if (w >= p[0]) { return; }
+    if (w >= p.units) { return; }
     let s = source_unit(w);
     if (s == 0xffffffffu) {
         dst[w] = {{UNIT}}();

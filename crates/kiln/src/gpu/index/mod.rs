@@ -3,6 +3,7 @@
 use crate::gpu::pointwise::copy::unit_type;
 use crate::gpu::pointwise::Elementwise;
 use crate::gpu::runtime::kernels::render;
+use crate::gpu::runtime::params::params;
 use crate::gpu::runtime::wgsl;
 use crate::gpu::runtime::GpuStorage;
 use crate::{DType, Error, Layout, Result};
@@ -29,26 +30,59 @@ fn id_expr(ids: DType, x: &str) -> String {
     }
 }
 
-const ROWS_BODY: &str = "let inner = p[1]; let i = w % inner; let r = w / inner; let j = r % p[2]; let o = r / p[2]; \
-     let id = id_at(p[5] + j); if (id >= p[3]) { return 0xffffffffu; } return p[4] + (o * p[3] + id) * inner + i;";
-const GATHER_BODY: &str = "let id = id_at(p[5] + w); if (id >= p[3]) { return 0xffffffffu; } var rem = w; \
-     var off = p[4]; for (var d = p[1]; d > 0u; d--) { let k = d - 1u; let idx = rem % p[6u + k]; \
-     rem /= p[6u + k]; off += select(idx, id, k == p[2]) * p[14u + k]; } return off;";
+const ROWS_BODY: &str = "let inner = p.inner; let i = w % inner; let r = w / inner; let j = r % p.nid; let o = r / p.nid; \
+     let id = id_at(p.ids_off + j); if (id >= p.dim) { return 0xffffffffu; } return p.src_off + (o * p.dim + id) * inner + i;";
+const GATHER_BODY: &str = "let id = id_at(p.ids_off + w); if (id >= p.dim) { return 0xffffffffu; } var rem = w; \
+     var off = p.src_off; for (var d = p.rank; d > 0u; d--) { let k = d - 1u; let idx = rem % p.dims[k]; \
+     rem /= p.dims[k]; off += select(idx, id, k == p.axis) * p.strides[k]; } return off;";
+
+params! {
+    /// index_select in units: units out, units per row inside the axis, ids, the axis length, the
+    /// source offset (units) and the ids' offset.
+    struct RowsParams { units: u32, inner: u32, nid: u32, dim: u32, src_off: u32, ids_off: u32 }
+}
+
+params! {
+    /// gather, one unit per element: elements, rank, axis, the axis length, the source offset
+    /// (units), the ids' offset, the ids' (= output) dims and the source strides (units).
+    struct GatherParams {
+        units: u32,
+        rank: u32,
+        axis: u32,
+        dim: u32,
+        src_off: u32,
+        ids_off: u32,
+        dims: [u32; 8],
+        strides: [u32; 8],
+    }
+}
+
+params! {
+    /// The op constants of index_select's elementwise fallback: units per row inside the axis,
+    /// ids, the axis length.
+    pub(crate) struct SelectOp { inner: u32, nid: u32, dim: u32 }
+}
+
+params! {
+    /// The op constants of gather's elementwise fallback: rank, axis, the axis length, the output
+    /// dims and the source strides.
+    pub(crate) struct GatherOp { rank: u32, axis: u32, dim: u32, dims: [u32; 8], strides: [u32; 8] }
+}
 
 /// The raw-bit kernel of `index_rows.wgsl`: rows (index_select) or elements (gather) in units of
 /// `unit` bytes, ids of dtype `ids`.
 pub(crate) fn rows_source(unit: usize, ids: DType, gather: bool) -> String {
-    let body = if gather { GATHER_BODY } else { ROWS_BODY };
-    render(INDEX_ROWS, &[("UNIT", unit_type(unit)), ("ID", id_load(ids)), ("BODY", body)])
+    let (body, params) = if gather { (GATHER_BODY, GatherParams::wgsl()) } else { (ROWS_BODY, RowsParams::wgsl()) };
+    render(INDEX_ROWS, &[("UNIT", unit_type(unit)), ("PARAMS", &params), ("ID", id_load(ids)), ("BODY", body)])
 }
 
 /// The elementwise fallback for rows of sub-word elements that do not fill whole words.
 pub(crate) fn index_select_body(out: DType, ids: DType) -> String {
     format!(
-        "let inner = p[37]; let nid = p[38]; let dim = p[39]; let i = e % inner; let j = (e / inner) % nid; \
+        "let inner = p.op.inner; let nid = p.op.nid; let dim = p.op.dim; let i = e % inner; let j = (e / inner) % nid; \
          let o = e / (inner * nid); let id = {}; if (id >= dim) {{ return {}(0); }} \
-         return ld0(p[34] + (o * dim + id) * inner + i);",
-        id_expr(ids, "p[35] + j"),
+         return ld0(p.offsets[0] + (o * dim + id) * inner + i);",
+        id_expr(ids, "p.offsets[1] + j"),
         wgsl::ct(out)
     )
 }
@@ -56,10 +90,10 @@ pub(crate) fn index_select_body(out: DType, ids: DType) -> String {
 /// The elementwise fallback of `gather` for elements narrower than a word.
 pub(crate) fn gather_body(out: DType, ids: DType) -> String {
     format!(
-        "let j = e; let id = {}; if (id >= p[39]) {{ return {}(0); }} var rem = e; var off = p[34]; \
-         for (var d = p[37]; d > 0u; d--) {{ let k = d - 1u; let idx = rem % p[40u + k]; rem /= p[40u + k]; \
-         off += select(idx, id, k == p[38]) * p[48u + k]; }} return ld0(off);",
-        id_expr(ids, "p[35] + j"),
+        "let j = e; let id = {}; if (id >= p.op.dim) {{ return {}(0); }} var rem = e; var off = p.offsets[0]; \
+         for (var d = p.op.rank; d > 0u; d--) {{ let k = d - 1u; let idx = rem % p.op.dims[k]; rem /= p.op.dims[k]; \
+         off += select(idx, id, k == p.op.axis) * p.op.strides[k]; }} return ld0(off);",
+        id_expr(ids, "p.offsets[1] + j"),
         wgsl::ct(out)
     )
 }
@@ -81,16 +115,15 @@ fn run_rows(
     out: GpuStorage,
     unit: usize,
     gather: bool,
-    params: Vec<u32>,
+    (units, params): (usize, &[u32]),
 ) -> Result<GpuStorage> {
     let ctx = src.ctx.clone();
-    let units = params[0] as usize;
     let key = format!("index_rows:{}:{unit}:{}", if gather { "gather" } else { "rows" }, ids.dtype);
     let idt = ids.dtype;
     let kernel = ctx.pipelines.get(&ctx, &key, 2, || rows_source(unit, idt, gather))?;
     let groups = wgsl::grid(units, 256, ctx.limits.max_compute_workgroups_per_dimension);
     let bufs = [out.buffer.raw(), src.buffer.raw(), ids.buffer.raw()];
-    ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(&ctx, &kernel, &bufs, &params, groups)?;
+    ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(&ctx, &kernel, &bufs, params, groups)?;
     Ok(out)
 }
 
@@ -140,15 +173,15 @@ pub(crate) fn index_select(
     let out = GpuStorage::alloc(&src.ctx, dt, n)?;
     if let Some(unit) = widest_unit(&[inner * sz, base * sz], &[src.buffer.size(), out.buffer.size()]) {
         let units = (n * sz) / unit;
-        let params = vec![
-            units as u32,
-            ((inner * sz) / unit) as u32,
-            nid as u32,
-            dims[axis] as u32,
-            ((base * sz) / unit) as u32,
-            id_off as u32,
-        ];
-        return run_rows(src, ids, out, unit, false, params);
+        let params = RowsParams {
+            units: units as u32,
+            inner: ((inner * sz) / unit) as u32,
+            nid: nid as u32,
+            dim: dims[axis] as u32,
+            src_off: ((base * sz) / unit) as u32,
+            ids_off: id_off as u32,
+        };
+        return run_rows(src, ids, out, unit, false, (units, &params.words()));
     }
     drop(out);
     let l0 = Layout::new(vec![n].into(), vec![0], base);
@@ -159,7 +192,7 @@ pub(crate) fn index_select(
         out: dt,
         body: index_select_body(dt, ids.dtype),
         funcs: "",
-        consts: vec![inner as u32, nid as u32, dims[axis] as u32],
+        op: Some(SelectOp { inner: inner as u32, nid: nid as u32, dim: dims[axis] as u32 }.block()),
         raw: Some(n),
     }
     .run()
@@ -180,19 +213,23 @@ pub(crate) fn gather(src: &GpuStorage, l: &Layout, ids: &GpuStorage, il: &Layout
     check_count("gather", n)?;
     if sz >= 4 {
         // One unit per element: strides and offset in elements are strides in units.
-        let mut params = vec![n as u32, rank as u32, axis as u32, dim, l.offset() as u32, id_off as u32];
-        params.extend(il.dims().iter().map(|&d| d as u32));
-        params.resize(14, 0);
-        params.extend(l.strides().iter().map(|&s| s as u32));
-        params.resize(22, 0);
+        let mut params = GatherParams {
+            units: n as u32,
+            rank: rank as u32,
+            axis: axis as u32,
+            dim,
+            src_off: l.offset() as u32,
+            ids_off: id_off as u32,
+            ..GatherParams::default()
+        };
+        fill(&mut params.dims, il.dims());
+        fill(&mut params.strides, l.strides());
         let out = GpuStorage::alloc(&src.ctx, dt, n)?;
-        return run_rows(src, ids, out, sz, true, params);
+        return run_rows(src, ids, out, sz, true, (n, &params.words()));
     }
-    let mut consts = vec![rank as u32, axis as u32, dim];
-    consts.extend(il.dims().iter().map(|&d| d as u32));
-    consts.resize(11, 0);
-    consts.extend(l.strides().iter().map(|&s| s as u32));
-    consts.resize(19, 0);
+    let mut op = GatherOp { rank: rank as u32, axis: axis as u32, dim, ..GatherOp::default() };
+    fill(&mut op.dims, il.dims());
+    fill(&mut op.strides, l.strides());
     let l0 = Layout::new(vec![n].into(), vec![0], l.offset());
     let l1 = Layout::new(vec![n].into(), vec![0], id_off);
     Elementwise {
@@ -201,8 +238,15 @@ pub(crate) fn gather(src: &GpuStorage, l: &Layout, ids: &GpuStorage, il: &Layout
         out: dt,
         body: gather_body(dt, ids.dtype),
         funcs: "",
-        consts,
+        op: Some(op.block()),
         raw: Some(n),
     }
     .run()
+}
+
+/// Writes `v` into the leading words of `out`.
+fn fill(out: &mut [u32], v: &[usize]) {
+    for (o, &x) in out.iter_mut().zip(v) {
+        *o = x as u32;
+    }
 }

@@ -5,7 +5,7 @@
 //! [`try_matmul_coop`] is the entry the generic matmul calls first for f16: it answers `None` when
 //! this path does not apply (adapter without the feature, SHADER_F16 or SUBGROUP; no f16 x f16 -> f32
 //! configuration of size 16 or 8; a varying subgroup size; shapes too small or too large for the
-//! grid) and otherwise runs the kernel in `matmul_coop.wgsl`, described there.
+//! grid) and otherwise runs the kernel in `coop.wgsl`, described there.
 //!
 //! Tiles: each subgroup keeps `tm x tn` accumulators of `s x s` f32; `wm x wn` subgroups make a
 //! workgroup tile of `(wm*tm*s) x (wn*tn*s)`; K advances `bk` at a time through two workgroup buffers.
@@ -22,8 +22,10 @@
 //! Every choice can be spelled out with [`CoopSpec`] through [`matmul_coop_spec`] (tests,
 //! `examples/coop_sweep.rs`).
 
+use super::problem::MatmulShape;
 use crate::gpu::pointwise::line_maxima;
 use crate::gpu::runtime::kernels::render;
+use crate::gpu::runtime::params::params;
 use crate::gpu::runtime::wgsl;
 use crate::gpu::runtime::GpuStorage;
 use crate::layout::collapse;
@@ -410,9 +412,9 @@ pub(crate) fn source(c: &Config) -> String {
                 format!("({sl}) * ss + {mn0} + {f}")
             }
         };
-        // Slow stride and per-K step of each operand: A (M: p[5], K: p[6]), B (K: p[7], N: p[8]).
-        let (a_ss, a_ks) = if c.a.k_fast { ("p[5]", "1u") } else { ("p[6]", "p[6]") };
-        let (b_ss, b_ks) = if c.b.k_fast { ("p[8]", "1u") } else { ("p[7]", "p[7]") };
+        // Slow stride and per-K step of each operand: A (M: p.a_so, K: p.a_sk), B (K: p.b_sk, N: p.b_so).
+        let (a_ss, a_ks) = if c.a.k_fast { ("p.a_so", "1u") } else { ("p.a_sk", "p.a_sk") };
+        let (b_ss, b_ks) = if c.b.k_fast { ("p.b_so", "1u") } else { ("p.b_sk", "p.b_sk") };
         setup += &format!("        let a_ks = {a_ks};\n        let b_ks = {b_ks};\n        var ss = {a_ss};\n");
         for i in 0..a_chunks {
             let origin = origin(c.a.k_fast, "m0", format!("a_s + {}u", i * a_step), "a_f");
@@ -473,9 +475,9 @@ pub(crate) fn source(c: &Config) -> String {
             for j in 0..c.tn {
                 compute += &if c.probe == Probe::NoMma {
                     // Keep the fragments alive without multiplying: a use behind a uniform condition that is
-                    // never true (p[25] is the matrix size).
+                    // never true (p.frag is the matrix size).
                     if j == 0 && !c.emulate {
-                        format!("            if (p[25] == 0u) {{ c_{i}_{j} = {mma}(a_{i}, b_{j}, c_{i}_{j}{lane_arg}); }}\n")
+                        format!("            if (p.frag == 0u) {{ c_{i}_{j} = {mma}(a_{i}, b_{j}, c_{i}_{j}{lane_arg}); }}\n")
                     } else {
                         String::new()
                     }
@@ -554,14 +556,14 @@ pub(crate) fn source(c: &Config) -> String {
     }
 
     // Operand bindings and chunk readers. `base + s * slow_stride + f * fast_stride`.
-    let a = reader(c.a, c.stage, bf16, ("p[0]", "p[5]"), ("p[2]", "p[6]"));
-    let b = reader(c.b, c.stage, bf16, ("p[1]", "p[8]"), ("p[2]", "p[7]"));
+    let a = reader(c.a, c.stage, bf16, ("p.m", "p.a_so"), ("p.k", "p.a_sk"));
+    let b = reader(c.b, c.stage, bf16, ("p.n", "p.b_so"), ("p.k", "p.b_sk"));
     let (dst, decls_bf16, set_x) = match c.out {
         Out::F16 => ("array<f16>", String::new(), ""),
         out => (
             if out == Out::Bf16Pairs { "array<u32>" } else { "array<f32>" },
             bf16_decls(),
-            "xa = wid.z * m;\n    xb = p[26] + wid.z * n;",
+            "xa = wid.z * m;\n    xb = p.mx_b + wid.z * n;",
         ),
     };
     let wa = if c.a.k_fast { format!("wm * {}u", c.tm * s * lda) } else { format!("wm * {}u", c.tm * s) };
@@ -589,6 +591,7 @@ pub(crate) fn source(c: &Config) -> String {
         &[
             // First: the loop holds placeholders of its own.
             ("MAINLOOP", &main),
+            ("PARAMS", &CoopParams::wgsl()),
             ("ENABLE", &enable),
             ("ZERO", &zero),
             ("SG_PARAM", &sg_param),
@@ -678,14 +681,14 @@ fn emu_at(d: vec3<u32>, r: u32, c: u32) -> u32 {{
 
 fn emu_mma(a: vec3<u32>, b: vec3<u32>, c: array<f32, {e}>, lane: u32) -> array<f32, {e}> {{
     var r = c;
-    // Trip counts from parameters (p[24] = {e}, p[25] = {s}): software adapters would unroll
+    // Trip counts from parameters (p.lane_elems = {e}, p.frag = {s}): software adapters would unroll
     // constant ones at every call site and take long to compile.
-    for (var q = 0u; q < p[24]; q++) {{
+    for (var q = 0u; q < p.lane_elems; q++) {{
         let x = lane + q * {sg}u;
         let row = x / {s}u;
         let col = x % {s}u;
         var acc = r[q];
-        for (var k = 0u; k < p[25]; k++) {{
+        for (var k = 0u; k < p.frag; k++) {{
             acc += emu_sa(emu_at(a, row, k)) * emu_sb(emu_at(b, k, col));
         }}
         r[q] = acc;
@@ -694,7 +697,7 @@ fn emu_mma(a: vec3<u32>, b: vec3<u32>, c: array<f32, {e}>, lane: u32) -> array<f
 }}
 
 fn emu_store(c: array<f32, {e}>, off: u32, ld: u32, lane: u32) {{
-    for (var q = 0u; q < p[24]; q++) {{
+    for (var q = 0u; q < p.lane_elems; q++) {{
         let x = lane + q * {sg}u;
         sc[off + (x / {s}u) * ld + x % {s}u] = c[q];
     }}
@@ -1034,7 +1037,7 @@ fn tile_from_env() -> CoopTile {
 /// docs); the layouts are `matmul`'s: same batch dims (broadcast already applied), `(.., M, K)` and
 /// `(.., K, N)`, any strides. The result is contiguous f16 `(batch.., M, N)`, each element the f32
 /// sum of products rounded once to f16.
-// The f16 branch of `matmul::matmul` calls this first (wired in by the branch that owns matmul.rs).
+// The f16 branch of `matmul::matmul` calls this first (`matmul/mod.rs`).
 #[allow(dead_code)]
 pub(crate) fn try_matmul_coop(a: &GpuStorage, al: &Layout, b: &GpuStorage, bl: &Layout) -> Option<Result<GpuStorage>> {
     if disabled_by_env() {
@@ -1198,6 +1201,18 @@ fn matmul_coop(
     })())
 }
 
+params! {
+    /// The cooperative matmul's parameters: the problem, tiles along M and N, the emulated kernel's
+    /// loop bounds (elements per lane, fragment size), and where B's line maxima start in `mx`.
+    struct CoopParams: MatmulShape {
+        tiles_m: u32,
+        tiles_n: u32,
+        lane_elems: u32,
+        frag: u32,
+        mx_b: u32,
+    }
+}
+
 /// How to stage one operand with extents `mn` (its M or N dim) and `k`, and their strides.
 #[allow(clippy::too_many_arguments)]
 fn operand(
@@ -1250,37 +1265,40 @@ fn run(
     };
     let out = GpuStorage::alloc(ctx, out_dtype, batch * m * n)?;
     let st = |l: &Layout, i: usize| l.strides()[i] as u32;
-    let mut params = vec![
-        m as u32,
-        n as u32,
-        k as u32,
-        al.offset() as u32,
-        bl.offset() as u32,
-        st(al, rank - 2),
-        st(al, rank - 1),
-        st(bl, rank - 2),
-        st(bl, rank - 1),
-        if batch > 1 { bd.len() as u32 } else { 0 },
-    ];
-    params.resize(27, 0);
+    let mut shape = MatmulShape {
+        m: m as u32,
+        n: n as u32,
+        k: k as u32,
+        a_off: al.offset() as u32,
+        b_off: bl.offset() as u32,
+        a_so: st(al, rank - 2),
+        a_sk: st(al, rank - 1),
+        b_sk: st(bl, rank - 2),
+        b_so: st(bl, rank - 1),
+        rank: if batch > 1 { bd.len() as u32 } else { 0 },
+        ..MatmulShape::default()
+    };
     if batch > 1 {
         for (i, &d) in bd.iter().enumerate() {
-            params[10 + i] = d as u32;
-            params[14 + i] = bs[0][i] as u32;
-            params[18 + i] = bs[1][i] as u32;
+            shape.bdims[i] = d as u32;
+            shape.a_batch[i] = bs[0][i] as u32;
+            shape.b_batch[i] = bs[1][i] as u32;
         }
     }
-    params[22] = m.div_ceil(c.bm() as usize) as u32;
-    params[23] = n.div_ceil(c.bn() as usize) as u32;
-    // Loop bounds of the emulated kernel.
-    params[24] = c.s * c.s / c.sg;
-    params[25] = c.s;
-    params[26] = (batch * m) as u32;
+    let params = CoopParams {
+        base: shape,
+        tiles_m: m.div_ceil(c.bm() as usize) as u32,
+        tiles_n: n.div_ceil(c.bn() as usize) as u32,
+        // Loop bounds of the emulated kernel.
+        lane_elems: c.s * c.s / c.sg,
+        frag: c.s,
+        mx_b: (batch * m) as u32,
+    };
     let groups = [tiles as u32, 1, batch as u32];
     // Each operand is bound twice: 4 halves at a time and one at a time (edges, general strides).
     let mut bufs = vec![out.buffer.raw(), a.buffer.raw(), a.buffer.raw(), b.buffer.raw(), b.buffer.raw()];
     bufs.extend(mx.map(|mx| mx.buffer.raw()));
-    ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(ctx, &kernel, &bufs, &params, groups)?;
+    ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(ctx, &kernel, &bufs, &params.words(), groups)?;
     if c.out == Out::Bf16ViaF32 {
         return out.finish(DType::BF16);
     }

@@ -13,10 +13,7 @@
 // A and B are strided views. Each operand is staged with its contiguous ("fast") dim along a tile row
 // and read with coopLoadT (row-major) or coopLoad (column-major) to match. `vec` variants read 4
 // halves at a time through `x4` (offset and strides are multiples of 4, the fast stride is 1).
-// Params: p[0] M, p[1] N, p[2] K, p[3] A offset, p[4] B offset, p[5] A row stride, p[6] A k stride,
-// p[7] B k stride, p[8] B col stride, p[9] batch rank (<= 4), p[10..14] batch dims,
-// p[14..18] A batch strides, p[18..22] B batch strides, p[22] tiles along M, p[23] tiles along N,
-// p[24], p[25] loop bounds of the emulated kernel, p[26] where B's line maxima start in `mx`.
+// Params: `CoopParams` (coop.rs).
 enable f16;
 {{ENABLE}}
 
@@ -25,7 +22,7 @@ enable f16;
 @group(0) @binding(2) var<storage, read> a1: {{A1}};
 @group(0) @binding(3) var<storage, read> b4: {{B4}};
 @group(0) @binding(4) var<storage, read> b1: {{B1}};
-@group(1) @binding(0) var<storage, read> p: array<u32, 64>;
+{{PARAMS}}
 
 // Two stages of each operand tile, then one {{S}}x{{S}} f32 tile per subgroup for the epilogue.
 var<workgroup> sa: array<{{SE}}, {{SA}}>;
@@ -68,22 +65,22 @@ fn main(
     {{SG_PARAM}}
 ) {
     {{SG_LET}}
-    let m = p[0];
-    let n = p[1];
-    let kk = p[2];
-    var a_base = p[3];
-    var b_base = p[4];
+    let m = p.m;
+    let n = p.n;
+    let kk = p.k;
+    var a_base = p.a_off;
+    var b_base = p.b_off;
     var rem = wid.z;
-    for (var d = p[9]; d > 0u; d--) {
+    for (var d = p.rank; d > 0u; d--) {
         let i = d - 1u;
-        let idx = rem % p[10u + i];
-        rem /= p[10u + i];
-        a_base += idx * p[14u + i];
-        b_base += idx * p[18u + i];
+        let idx = rem % p.bdims[i];
+        rem /= p.bdims[i];
+        a_base += idx * p.a_batch[i];
+        b_base += idx * p.b_batch[i];
     }
     // Tiles in groups of 8 along M, so workgroups running together share A and B slices in cache.
-    let tiles_m = p[22];
-    let tiles_n = p[23];
+    let tiles_m = p.tiles_m;
+    let tiles_n = p.tiles_n;
     let group = 8u * tiles_n;
     let first = (wid.x / group) * 8u;
     let rows = min(tiles_m - first, 8u);

@@ -1,19 +1,16 @@
 //! Batched matmul on the GPU: the problem as the kernels see it (strides normalised, batch dims
 //! merged, each operand's layout mode), the shared parameter block, and the launch of each plan:
-//! - `tiled` (matmul_tiled.rs): register-blocked, workgroup-memory tiles; float dtypes;
-//! - `skinny` (matmul_skinny.rs): few output rows, streams B once; float dtypes;
-//! - `naive` (matmul.wgsl): one output per invocation, 16x16 tiles; every numeric dtype (integers
+//! - `tiled` (tiled.rs): register-blocked, workgroup-memory tiles; float dtypes;
+//! - `skinny` (skinny.rs): few output rows, streams B once; float dtypes;
+//! - `naive` (naive.wgsl): one output per invocation, 16x16 tiles; every numeric dtype (integers
 //!   accumulate exactly in i32/u32), and the fallback when no tile fits the adapter.
 //!
 //! Any plan may run on the transposed problem (C^T = B^T A^T, written through transposed output
-//! strides) and split K over workgroups (partial products summed by `matmul_splitk.wgsl`). Which plan
-//! runs is `matmul_plan.rs`'s heuristic, or autotune's cached winner when it is on.
+//! strides) and split K over workgroups (partial products summed by `splitk.wgsl`). Which plan
+//! runs is `plan.rs`'s heuristic, or autotune's cached winner when it is on.
 //!
-//! Params of every matmul kernel: p[0] M, p[1] N, p[2] K, p[3] A offset, p[4] B offset, p[5] A row
-//! stride, p[6] A k stride, p[7] B k stride, p[8] B column stride, p[9] batch rank (<= 4),
-//! p[10..14] batch dims, p[14..18] A batch strides, p[18..22] B batch strides, p[22] C row stride,
-//! p[23] C column stride, p[24] C batch stride, p[25] K splits, p[26] K per split, p[27] elements
-//! between the splits' partial outputs, p[28] first batch of this dispatch, p[29] row blocks.
+//! Every matmul kernel takes `MatmulParams` (problem.rs): sizes, operand offsets and strides, merged
+//! batch dims, output strides, the K split and the first batch of the dispatch.
 
 use crate::gpu::runtime::autotune;
 use crate::gpu::runtime::kernels::render;
@@ -25,13 +22,14 @@ mod skinny;
 mod tests;
 mod tiled;
 
+use crate::gpu::runtime::params::params;
 use crate::gpu::runtime::storage::compute_dtype;
 use crate::gpu::runtime::wgsl::{self, loader, PRELUDE};
 use crate::gpu::runtime::GpuStorage;
 use crate::{DType, Error, Layout, Result};
 use plan::{Kernel, Plan};
 pub(crate) use problem::{is_float, Mode};
-use problem::{Problem, BASES};
+use problem::{MatmulParams, Problem, BASES};
 use skinny::Skinny;
 use std::path::{Path, PathBuf};
 use tiled::Tile;
@@ -54,7 +52,16 @@ pub(crate) enum Choice {
 /// The naive kernel for `dt`.
 pub(crate) fn naive_source(dt: DType) -> String {
     let loaders = loader("ld0", "in0", dt) + &loader("ld1", "in1", dt);
-    render(NAIVE, &[("PRELUDE", PRELUDE), ("LOADERS", &loaders), ("BASES", BASES), ("CT", wgsl::ct(dt))])
+    render(
+        NAIVE,
+        &[
+            ("PARAMS", &MatmulParams::wgsl()),
+            ("PRELUDE", PRELUDE),
+            ("LOADERS", &loaders),
+            ("BASES", BASES),
+            ("CT", wgsl::ct(dt)),
+        ],
+    )
 }
 
 /// `(key, WGSL)` of every matmul kernel variant of `dt`, for the catalog: naive (all numeric
@@ -86,7 +93,7 @@ fn tiled_key(t: &Tile, dt: DType, am: Mode, bm: Mode) -> String {
     format!("matmul_tiled:{}:{dt}:{}:{}", t.name, am.name(), bm.name())
 }
 
-/// Split lanes per output of the split-K sum (`matmul_splitk.wgsl`): about a quarter of the splits,
+/// Split lanes per output of the split-K sum (`splitk.wgsl`): about a quarter of the splits,
 /// a power of two up to 8.
 fn splitk_lanes(splits: usize) -> usize {
     (splits / 4).clamp(1, 8).next_power_of_two().min(8)
@@ -94,7 +101,12 @@ fn splitk_lanes(splits: usize) -> usize {
 
 /// The kernel summing split-K partial products.
 pub(crate) fn splitk_source() -> String {
-    SPLITK.to_string()
+    render(SPLITK, &[("PARAMS", &SplitkParams::wgsl())])
+}
+
+params! {
+    /// The split-K sum's parameters: outputs, splits, split lanes per output.
+    struct SplitkParams { len: u32, splits: u32, lanes: u32 }
 }
 
 pub(crate) fn matmul(a: &GpuStorage, al: &Layout, b: &GpuStorage, bl: &Layout) -> Result<GpuStorage> {
@@ -227,9 +239,9 @@ pub(crate) fn run(p: &Problem, plan: Plan, a: &GpuStorage, b: &GpuStorage, out: 
     let mut first = 0;
     while first < p.batch {
         let count = per_dispatch.min(p.batch - first);
-        params[28] = first as u32;
+        params.first_batch = first as u32;
         let groups = [gx as u32, gy as u32, (count * zstep) as u32];
-        ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(ctx, &kernel, &bufs, &params, groups)?;
+        ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(ctx, &kernel, &bufs, &params.words(), groups)?;
         first += count;
     }
     if let Some(part) = &part {
@@ -242,7 +254,7 @@ pub(crate) fn run(p: &Problem, plan: Plan, a: &GpuStorage, b: &GpuStorage, out: 
             ctx,
             &kernel,
             &bufs,
-            &[len as u32, splits as u32, lanes as u32],
+            &SplitkParams { len: len as u32, splits: splits as u32, lanes: lanes as u32 }.words(),
             groups,
         )?;
     }

@@ -1,25 +1,65 @@
 //! The problem as the kernels see it: operands with normalised strides and merged batch dims, each
 //! operand's load mode, and the shared WGSL pieces (batch bases, vector loaders).
 
+use crate::gpu::runtime::params::params;
 use crate::layout::collapse;
 use crate::{DType, Error, Layout, Result};
 
 /// `fn bases(batch) -> vec3<u32>`: the element offsets of A and B and the output offset of one batch.
 pub(crate) const BASES: &str = r#"
 fn bases(bi: u32) -> vec3<u32> {
-    var a = p[3];
-    var b = p[4];
+    var a = p.a_off;
+    var b = p.b_off;
     var rem = bi;
-    for (var d = p[9]; d > 0u; d--) {
+    for (var d = p.rank; d > 0u; d--) {
         let i = d - 1u;
-        let idx = rem % p[10u + i];
-        rem /= p[10u + i];
-        a += idx * p[14u + i];
-        b += idx * p[18u + i];
+        let idx = rem % p.bdims[i];
+        rem /= p.bdims[i];
+        a += idx * p.a_batch[i];
+        b += idx * p.b_batch[i];
     }
-    return vec3<u32>(a, b, bi * p[24]);
+    return vec3<u32>(a, b, bi * p.c_bs);
 }
 "#;
+
+params! {
+    /// The product as every matmul kernel sees it. Strides are in elements; `a_so`/`b_so` run along
+    /// A's rows and B's columns, `a_sk`/`b_sk` along k.
+    pub(crate) struct MatmulShape {
+        m: u32,
+        n: u32,
+        k: u32,
+        a_off: u32,
+        b_off: u32,
+        a_so: u32,
+        a_sk: u32,
+        b_sk: u32,
+        b_so: u32,
+        /// Merged batch rank (<= 4), its dims and each operand's strides along them.
+        rank: u32,
+        bdims: [u32; 4],
+        a_batch: [u32; 4],
+        b_batch: [u32; 4],
+    }
+}
+
+params! {
+    /// The parameters of the naive, tiled and skinny kernels (the split-K sum has its own).
+    pub(crate) struct MatmulParams: MatmulShape {
+        /// Output strides: row, column, batch.
+        c_rs: u32,
+        c_cs: u32,
+        c_bs: u32,
+        /// K splits, K per split, and elements between the splits' partial outputs (0: one split).
+        splits: u32,
+        kchunk: u32,
+        part_len: u32,
+        /// The first batch of this dispatch.
+        first_batch: u32,
+        /// Row blocks of the grid.
+        mblocks: u32,
+    }
+}
 
 /// How a kernel loads one operand: four elements at a time along k or along the operand's outer
 /// axis (its rows for A, columns for B), as one vector load (unit stride on that axis, 4-element
@@ -156,31 +196,39 @@ impl Problem {
         Problem { m: self.n, n: self.m, a: self.b, b: self.a, swapped: !self.swapped, ..self.clone() }
     }
 
-    /// The parameter block (see the module docs) for `splits` splits of `kchunk` and `mblocks`.
-    pub(crate) fn params(&self, splits: usize, kchunk: usize, mblocks: usize) -> Vec<u32> {
+    /// The parameters for `splits` splits of `kchunk` and `mblocks` (first batch 0).
+    pub(crate) fn params(&self, splits: usize, kchunk: usize, mblocks: usize) -> MatmulParams {
         let len = self.batch * self.m * self.n;
         // The output is (batch, M, N) of the original product: transposed strides when swapped.
         let (som, son) = if self.swapped { (1, self.m) } else { (self.n, 1) };
-        let mut p = vec![0u32; 30];
-        for (i, v) in [self.m, self.n, self.k, self.a.off, self.b.off, self.a.so, self.a.sk, self.b.sk, self.b.so]
-            .into_iter()
-            .enumerate()
-        {
-            p[i] = v as u32;
-        }
-        p[9] = self.bdims.len() as u32;
+        let mut shape = MatmulShape {
+            m: self.m as u32,
+            n: self.n as u32,
+            k: self.k as u32,
+            a_off: self.a.off as u32,
+            b_off: self.b.off as u32,
+            a_so: self.a.so as u32,
+            a_sk: self.a.sk as u32,
+            b_sk: self.b.sk as u32,
+            b_so: self.b.so as u32,
+            rank: self.bdims.len() as u32,
+            ..MatmulShape::default()
+        };
         for (i, &d) in self.bdims.iter().enumerate() {
-            p[10 + i] = d as u32;
-            p[14 + i] = self.a.batch[i] as u32;
-            p[18 + i] = self.b.batch[i] as u32;
+            shape.bdims[i] = d as u32;
+            shape.a_batch[i] = self.a.batch[i] as u32;
+            shape.b_batch[i] = self.b.batch[i] as u32;
         }
-        p[22] = som as u32;
-        p[23] = son as u32;
-        p[24] = (self.m * self.n) as u32;
-        p[25] = splits as u32;
-        p[26] = kchunk as u32;
-        p[27] = if splits > 1 { len as u32 } else { 0 };
-        p[29] = mblocks as u32;
-        p
+        MatmulParams {
+            base: shape,
+            c_rs: som as u32,
+            c_cs: son as u32,
+            c_bs: (self.m * self.n) as u32,
+            splits: splits as u32,
+            kchunk: kchunk as u32,
+            part_len: if splits > 1 { len as u32 } else { 0 },
+            mblocks: mblocks as u32,
+            first_batch: 0,
+        }
     }
 }

@@ -1,9 +1,9 @@
 //! The skinny matmul kernels for few output rows (matrix-vector and small-batch LLM shapes), where
-//! the product is bound by streaming B: `matmul_skinny_n.wgsl` when B is read along n (its columns
-//! are the fast axis), `matmul_skinny_k.wgsl` when B is read along k. Both stream B exactly once per
+//! the product is bound by streaming B: `skinny_n.wgsl` when B is read along n (its columns
+//! are the fast axis), `skinny_k.wgsl` when B is read along k. Both stream B exactly once per
 //! block of up to 16 rows and split K over workgroups to fill the GPU.
 
-use super::problem::{vec_loader, Mode, Problem, BASES};
+use super::problem::{vec_loader, MatmulParams, Mode, Problem, BASES};
 use crate::gpu::runtime::kernels::render;
 use crate::gpu::runtime::wgsl::{loader, PRELUDE};
 use crate::DType;
@@ -220,6 +220,7 @@ pub(crate) fn source(s: &Skinny) -> String {
         &[
             ("A_ELEM", a_elem),
             ("B_ELEM", b_elem),
+            ("PARAMS", &MatmulParams::wgsl()),
             ("PRELUDE", PRELUDE),
             ("LOADERS", &loaders),
             ("BASES", BASES),

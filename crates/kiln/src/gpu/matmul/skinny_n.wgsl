@@ -6,11 +6,11 @@
 // the k lanes are summed through workgroup memory at the end. The default shape (64 x 4) splits K
 // over workgroups (grid y) to fill the GPU; the wide-k shape (8 x 32) covers few columns per
 // workgroup, so a matrix-vector product fills the GPU with little or no split. Row blocks of {{MT}}
-// vary fastest in grid x so that the blocks reading one slice of B run together. Params: matmul.rs.
+// vary fastest in grid x so that the blocks reading one slice of B run together. Params: `MatmulParams` (problem.rs).
 @group(0) @binding(0) var<storage, read_write> dst: array<u32>;
 @group(0) @binding(1) var<storage, read> in0: array<{{A_ELEM}}>;
 @group(0) @binding(2) var<storage, read> in1: array<{{B_ELEM}}>;
-@group(1) @binding(0) var<storage, read> p: array<u32, 64>;
+{{PARAMS}}
 {{PRELUDE}}
 {{LOADERS}}
 {{BASES}}
@@ -22,26 +22,26 @@ const KL: u32 = {{KL}}u;
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
-    let m = p[0];
-    let n = p[1];
+    let m = p.m;
+    let n = p.n;
     let nl = tid % CL;
     let kl = tid / CL;
-    let m0 = (wid.x % p[29]) * {{MT}}u;
-    let n0 = (wid.x / p[29]) * (4u * CL) + nl * 4u;
-    let base = bases(wid.z + p[28]);
-    let kbeg = wid.y * p[26];
-    let kend = min(p[2], kbeg + p[26]);
-    let sam = p[5];
-    let sak = p[6];
-    let sbk = p[7];
-    let sbn = p[8];
+    let m0 = (wid.x % p.mblocks) * {{MT}}u;
+    let n0 = (wid.x / p.mblocks) * (4u * CL) + nl * 4u;
+    let base = bases(wid.z + p.first_batch);
+    let kbeg = wid.y * p.kchunk;
+    let kend = min(p.k, kbeg + p.kchunk);
+    let sam = p.a_so;
+    let sak = p.a_sk;
+    let sbk = p.b_sk;
+    let sbn = p.b_so;
     let bcol = base.y + n0 * sbn;
 {{SETUP}}
     for (var k = kbeg + 4u * kl; k < kend; k += {{U}}u * 4u * KL) {
 {{BODY}}
     }
-    let cbase = base.z + wid.y * p[27];
-    let som = p[22];
-    let son = p[23];
+    let cbase = base.z + wid.y * p.part_len;
+    let som = p.c_rs;
+    let son = p.c_cs;
 {{FINISH}}
 }

@@ -1,8 +1,8 @@
-//! The register-blocked matmul kernel (`matmul_tiled.wgsl`) for float dtypes: its tile
+//! The register-blocked matmul kernel (`tiled.wgsl`) for float dtypes: its tile
 //! configurations and the generated, fully unrolled load / multiply / store code of one
 //! configuration, dtype and pair of operand layout modes.
 
-use super::problem::{vec_loader, Mode, BASES};
+use super::problem::{vec_loader, MatmulParams, Mode, BASES};
 use crate::gpu::runtime::kernels::render;
 use crate::gpu::runtime::wgsl::{loader, PRELUDE};
 use crate::DType;
@@ -130,6 +130,7 @@ pub(crate) fn source(tile: &Tile, dt: DType, am: Mode, bm: Mode) -> String {
         &[
             ("A_ELEM", am.elem(dt)),
             ("B_ELEM", bm.elem(dt)),
+            ("PARAMS", &MatmulParams::wgsl()),
             ("PRELUDE", PRELUDE),
             ("LOADERS", &loaders),
             ("BASES", BASES),

@@ -4,11 +4,11 @@
 // {{NT}} invocations owns a {{TM}}x{{TN}} micro-tile in registers (rows in groups of 4 spaced {{WGY4}}
 // apart, columns likewise {{WGX4}}), built from vec4 reads of the staged slices. A and B are strided
 // views; their loads are generated per layout mode (vec4 along k or along the row/column, or scalar).
-// Edge tiles and the k tail are masked to zeros. Params: see matmul.rs.
+// Edge tiles and the k tail are masked to zeros. Params: `MatmulParams` (problem.rs).
 @group(0) @binding(0) var<storage, read_write> dst: array<u32>;
 @group(0) @binding(1) var<storage, read> in0: array<{{A_ELEM}}>;
 @group(0) @binding(2) var<storage, read> in1: array<{{B_ELEM}}>;
-@group(1) @binding(0) var<storage, read> p: array<u32, 64>;
+{{PARAMS}}
 {{PRELUDE}}
 {{LOADERS}}
 {{BASES}}
@@ -21,23 +21,23 @@ const I4 = vec4<u32>(0u, 1u, 2u, 3u);
 
 @compute @workgroup_size({{NT}})
 fn main(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
-    let m = p[0];
-    let n = p[1];
-    let splits = p[25];
-    let z = wid.z + p[28] * splits;
+    let m = p.m;
+    let n = p.n;
+    let splits = p.splits;
+    let z = wid.z + p.first_batch * splits;
     let split = z % splits;
     let base = bases(z / splits);
-    let kbeg = split * p[26];
-    let kend = min(p[2], kbeg + p[26]);
+    let kbeg = split * p.kchunk;
+    let kend = min(p.k, kbeg + p.kchunk);
     let nt = (kend - kbeg + {{BK}}u - 1u) / {{BK}}u;
     let m0 = wid.y * {{BM}}u;
     let n0 = wid.x * {{BN}}u;
     let tx = tid % {{WGX}}u;
     let ty = tid / {{WGX}}u;
-    let sam = p[5];
-    let sak = p[6];
-    let sbk = p[7];
-    let sbn = p[8];
+    let sam = p.a_so;
+    let sak = p.a_sk;
+    let sbk = p.b_sk;
+    let sbn = p.b_so;
 {{SETUP}}
     var kt = kbeg;
 {{LOAD}}
@@ -69,8 +69,8 @@ fn main(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: v
         if (!more2) { break; }
         t += 2u;
     }
-    let cbase = base.z + split * p[27];
-    let som = p[22];
-    let son = p[23];
+    let cbase = base.z + split * p.part_len;
+    let som = p.c_rs;
+    let son = p.c_cs;
 {{WRITE}}
 }

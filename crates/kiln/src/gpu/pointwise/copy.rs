@@ -2,6 +2,7 @@
 //! into a contiguous buffer, in whole 4/8/16-byte units with plain stores where rows allow, else with
 //! atomics for sub-word elements.
 
+use super::strided::Strided;
 use crate::gpu::runtime::kernels::render;
 use crate::gpu::runtime::wgsl;
 use crate::gpu::runtime::GpuStorage;
@@ -37,20 +38,18 @@ pub(crate) fn copy_into(src: &GpuStorage, l: &Layout, dst: &mut GpuStorage, dl: 
         }
     };
     let count: usize = dims.iter().product();
-    let mut params = vec![0u32; 36];
-    params[0] = count as u32;
-    params[1] = dims.len() as u32;
+    let mut params = Strided { n: count as u32, rank: dims.len() as u32, ..Strided::default() };
     for (k, &d) in dims.iter().enumerate() {
-        params[2 + k] = d as u32;
-        params[10 + k] = strides[0][k] as u32;
-        params[18 + k] = strides[1][k] as u32;
+        params.dims[k] = d as u32;
+        params.strides[k] = strides[0][k] as u32;
+        params.strides[8 + k] = strides[1][k] as u32;
     }
-    params[34] = offsets[0] as u32;
-    params[35] = offsets[1] as u32;
+    params.offsets[0] = offsets[0] as u32;
+    params.offsets[1] = offsets[1] as u32;
     let groups = wgsl::grid(count, 256, ctx.limits.max_compute_workgroups_per_dimension);
     let bufs = [dst.buffer.raw(), src.buffer.raw()];
     let mut exec = ctx.exec.lock().unwrap_or_else(|e| e.into_inner());
-    exec.dispatch(&ctx, &kernel, &bufs, &params, groups)
+    exec.dispatch(&ctx, &kernel, &bufs, &params.words(), groups)
 }
 
 /// A contiguous copy of the strided view `l` of `src` through the unit copy, where one applies (rows
@@ -131,13 +130,13 @@ pub(crate) fn copy_into_source(size: usize) -> String {
             )
         }
     };
-    render(COPY_INTO, &[("DST", "atomic<u32>"), ("SRC", "u32"), ("BODY", &body)])
+    render(COPY_INTO, &[("DST", "atomic<u32>"), ("SRC", "u32"), ("PARAMS", &Strided::wgsl()), ("BODY", &body)])
 }
 
 /// The strided copy in units of `unit` bytes (4, 8 or 16), plain stores.
 pub(crate) fn copy_units_source(unit: usize) -> String {
     let ty = unit_type(unit);
-    render(COPY_INTO, &[("DST", ty), ("SRC", ty), ("BODY", "dst[d] = src[s];")])
+    render(COPY_INTO, &[("DST", ty), ("SRC", ty), ("PARAMS", &Strided::wgsl()), ("BODY", "dst[d] = src[s];")])
 }
 
 /// The WGSL type of a raw-bit unit of `bytes` bytes.

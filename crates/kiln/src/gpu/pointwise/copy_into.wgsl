@@ -3,19 +3,18 @@
 // written by other invocations are kept. The unit variant moves whole units (a word, two or four
 // words: elements of 4 or 8 bytes, or aligned pieces of rows contiguous in both views) with plain
 // stores; dims, strides and offsets are then counted in units.
-// Params: p[0] n, p[1] rank, p[2..10] dims, p[10..18] source strides, p[18..26] destination strides,
-// p[34] source offset, p[35] destination offset.
+// Params: `Strided` (mod.rs): input 0 is the source, input 1 the destination.
 @group(0) @binding(0) var<storage, read_write> dst: array<{{DST}}>;
 @group(0) @binding(1) var<storage, read> src: array<{{SRC}}>;
-@group(1) @binding(0) var<storage, read> p: array<u32, 64>;
+{{PARAMS}}
 
-fn at(e: u32, s: u32, o: u32) -> u32 {
+fn at(e: u32, i: u32) -> u32 {
     var rem = e;
-    var off = p[o];
-    for (var d = p[1]; d > 0u; d--) {
+    var off = p.offsets[i];
+    for (var d = p.rank; d > 0u; d--) {
         let k = d - 1u;
-        off += (rem % p[2u + k]) * p[s + k];
-        rem /= p[2u + k];
+        off += (rem % p.dims[k]) * p.strides[8u * i + k];
+        rem /= p.dims[k];
     }
     return off;
 }
@@ -23,8 +22,8 @@ fn at(e: u32, s: u32, o: u32) -> u32 {
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
     let e = gid.x + gid.y * nw.x * 256u;
-    if (e >= p[0]) { return; }
-    let s = at(e, 10u, 34u);
-    let d = at(e, 18u, 35u);
+    if (e >= p.n) { return; }
+    let s = at(e, 0u);
+    let d = at(e, 1u);
     {{BODY}}
 }

@@ -4,6 +4,7 @@
 //! its largest finite magnitude (exact: only the exponent changes) and the result scaled back.
 //! This pass finds those magnitudes; [`LINE_EXP`] turns one into the exponent.
 
+use crate::gpu::runtime::params::params;
 use crate::gpu::runtime::{wgsl, GpuContext, GpuStorage};
 use crate::Result;
 use std::sync::Arc;
@@ -15,12 +16,32 @@ const BLOCK: usize = 64;
 /// The pass's source: `x4` reads 8 values at a time along K-contiguous lines.
 pub(crate) fn source(x4: bool) -> String {
     let (x, scan) = if x4 { ("array<vec4<u32>>", SCAN_X4) } else { ("array<u32>", SCAN_X1) };
-    crate::gpu::runtime::kernels::render(SOURCE, &[("X", x), ("SCAN", scan)])
+    crate::gpu::runtime::kernels::render(SOURCE, &[("X", x), ("PARAMS", &LineParams::wgsl()), ("SCAN", scan)])
+}
+
+params! {
+    /// The pass's parameters: lines, K, the operand's offset, line and K strides, the first slot in
+    /// `mx`, blocks per line, the line order (1: consecutive invocations take consecutive lines),
+    /// the merged batch rank (<= 4), dims and strides, and the invocation count.
+    struct LineParams {
+        lines: u32,
+        k: u32,
+        offset: u32,
+        line_stride: u32,
+        k_stride: u32,
+        first: u32,
+        blocks: u32,
+        line_fast: u32,
+        rank: u32,
+        dims: [u32; 4],
+        strides: [u32; 4],
+        count: u32,
+    }
 }
 
 /// One value at a time, any strides.
 const SCAN_X1: &str = "    for (var k = blk * BLOCK; k < k1; k++) {
-        let i = e0 + k * p[4];
+        let i = e0 + k * p.k_stride;
         let w = x[i >> 1u];
         let bits = select(w << 16u, w & 0xffff0000u, (i & 1u) == 1u) & 0x7fffffffu;
         if (bits < 0x7f800000u) {
@@ -95,31 +116,31 @@ pub(crate) fn line_maxima(x: &GpuStorage, l: &Lines, mx: &GpuStorage, first: usi
     let n = l.batch * l.lines * blocks;
     // Consecutive invocations along whichever of the line and K strides is the unit one.
     let line_fast = l.k_stride != 1;
-    let mut params = vec![
-        l.lines as u32,
-        l.k as u32,
-        l.offset as u32,
-        l.line_stride as u32,
-        l.k_stride as u32,
-        first as u32,
-        blocks as u32,
-        line_fast as u32,
-        if l.batch > 1 { l.dims.len() as u32 } else { 0 },
-    ];
-    params.resize(18, 0);
+    let mut params = LineParams {
+        lines: l.lines as u32,
+        k: l.k as u32,
+        offset: l.offset as u32,
+        line_stride: l.line_stride as u32,
+        k_stride: l.k_stride as u32,
+        first: first as u32,
+        blocks: blocks as u32,
+        line_fast: line_fast as u32,
+        rank: if l.batch > 1 { l.dims.len() as u32 } else { 0 },
+        count: n as u32,
+        ..LineParams::default()
+    };
     if l.batch > 1 {
         for (i, (&d, &s)) in l.dims.iter().zip(l.strides).enumerate() {
-            params[9 + i] = d as u32;
-            params[13 + i] = s as u32;
+            params.dims[i] = d as u32;
+            params.strides[i] = s as u32;
         }
     }
-    params[17] = n as u32;
     let groups = wgsl::grid(n, 256, ctx.limits.max_compute_workgroups_per_dimension);
     ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(
         ctx,
         &kernel,
         &[mx.buffer.raw(), x.buffer.raw()],
-        &params,
+        &params.words(),
         groups,
     )
 }

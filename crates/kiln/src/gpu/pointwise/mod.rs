@@ -6,15 +6,18 @@
 
 pub(crate) mod copy;
 pub(crate) mod line_maxima;
+pub(crate) mod strided;
 pub(crate) mod vec;
 
 use crate::cpu::CpuStorage;
 use crate::gpu::runtime::kernels::render;
+use crate::gpu::runtime::params::Block;
 use crate::gpu::runtime::wgsl::{self, ct, loader, store_word, PRELUDE};
 use crate::gpu::runtime::GpuStorage;
 use crate::layout::collapse;
 use crate::{DType, Error, Layout, Result};
 use half::{bf16, f16};
+pub(crate) use strided::{params_wgsl, Strided};
 
 const TEMPLATE: &str = include_str!("pointwise.wgsl");
 const MAX_RANK: usize = 8;
@@ -32,12 +35,11 @@ fn variant(dims: &[usize], strides: &[usize]) -> char {
 
 fn indexer(i: usize, v: char) -> String {
     match v {
-        'c' => format!("fn at{i}(e: u32) -> u32 {{ return p[{}u] + e; }}\n", 34 + i),
-        's' => format!("fn at{i}(e: u32) -> u32 {{ return p[{}u]; }}\n", 34 + i),
+        'c' => format!("fn at{i}(e: u32) -> u32 {{ return p.offsets[{i}u] + e; }}\n"),
+        's' => format!("fn at{i}(e: u32) -> u32 {{ return p.offsets[{i}u]; }}\n"),
         _ => format!(
-            "fn at{i}(e: u32) -> u32 {{\n    var rem = e;\n    var off = p[{o}u];\n    for (var d = p[1]; d > 0u; d--) {{\n        let k = d - 1u;\n        off += (rem % p[2u + k]) * p[{s}u + k];\n        rem /= p[2u + k];\n    }}\n    return off;\n}}\n",
-            o = 34 + i,
-            s = 10 + 8 * i
+            "fn at{i}(e: u32) -> u32 {{\n    var rem = e;\n    var off = p.offsets[{i}u];\n    for (var d = p.rank; d > 0u; d--) {{\n        let k = d - 1u;\n        off += (rem % p.dims[k]) * p.strides[{s}u + k];\n        rem /= p.dims[k];\n    }}\n    return off;\n}}\n",
+            s = 8 * i
         ),
     }
 }
@@ -49,7 +51,8 @@ pub(crate) struct Elementwise<'a> {
     pub out: DType,
     pub body: String,
     pub funcs: &'static str,
-    pub consts: Vec<u32>,
+    /// The op's constants (a parameter struct, read by the body as `p.op`), if any.
+    pub op: Option<Block>,
     /// `Some(n)`: the output has `n` elements and inputs are only offset (`at{i}(e)` returns the
     /// input's offset; the body indexes itself). `None`: inputs are views of the output's shape.
     pub raw: Option<usize>,
@@ -58,7 +61,7 @@ pub(crate) struct Elementwise<'a> {
 impl<'a> Elementwise<'a> {
     /// A kernel over views of the output's shape, with no op constants and no scalar functions.
     pub(crate) fn new(name: &str, inputs: Vec<(&'a GpuStorage, &'a Layout)>, out: DType, body: String) -> Self {
-        Elementwise { name: name.to_string(), inputs, out, body, funcs: "", consts: vec![], raw: None }
+        Elementwise { name: name.to_string(), inputs, out, body, funcs: "", op: None, raw: None }
     }
 
     /// Adds the scalar functions (`FUNCS` of a family) that `body` calls.
@@ -105,29 +108,32 @@ impl<'a> Elementwise<'a> {
         let (kernel, threads) = match &vec_plan {
             Some(variants) => {
                 let key = format!("ewv:{}:{variants}:{}->{out}", self.name, dtype_list(&dtypes));
-                let src = || vec::source(variants, &dtypes, out, &self.body, self.funcs);
+                let src = || vec::source_with(variants, &dtypes, out, &self.body, self.funcs, self.op.as_ref());
                 (ctx.pipelines.get(&ctx, &key, inputs.len(), src)?, n.div_ceil(vec::lanes(out)))
             }
             None => {
                 let variants: String = cstrides.iter().map(|s| variant(&dims, s)).collect();
                 let key = format!("ew:{}:{variants}:{}->{out}", self.name, dtype_list(&dtypes));
-                let src = || source(&variants, &dtypes, out, &self.body, self.funcs);
+                let src = || source_with(&variants, &dtypes, out, &self.body, self.funcs, self.op.as_ref());
                 (ctx.pipelines.get(&ctx, &key, inputs.len(), src)?, n.div_ceil(wgsl::per_word(out)))
             }
         };
-        let mut params = vec![0u32; 37];
-        params[0] = if vec_plan.is_some() { threads as u32 } else { n as u32 };
-        params[1] = dims.len() as u32;
+        let mut strided = Strided {
+            n: if vec_plan.is_some() { threads as u32 } else { n as u32 },
+            rank: dims.len() as u32,
+            ..Strided::default()
+        };
         for (k, &d) in dims.iter().enumerate() {
-            params[2 + k] = d as u32;
+            strided.dims[k] = d as u32;
         }
         for (i, s) in cstrides.iter().enumerate() {
             for (k, &st) in s.iter().enumerate() {
-                params[10 + 8 * i + k] = st as u32;
+                strided.strides[8 * i + k] = st as u32;
             }
-            params[34 + i] = inputs[i].1.offset() as u32;
+            strided.offsets[i] = inputs[i].1.offset() as u32;
         }
-        params.extend_from_slice(&self.consts);
+        let mut params = strided.words().to_vec();
+        params.extend(self.op.iter().flat_map(|op| op.words.iter().copied()));
         let bufs: Vec<&wgpu::Buffer> =
             std::iter::once(dst.buffer.raw()).chain(inputs.iter().map(|(s, _)| s.buffer.raw())).collect();
         let groups = wgsl::grid(threads, 256, ctx.limits.max_compute_workgroups_per_dimension);
@@ -144,6 +150,18 @@ fn dtype_list(dtypes: &[DType]) -> String {
 /// The WGSL of an elementwise kernel: input `i` has dtype `inputs[i]` and indexing variant
 /// `variants[i]` (`c` contiguous, `s` scalar/raw offset, `g` general strided).
 pub(crate) fn source(variants: &str, inputs: &[DType], out: DType, body: &str, funcs: &str) -> String {
+    source_with(variants, inputs, out, body, funcs, None)
+}
+
+/// [`source`] of an op with constants `op` (read by `body` as `p.op`).
+pub(crate) fn source_with(
+    variants: &str,
+    inputs: &[DType],
+    out: DType,
+    body: &str,
+    funcs: &str,
+    op: Option<&Block>,
+) -> String {
     // An i64 output is written from `wide(e)`: both words of an i64 input when the op only moves
     // or converts data, else the i32 `value(e)` sign-extended.
     let w64 = |d: DType| matches!(d, DType::I64 | DType::U64);
@@ -177,6 +195,7 @@ pub(crate) fn source(variants: &str, inputs: &[DType], out: DType, body: &str, f
         TEMPLATE,
         &[
             ("INPUTS", &decls),
+            ("PARAMS", &params_wgsl(op)),
             ("PRELUDE", PRELUDE),
             ("LOADERS", &loaders),
             ("INDEXERS", &indexers),

@@ -1,6 +1,6 @@
-//! The vectorised elementwise path (`elementwise_vec.wgsl`): each invocation computes four output
+//! The vectorised elementwise path (`vec.wgsl`): each invocation computes four output
 //! words (4 to 16 elements, `lanes`), loading its inputs with 16-byte vector loads. Memory-bound ops
-//! need the bytes in flight that this gives; the scalar kernel of `elementwise.rs` stays the general
+//! need the bytes in flight that this gives; the scalar kernel (`pointwise.wgsl`) stays the general
 //! fallback (i64/u64, views whose rows are not whole vectors, misaligned offsets, index ops).
 //!
 //! Input variants: `c` contiguous (rank 1), `v` strided with a unit inner stride, both read into a
@@ -8,6 +8,8 @@
 //! invocation. `v` and `b` need the inner dim to be a multiple of `lanes`, so one invocation never
 //! crosses a row; cached inputs need offsets and outer strides that keep vector loads aligned.
 
+use super::strided::params_wgsl;
+use crate::gpu::runtime::params::Block;
 use crate::gpu::runtime::wgsl::{self, ct, loader, PRELUDE};
 use crate::DType;
 
@@ -60,6 +62,18 @@ pub(crate) fn plan(out: DType, dims: &[usize], inputs: &[(DType, usize, &[usize]
 
 /// The WGSL of a vectorised elementwise kernel (see [`super::source`] for `body`).
 pub(crate) fn source(variants: &str, inputs: &[DType], out: DType, body: &str, funcs: &str) -> String {
+    source_with(variants, inputs, out, body, funcs, None)
+}
+
+/// [`source`] of an op with constants `op` (read by `body` as `p.op`).
+pub(crate) fn source_with(
+    variants: &str,
+    inputs: &[DType],
+    out: DType,
+    body: &str,
+    funcs: &str,
+    op: Option<&Block>,
+) -> String {
     let l = lanes(out);
     let (mut decls, mut caches, mut loaders, mut indexers, mut fill) =
         (String::new(), String::new(), String::new(), String::new(), String::new());
@@ -80,7 +94,7 @@ pub(crate) fn source(variants: &str, inputs: &[DType], out: DType, body: &str, f
             loaders += &loader(&format!("ld{i}"), &format!("in{i}"), dt);
             loaders += &super::bits_loader(i, &format!("in{i}"), dt, body);
             let at = if v == 's' {
-                format!("p[{}u]", 34 + i)
+                format!("p.offsets[{i}u]")
             } else {
                 caches += &format!("var<private> b{i}: u32;\n");
                 fill += &format!("b{i} = strided({i}u, e0);\n    ");
@@ -93,7 +107,7 @@ pub(crate) fn source(variants: &str, inputs: &[DType], out: DType, body: &str, f
         loaders += &loader(&format!("ld{i}"), &format!("c{i}"), dt);
         loaders += &super::bits_loader(i, &format!("c{i}"), dt, body);
         indexers += &format!("fn at{i}(e: u32) -> u32 {{ return e; }}\n");
-        let base = if v == 'c' { format!("p[{}u] + e0", 34 + i) } else { format!("strided({i}u, e0)") };
+        let base = if v == 'c' { format!("p.offsets[{i}u] + e0") } else { format!("strided({i}u, e0)") };
         fill += &format!("let w{i} = ({base}) / {q}u;\n    ");
         match words {
             1 => fill += &format!("c{i}[0] = in{i}[w{i}];\n    "),
@@ -115,6 +129,7 @@ pub(crate) fn source(variants: &str, inputs: &[DType], out: DType, body: &str, f
         &[
             ("LANES", &l.to_string()),
             ("INPUTS", &decls),
+            ("PARAMS", &params_wgsl(op)),
             ("PRELUDE", PRELUDE),
             ("CACHES", &caches),
             ("LOADERS", &loaders),

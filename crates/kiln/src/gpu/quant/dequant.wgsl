@@ -1,8 +1,8 @@
 // Dequantises a quantized tensor ({{QT}}) into {{OUT}}: one invocation writes one output word.
-// Params: p[0] values, p[1] word offset of the scales (doff).
+// Params: `DequantParams` (mod.rs).
 @group(0) @binding(0) var<storage, read_write> dst: array<u32>;
 @group(0) @binding(1) var<storage, read> q: array<vec4<u32>>;
-@group(1) @binding(0) var<storage, read> p: array<u32, 64>;
+{{PARAMS}}
 {{PRELUDE}}
 {{FORMATS}}
 fn value(e: u32) -> f32 {
@@ -11,12 +11,12 @@ fn value(e: u32) -> f32 {
     let s = i / 32u;
     let l = i % 32u;
     let g = l / 16u;
-    return wq_{{F}}(ld_{{F}}(b, s, g), s, g, (l / 4u) & 3u, ws_{{F}}(b, s, p[1]))[l & 3u];
+    return wq_{{F}}(ld_{{F}}(b, s, g), s, g, (l / 4u) & 3u, ws_{{F}}(b, s, p.doff))[l & 3u];
 }
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>) {
     let w = gid.x + gid.y * nw.x * 256u;
-    let n = p[0];
+    let n = p.n;
     {{STORE}}
 }

@@ -1,9 +1,11 @@
 //! Quantized weights on the GPU (kiln's planar layout, `quant/mod.rs`): dequantisation to a float
-//! dtype (`quant_dequant.wgsl`) and the few-row matrix product that reads the packed weight
-//! directly (`quant_matvec.wgsl`); both read blocks through `quant_formats.wgsl`.
+//! dtype (`dequant.wgsl`, `dequant_units.wgsl`) and the few-row matrix product that reads the packed
+//! weight directly (`matvec.wgsl`); they read blocks through `formats.wgsl` or the units of
+//! `units.wgsl` (16-byte loads) and `word_units.wgsl` (formats read by words).
 
 use crate::gpu::pointwise::Pro;
 use crate::gpu::runtime::kernels::render;
+use crate::gpu::runtime::params::params;
 use crate::gpu::runtime::storage::At;
 use crate::gpu::runtime::wgsl::{self, store_word, PRELUDE};
 use crate::gpu::runtime::GpuStorage;
@@ -16,7 +18,7 @@ const DEQUANT: &str = include_str!("dequant.wgsl");
 const MATVEC: &str = include_str!("matvec.wgsl");
 const UNITS: &str = include_str!("units.wgsl");
 /// Units of the formats beyond Q8_0/Q4_0/Q4_K/Q6_K, and their dequantisation through them.
-const UNITS_MORE: &str = include_str!("units_more.wgsl");
+const WORD_UNITS: &str = include_str!("word_units.wgsl");
 const DEQUANT_UNITS: &str = include_str!("dequant_units.wgsl");
 
 /// Rows of x per matvec workgroup.
@@ -40,9 +42,34 @@ fn fname(qt: QuantType) -> &'static str {
     }
 }
 
-/// Formats whose units are in `quant_units_more.wgsl` (dequantised through them).
+/// Formats whose units are in `word_units.wgsl` (dequantised through them).
 fn is_more(qt: QuantType) -> bool {
     !matches!(qt, QuantType::Q8_0 | QuantType::Q4_0 | QuantType::Q4K | QuantType::Q6K)
+}
+
+params! {
+    /// Dequantisation: values, and the word offset of the scale section (doff).
+    struct DequantParams { n: u32, doff: u32 }
+}
+
+params! {
+    /// The quantized product's parameters: m, n, k, the scales' word offset (doff), x's offset in
+    /// values (a multiple of 16), the addend's row stride (0 for a bias) and offset in elements
+    /// (even for 16-bit outputs), x's row stride, the norm weight's offset, eps, and the up half's
+    /// offset from the gate (values, silu_mul).
+    struct QuantMatvecParams {
+        m: u32,
+        n: u32,
+        k: u32,
+        doff: u32,
+        x_off: u32,
+        add_stride: u32,
+        add_off: u32,
+        x_stride: u32,
+        nw_off: u32,
+        eps: f32,
+        up_off: u32,
+    }
 }
 
 /// Word offset of the scale section (0 for Q4_K, which has none).
@@ -54,12 +81,13 @@ fn doff(qt: QuantType, blocks: usize) -> u32 {
 pub(crate) fn dequant_source(qt: QuantType, out: DType) -> String {
     let (store, _) = store_word(out, 0);
     if is_more(qt) {
-        let units = format!("{UNITS}\n{UNITS_MORE}");
+        let units = format!("{UNITS}\n{WORD_UNITS}");
         return render(
             DEQUANT_UNITS,
             &[
                 ("QT", qt.name()),
                 ("OUT", out.as_str()),
+                ("PARAMS", &DequantParams::wgsl()),
                 ("PRELUDE", PRELUDE),
                 ("UNITS", &units),
                 ("F", fname(qt)),
@@ -72,6 +100,7 @@ pub(crate) fn dequant_source(qt: QuantType, out: DType) -> String {
         &[
             ("QT", qt.name()),
             ("OUT", out.as_str()),
+            ("PARAMS", &DequantParams::wgsl()),
             ("PRELUDE", PRELUDE),
             ("FORMATS", FORMATS),
             ("BS", &qt.block_elems().to_string()),
@@ -96,11 +125,11 @@ pub(crate) struct Matvec {
     /// Adds a bias or residual (the last binding, in the output's dtype) before the store.
     pub(crate) add: bool,
     /// What the kernel does to x first (RMSNorm with the norm weight at binding 3, or silu_mul of
-    /// the row's two halves; `decode_fused.rs`).
+    /// the row's two halves; `decode/mod.rs`).
     pub(crate) pro: Pro,
 }
 
-/// Values per unit (one lane's step, `quant_units.wgsl`) and runs of 16 values in it.
+/// Values per unit (one lane's step, `units.wgsl`) and runs of 16 values in it.
 fn unit_shape(qt: QuantType) -> (u32, u32) {
     match qt {
         QuantType::Q4K | QuantType::Q6K => (64, 4),
@@ -180,7 +209,7 @@ impl Matvec {
             writeln!(body, "        let w{j} = load_{f}(row{j}, u, units, doff);").unwrap();
         }
         for r in 0..mt {
-            writeln!(setup, "    let xb{r} = p[4] + min(m0 + {r}u, m - 1u) * p[7];").unwrap();
+            writeln!(setup, "    let xb{r} = p.x_off + min(m0 + {r}u, m - 1u) * p.x_stride;").unwrap();
             for j in 0..c {
                 writeln!(setup, "    var acc{j}_{r} = 0.0;").unwrap();
             }
@@ -207,8 +236,7 @@ impl Matvec {
             }
             setup += "        }\n        workgroupBarrier();\n    }\n";
             for r in 0..mt {
-                writeln!(setup, "    let scale{r} = inverseSqrt(red[{r}u * 256u] / f32(k) + bitcast<f32>(p[9]));")
-                    .unwrap();
+                writeln!(setup, "    let scale{r} = inverseSqrt(red[{r}u * 256u] / f32(k) + p.eps);").unwrap();
             }
             setup += "    workgroupBarrier();\n";
         }
@@ -272,8 +300,8 @@ impl Matvec {
                 writeln!(reduce, "    let t{sl} = red[{sl}u * 256u + tid];").unwrap();
             }
         }
-        // The addend of output (m0 + r, col0 + j): element p[6] + (m0 + r) * p[5] + col0 + j.
-        let at = |r: u32, j: u32| format!("p[6] + (m0 + {r}u) * p[5] + col0 + {j}u");
+        // The addend of output (m0 + r, col0 + j): element p.add_off + (m0 + r) * p.add_stride + col0 + j.
+        let at = |r: u32, j: u32| format!("p.add_off + (m0 + {r}u) * p.add_stride + col0 + {j}u");
         let tv = |s: u32, r: u32| if self.pro == Pro::RmsNorm { format!("t{s} * scale{r}") } else { format!("t{s}") };
         for r in 0..mt {
             if self.out16 {
@@ -326,14 +354,14 @@ impl Matvec {
         let xin = match self.pro {
             Pro::Plain => "fn xin(b: u32, e: u32, i: u32) -> vec4<f32> { return xv(b + e, i); }".to_string(),
             Pro::SiluMul => "fn xin(b: u32, e: u32, i: u32) -> vec4<f32> { let g = xv(b + e, i); \
-                 return g / (vec4<f32>(1.0) + exp(-g)) * xv(b + p[10] + e, i); }"
+                 return g / (vec4<f32>(1.0) + exp(-g)) * xv(b + p.up_off + e, i); }"
                 .to_string(),
-            // The norm weight read like x, from its own buffer and offset p[8].
+            // The norm weight read like x, from its own buffer and offset p.nw_off.
             Pro::RmsNorm => {
                 let start = xload.find("fn xv(").expect("xv is defined");
                 let nwv = xload[start..].replace("fn xv(", "fn nwv(").replace("x[", "nw[");
                 format!(
-                    "{nwv}\nfn xin(b: u32, e: u32, i: u32) -> vec4<f32> {{ return xv(b + e, i) * nwv(p[8] + e, i); }}"
+                    "{nwv}\nfn xin(b: u32, e: u32, i: u32) -> vec4<f32> {{ return xv(b + e, i) * nwv(p.nw_off + e, i); }}"
                 )
             }
         };
@@ -351,6 +379,7 @@ impl Matvec {
         render(
             MATVEC,
             &[
+                ("PARAMS", &QuantMatvecParams::wgsl()),
                 ("QT", self.qt.name()),
                 ("XDT", self.xdt.as_str()),
                 ("ODT", odt.as_str()),
@@ -362,7 +391,7 @@ impl Matvec {
                 ("DST_ELEM", if self.out16 { "u32" } else { "f32" }),
                 ("ADDEND", &extra),
                 ("PRELUDE", PRELUDE),
-                ("UNITS", &format!("{UNITS}\n{UNITS_MORE}")),
+                ("UNITS", &format!("{UNITS}\n{WORD_UNITS}")),
                 ("RED", &(256 * c * mt).to_string()),
                 ("XLOAD", &xload),
                 ("F", f),
@@ -423,7 +452,7 @@ pub(crate) fn dequantize(q: &GpuStorage, qt: QuantType, blocks: usize, out: DTyp
     let kernel = ctx.pipelines.get(&ctx, &key, 1, || dequant_source(qt, out))?;
     let threads = n.div_ceil(wgsl::per_word(out));
     let groups = wgsl::grid(threads, 256, ctx.limits.max_compute_workgroups_per_dimension);
-    let params = [n as u32, doff(qt, blocks)];
+    let params = DequantParams { n: n as u32, doff: doff(qt, blocks) }.words();
     ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(
         &ctx,
         &kernel,
@@ -514,19 +543,19 @@ pub(crate) fn qmatmul_fused(
     let blocks = n * k / qt.block_elems();
     let (a_off, a_stride) = add.as_ref().map_or((0, 0), |a| (a.offset, a.row_stride));
     let (nw_off, eps) = pro.norm.as_ref().map_or((0, 0.0), |(g, e)| (g.offset, *e as f32));
-    let params = [
-        m as u32,
-        n as u32,
-        k as u32,
-        doff(qt, blocks),
-        off as u32,
-        a_stride as u32,
-        a_off as u32,
-        pro.x_stride as u32,
-        nw_off as u32,
-        eps.to_bits(),
-        k as u32,
-    ];
+    let params = QuantMatvecParams {
+        m: m as u32,
+        n: n as u32,
+        k: k as u32,
+        doff: doff(qt, blocks),
+        x_off: off as u32,
+        add_stride: a_stride as u32,
+        add_off: a_off as u32,
+        x_stride: pro.x_stride as u32,
+        nw_off: nw_off as u32,
+        eps,
+        up_off: k as u32,
+    };
     let groups = [n.div_ceil(mv.cols() as usize) as u32, m.div_ceil(mv.mt as usize) as u32, 1];
     let mut bufs = vec![dst.buffer.raw(), xs.buffer.raw(), w.buffer.raw()];
     if let Some((g, _)) = &pro.norm {
@@ -536,6 +565,6 @@ pub(crate) fn qmatmul_fused(
     if let Some(a) = &add {
         bufs.push(a.buf.buffer.raw());
     }
-    ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(&ctx, &kernel, &bufs, &params, groups)?;
+    ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(&ctx, &kernel, &bufs, &params.words(), groups)?;
     Ok(Some(dst))
 }

@@ -3,10 +3,10 @@
 //! A reduction reads its input in memory order (axes sorted by stride, so transposed views need no
 //! copy), merges adjacent axes into groups, and reduces the innermost reduced group of the
 //! contiguous `(outer, k, inner)` view at a time:
-//! - `inner == 1` (rows, `reduce.wgsl`): segments of `T` lanes per row chunk, `T` from 1 (tiny
+//! - `inner == 1` (rows, `rows.wgsl`): segments of `T` lanes per row chunk, `T` from 1 (tiny
 //!   rows, one lane each) to 256 (a workgroup). Long rows and the all-elements case are split into
 //!   chunks across workgroups and the chunk results reduced again (a two-pass tree).
-//! - `inner > 1` (columns, `reduce_cols.wgsl`): invocations on consecutive columns, the reduced rows
+//! - `inner > 1` (columns, `cols.wgsl`): invocations on consecutive columns, the reduced rows
 //!   split into ranges across workgroups, then the ranges' results reduced again.
 //!
 //! Both read 16-byte packs (`VEC` variants) when the rows or columns start on one. The row kernel
@@ -20,6 +20,7 @@
 use crate::backend::BackendStorage;
 use crate::cpu::CpuStorage;
 use crate::gpu::runtime::kernels::render;
+use crate::gpu::runtime::params::params;
 use crate::gpu::runtime::storage::compute_dtype;
 use crate::gpu::runtime::subgroups::use_subgroups;
 use crate::gpu::runtime::wgsl::{self, expand, loader, pack_elems, pack_loader, vec_dtype, PRELUDE};
@@ -104,6 +105,38 @@ fn fold(dt: DType, acc: &str, w: &str) -> String {
     expand(dt, w).iter().fold(acc.to_string(), |a, e| format!("comb4({a}, {e})"))
 }
 
+params! {
+    /// A row reduction's parameters: segments (rows * chunks), k, the input offset (elements), the
+    /// chunk length (whole packs), chunks per row, lanes T per segment, the word offset of a
+    /// (value, index) input's indices or 0, and where a (value, index) output puts its indices, or 0
+    /// to write only the result (the index for argmax/argmin).
+    struct RowsParams { segments: u32, k: u32, off: u32, chunk: u32, chunks: u32, lanes: u32, pairs: u32, out_pairs: u32 }
+}
+
+params! {
+    /// A column reduction's parameters: outer, k, inner, the input offset (elements), column tiles,
+    /// row ranges S, rows per range, column packs CW per workgroup, and the (value, index) offsets
+    /// as in [`RowsParams`].
+    struct ColsParams {
+        outer: u32,
+        k: u32,
+        inner: u32,
+        off: u32,
+        tiles: u32,
+        ranges: u32,
+        per: u32,
+        cw: u32,
+        pairs: u32,
+        out_pairs: u32,
+    }
+}
+
+params! {
+    /// The block scan's parameters: segments (rows * blocks), k, the input offset, blocks per row,
+    /// lanes T per segment, and the mode (0 scan, 1 block totals, 2 scan from the scanned totals).
+    struct ScanParams { segments: u32, k: u32, off: u32, blocks: u32, lanes: u32, mode: u32 }
+}
+
 /// The row-reduction kernel: `op` over `dt` rows; `vec` reads 16-byte packs; `sg` combines lanes
 /// with subgroup shuffles; `paired` reads a (value, index) input (argmax/argmin second passes).
 pub(crate) fn rows_source(op: ReduceOp, dt: DType, vec: bool, sg: bool, paired: bool) -> String {
@@ -111,7 +144,7 @@ pub(crate) fn rows_source(op: ReduceOp, dt: DType, vec: bool, sg: bool, paired: 
     let arg = is_arg(op);
     let pe = if vec { pack_elems(dt) } else { 1 };
     let idx = if paired {
-        "rd(p[6] + base + j)"
+        "rd(p.pairs + base + j)"
     } else if arg {
         "start + j"
     } else {
@@ -179,7 +212,7 @@ pub(crate) fn rows_source(op: ReduceOp, dt: DType, vec: bool, sg: bool, paired: 
     a = Acc(sv[lid], si[lid]);"
     };
     let write = if arg {
-        "        if (p[7] != 0u) { dst[seg] = bitcast<u32>(a.v); dst[p[7] + seg] = a.i; } else { dst[seg] = a.i; }"
+        "        if (p.out_pairs != 0u) { dst[seg] = bitcast<u32>(a.v); dst[p.out_pairs + seg] = a.i; } else { dst[seg] = a.i; }"
     } else {
         "        dst[seg] = bitcast<u32>(a.v);"
     };
@@ -194,6 +227,7 @@ pub(crate) fn rows_source(op: ReduceOp, dt: DType, vec: bool, sg: bool, paired: 
     render(
         ROWS,
         &[
+            ("PARAMS", &RowsParams::wgsl()),
             ("PRELUDE", PRELUDE),
             ("LOADERS", &pack_loader("ld0", dt)),
             ("COMBINE", &combine(op, t)),
@@ -222,7 +256,7 @@ pub(crate) fn cols_source(op: ReduceOp, dt: DType, vec: bool, paired: bool) -> S
         shared = (0..n).map(|s| format!("var<workgroup> s{s}: array<vec4<{t}>, 256>;\n")).collect::<String>();
         let mut b = (0..n).map(|s| format!("    var v{s} = vec4<{t}>({id});\n")).collect::<String>();
         b += &format!(
-            "    if (live) {{\n        let ip = inner / {pe}u;\n        let b4 = p[3] / {pe}u + o * k * ip + cp;\n        var r = r0 + rl;\n        for (; r + 3u * nrl < r1; r += 4u * nrl) {{\n"
+            "    if (live) {{\n        let ip = inner / {pe}u;\n        let b4 = p.off / {pe}u + o * k * ip + cp;\n        var r = r0 + rl;\n        for (; r + 3u * nrl < r1; r += 4u * nrl) {{\n"
         );
         for u in 0..4 {
             b += &format!("            let w{u} = src[b4 + (r + {u}u * nrl) * ip];\n");
@@ -256,14 +290,14 @@ pub(crate) fn cols_source(op: ReduceOp, dt: DType, vec: bool, paired: bool) -> S
     } else {
         shared = format!("var<workgroup> sv: array<{t}, 256>;\nvar<workgroup> si: array<u32, 256>;\n");
         let idx = if paired {
-            "rd(p[8] + e)"
+            "rd(p.pairs + e)"
         } else if arg {
             "r"
         } else {
             "0u"
         };
         body = format!(
-            "    var a = Acc({id}, 0xffffffffu);\n    if (live) {{\n        for (var r = r0 + rl; r < r1; r += nrl) {{\n            let e = p[3] + (o * k + r) * inner + cp;\n            a = comb(a, Acc(ld0(e), {idx}));\n        }}\n    }}"
+            "    var a = Acc({id}, 0xffffffffu);\n    if (live) {{\n        for (var r = r0 + rl; r < r1; r += nrl) {{\n            let e = p.off + (o * k + r) * inner + cp;\n            a = comb(a, Acc(ld0(e), {idx}));\n        }}\n    }}"
         );
         reduce = "    sv[lid] = a.v;
     si[lid] = a.i;
@@ -279,7 +313,7 @@ pub(crate) fn cols_source(op: ReduceOp, dt: DType, vec: bool, paired: bool) -> S
     a = Acc(sv[lid], si[lid]);"
             .to_string();
         write = if arg {
-            "        if (p[9] != 0u) { dst[ob + cp] = bitcast<u32>(a.v); dst[p[9] + ob + cp] = a.i; } else { dst[ob + cp] = a.i; }"
+            "        if (p.out_pairs != 0u) { dst[ob + cp] = bitcast<u32>(a.v); dst[p.out_pairs + ob + cp] = a.i; } else { dst[ob + cp] = a.i; }"
                 .to_string()
         } else {
             "        dst[ob + cp] = bitcast<u32>(a.v);".to_string()
@@ -289,6 +323,7 @@ pub(crate) fn cols_source(op: ReduceOp, dt: DType, vec: bool, paired: bool) -> S
     render(
         COLS,
         &[
+            ("PARAMS", &ColsParams::wgsl()),
             ("PRELUDE", PRELUDE),
             ("LOADERS", &pack_loader("ld0", dt)),
             ("COMBINE", &combine(op, t)),
@@ -417,14 +452,23 @@ fn reduce_rows(x: Input, rows: usize, k: usize, op: ReduceOp) -> Result<GpuStora
     let paired = x.pairs != 0;
     let key = format!("reduce_rows:{}:{dt}:v{}:sg{}:p{}", op.name(), vec as u8, sg as u8, paired as u8);
     let out_pairs = if partial && is_arg(op) { segments } else { 0 };
-    let params = [segments, k, x.off, chunk, chunks, t, x.pairs, out_pairs].map(|v| v as u32);
+    let params = RowsParams {
+        segments: segments as u32,
+        k: k as u32,
+        off: x.off as u32,
+        chunk: chunk as u32,
+        chunks: chunks as u32,
+        lanes: t as u32,
+        pairs: x.pairs as u32,
+        out_pairs: out_pairs as u32,
+    };
     let groups = segments.div_ceil(256 / t);
     dispatch(
         &ctx,
         &key,
         || rows_source(op, dt, vec, sg, paired),
         [out.buffer.raw(), x.s.buffer.raw()],
-        &params,
+        &params.words(),
         groups,
     )?;
     if !partial {
@@ -457,13 +501,24 @@ fn reduce_cols(x: Input, outer: usize, k: usize, inner: usize, op: ReduceOp) -> 
     let paired = x.pairs != 0;
     let key = format!("reduce_cols:{}:{dt}:v{}:p{}", op.name(), vec as u8, paired as u8);
     let out_pairs = if partial && is_arg(op) { n } else { 0 };
-    let params = [outer, k, inner, x.off, tiles, ranges, per, cw, x.pairs, out_pairs].map(|v| v as u32);
+    let params = ColsParams {
+        outer: outer as u32,
+        k: k as u32,
+        inner: inner as u32,
+        off: x.off as u32,
+        tiles: tiles as u32,
+        ranges: ranges as u32,
+        per: per as u32,
+        cw: cw as u32,
+        pairs: x.pairs as u32,
+        out_pairs: out_pairs as u32,
+    };
     dispatch(
         &ctx,
         &key,
         || cols_source(op, dt, vec, paired),
         [out.buffer.raw(), x.s.buffer.raw()],
-        &params,
+        &params.words(),
         base * ranges,
     )?;
     if !partial {
@@ -553,7 +608,15 @@ const SCAN_ELEMS: usize = 4;
 
 /// The block-scan kernel over `src_dt` (floats; f32 results).
 pub(crate) fn cumsum_source(src_dt: DType) -> String {
-    render(CUMSUM, &[("PRELUDE", PRELUDE), ("LOADERS", &loader("ld0", "in0", src_dt)), ("E", &SCAN_ELEMS.to_string())])
+    render(
+        CUMSUM,
+        &[
+            ("PARAMS", &ScanParams::wgsl()),
+            ("PRELUDE", PRELUDE),
+            ("LOADERS", &loader("ld0", "in0", src_dt)),
+            ("E", &SCAN_ELEMS.to_string()),
+        ],
+    )
 }
 
 /// Inclusive f32 prefix sums of the rows of the contiguous (rows, k) view of `x` (from `off`).
@@ -568,7 +631,15 @@ fn scan_rows(x: &GpuStorage, off: usize, rows: usize, k: usize) -> Result<GpuSto
     let kernel = ctx.pipelines.get(&ctx, &key, 2, || cumsum_source(dt))?;
     let grid = wgsl::grid(segments.div_ceil(256 / t), 1, ctx.limits.max_compute_workgroups_per_dimension);
     let run = |mode: u32, out: &GpuStorage, offsets: &GpuStorage| {
-        let params = [segments as u32, k as u32, off as u32, blocks as u32, t as u32, mode];
+        let params = ScanParams {
+            segments: segments as u32,
+            k: k as u32,
+            off: off as u32,
+            blocks: blocks as u32,
+            lanes: t as u32,
+            mode,
+        }
+        .words();
         let bufs = [out.buffer.raw(), x.buffer.raw(), offsets.buffer.raw()];
         ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(&ctx, &kernel, &bufs, &params, grid)
     };

@@ -12,6 +12,7 @@
 //!   workgroup memory.
 
 use crate::gpu::runtime::kernels::render;
+use crate::gpu::runtime::params::params;
 use crate::gpu::runtime::subgroups::use_subgroups;
 use crate::gpu::runtime::wgsl::expand;
 use crate::gpu::runtime::wgsl::{self, loader, PRELUDE};
@@ -112,8 +113,8 @@ impl Variant {
     fn load(&self, i: usize, q: &str) -> (String, Vec<String>) {
         let base = match i {
             0 => "xb".to_string(),
-            1 => "p[5]".to_string(),
-            _ => "p[7]".to_string(),
+            1 => "p.w_off".to_string(),
+            _ => "p.b_off".to_string(),
         };
         let w = format!("w{i}");
         match self.mode {
@@ -122,8 +123,8 @@ impl Variant {
             Mode::Elem => {
                 let at = |c: usize| match i {
                     0 => format!("ld0(xb + {q} * 4u + {c}u)"),
-                    1 => format!("ld1(p[5] + ({q} * 4u + {c}u) * p[6])"),
-                    _ => format!("ld2(p[7] + ({q} * 4u + {c}u) * p[8])"),
+                    1 => format!("ld1(p.w_off + ({q} * 4u + {c}u) * p.w_stride)"),
+                    _ => format!("ld2(p.b_off + ({q} * 4u + {c}u) * p.b_stride)"),
                 };
                 (String::new(), vec![format!("vec4<f32>({}, {}, {}, {})", at(0), at(1), at(2), at(3))])
             }
@@ -231,11 +232,11 @@ impl Variant {
         let pe = self.pe();
         let pw = wgsl::per_word(self.dt);
         match self.mode {
-            Mode::Pack => format!("    let np = k / {pe}u;\n    let xb = p[2] + row * np;\n    let ob = row * np;\n"),
+            Mode::Pack => format!("    let np = k / {pe}u;\n    let xb = p.off + row * np;\n    let ob = row * np;\n"),
             Mode::Word => format!(
-                "    let np = (k + {pe}u - 1u) / {pe}u;\n    let kw = k / {pw}u;\n    let xb = p[2] + row * kw;\n    let ob = row * kw;\n"
+                "    let np = (k + {pe}u - 1u) / {pe}u;\n    let kw = k / {pw}u;\n    let xb = p.off + row * kw;\n    let ob = row * kw;\n"
             ),
-            Mode::Elem => "    let np = (k + 3u) / 4u;\n    let xb = p[2] + row * k;\n    let ob = row * k;\n".to_string(),
+            Mode::Elem => "    let np = (k + 3u) / 4u;\n    let xb = p.off + row * k;\n    let ob = row * k;\n".to_string(),
         }
     }
 
@@ -334,7 +335,7 @@ impl Variant {
         for (i, e) in wx.iter().enumerate() {
             s += &format!("        var y{i} = ({} - mean) * r * {e};\n", x(i));
         }
-        s += &format!("        if (p[9] == 1u) {{\n            {pb}\n");
+        s += &format!("        if (p.has_bias == 1u) {{\n            {pb}\n");
         for (i, e) in bx.iter().enumerate() {
             s += &format!("            y{i} += {e};\n");
         }
@@ -438,13 +439,14 @@ impl Variant {
         } else {
             ""
         };
-        let (template, body) = match self.fam {
-            Family::Softmax => (SOFTMAX, self.softmax_body()),
-            Family::Norm => (NORM, self.norm_body()),
+        let (template, body, params) = match self.fam {
+            Family::Softmax => (SOFTMAX, self.softmax_body(), SoftmaxParams::wgsl()),
+            Family::Norm => (NORM, self.norm_body(), NormParams::wgsl()),
         };
         render(
             template,
             &[
+                ("PARAMS", &params),
                 ("W", &self.w.to_string()),
                 ("SRC", src),
                 ("DST", dst),
@@ -534,6 +536,29 @@ fn units(v: &Variant, off: usize) -> usize {
     }
 }
 
+params! {
+    /// Softmax over rows: rows, k, the input offset (in packs, words or elements by mode), 1 for
+    /// log-softmax.
+    struct SoftmaxParams { rows: u32, k: u32, off: u32, log: u32 }
+}
+
+params! {
+    /// RMSNorm (`rms` 1) or LayerNorm over rows: rows, k, the input offset (as for softmax), eps,
+    /// the weight's and the bias's offset and stride, 1 if there is a bias.
+    struct NormParams {
+        rows: u32,
+        k: u32,
+        off: u32,
+        rms: u32,
+        eps: f32,
+        w_off: u32,
+        w_stride: u32,
+        b_off: u32,
+        b_stride: u32,
+        has_bias: u32,
+    }
+}
+
 fn launch(ctx: &GpuContext, v: Variant, bufs: &[&wgpu::Buffer], params: &[u32], rows: usize) -> Result<()> {
     let kernel = ctx.pipelines.get(ctx, &v.key(), bufs.len() - 1, || v.source())?;
     let grid = wgsl::grid(rows, 1, ctx.limits.max_compute_workgroups_per_dimension);
@@ -553,8 +578,8 @@ pub(crate) fn softmax_last(s: &GpuStorage, l: &Layout, log: bool) -> Result<GpuS
     let src = copy.as_ref().unwrap_or(s);
     let v = plan(&s.ctx, Family::Softmax, s.dtype, off, k, src.buffer.size());
     let out = output(&s.ctx, &v, rows * k)?;
-    let params = [rows, k, units(&v, off), log as usize].map(|x| x as u32);
-    launch(&s.ctx, v, &[out.buffer.raw(), src.buffer.raw()], &params, rows)?;
+    let params = SoftmaxParams { rows: rows as u32, k: k as u32, off: units(&v, off) as u32, log: log as u32 };
+    launch(&s.ctx, v, &[out.buffer.raw(), src.buffer.raw()], &params.words(), rows)?;
     out.finish(s.dtype)
 }
 
@@ -599,18 +624,19 @@ pub(crate) fn norm(
     let ws = wc.as_ref().unwrap_or(w);
     let bs = bc.as_ref().or(b.map(|(bs, _)| bs)).unwrap_or(ws);
     let out = output(&s.ctx, &v, rows * k)?;
-    let params = [
-        rows as u32,
-        k as u32,
-        units(&v, off) as u32,
-        rms as u32,
-        (eps as f32).to_bits(),
-        woff as u32,
-        wst as u32,
-        boff as u32,
-        bst as u32,
-        b.is_some() as u32,
-    ];
-    launch(&s.ctx, v, &[out.buffer.raw(), src.buffer.raw(), ws.buffer.raw(), bs.buffer.raw()], &params, rows)?;
+    let params = NormParams {
+        rows: rows as u32,
+        k: k as u32,
+        off: units(&v, off) as u32,
+        rms: rms as u32,
+        eps: eps as f32,
+        w_off: woff as u32,
+        w_stride: wst as u32,
+        b_off: boff as u32,
+        b_stride: bst as u32,
+        has_bias: b.is_some() as u32,
+    };
+    let bufs = [out.buffer.raw(), src.buffer.raw(), ws.buffer.raw(), bs.buffer.raw()];
+    launch(&s.ctx, v, &bufs, &params.words(), rows)?;
     out.finish(s.dtype)
 }

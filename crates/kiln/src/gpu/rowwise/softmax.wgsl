@@ -3,11 +3,10 @@
 // rows start on 16 bytes, else four words or four elements. With NP > 0 packs per invocation the
 // row is read once into registers and stays there from the max to the output; longer rows are
 // read twice (an online max/sum pass, then the output pass).
-// Params: p[0] rows, p[1] k, p[2] input offset (in packs, words or elements by mode), p[3] 1 for
-// log-softmax.
+// Params: `SoftmaxParams` (mod.rs).
 @group(0) @binding(0) var<storage, read_write> dst: array<{{DST}}>;
 @group(0) @binding(1) var<storage, read> in0: array<{{SRC}}>;
-@group(1) @binding(0) var<storage, read> p: array<u32, 64>;
+{{PARAMS}}
 {{PRELUDE}}
 {{HELPERS}}
 
@@ -15,8 +14,8 @@
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nw: vec3<u32>{{SG_ARGS}}) {
     let row = wid.x + wid.y * nw.x;
-    if (row >= p[0]) { return; }
-    let k = p[1];
-    let log_out = p[3] == 1u;
+    if (row >= p.rows) { return; }
+    let k = p.k;
+    let log_out = p.log == 1u;
 {{BODY}}
 }

@@ -1,7 +1,8 @@
 //! The pipeline cache. A kernel is WGSL text made from a `.wgsl` template by substitution (dtype, op,
 //! variant, workgroup size); its key is that full specialisation, so each variant compiles once per
 //! device. Bind group 0 holds the output (binding 0, read-write) and the inputs (read-only); bind group
-//! 1 holds the dispatch's parameters (`array<u32, 64>` at a dynamic offset in the batch's arena).
+//! 1 holds the dispatch's parameters (up to `PARAM_WORDS` words at a dynamic offset in the batch's
+//! arena; kiln's kernels declare them as a typed struct, see `params.rs`).
 
 use super::device::Gpu;
 use crate::{Error, Result};

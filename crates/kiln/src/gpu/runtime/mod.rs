@@ -14,6 +14,7 @@ pub(crate) mod coop;
 pub(crate) mod device;
 pub(crate) mod exec;
 pub(crate) mod kernels;
+pub(crate) mod params;
 pub(crate) mod pool;
 pub(crate) mod profile;
 pub(crate) mod storage;

@@ -2,6 +2,8 @@
 //! asked), uploads and fills; and waiting for the device.
 
 use super::context::GpuContext;
+use super::kernels::render;
+use super::params::params;
 use super::pool::GpuBuffer;
 use super::wgsl;
 use crate::backend::BackendStorage;
@@ -98,10 +100,16 @@ impl GpuStorage {
         let ctx = &s.ctx;
         let kernel = ctx.pipelines.get(ctx, "fill", 0, fill_source)?;
         let n = (s.buffer.size() / 4) as usize;
-        let mut params = vec![n as u32, words.len() as u32];
-        params.extend_from_slice(words);
+        let mut params = FillParams { len: n as u32, period: words.len() as u32, pattern: [0; 2] };
+        params.pattern[..words.len()].copy_from_slice(words);
         let groups = wgsl::grid(n, 256, ctx.limits.max_compute_workgroups_per_dimension);
-        ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(ctx, &kernel, &[s.buffer.raw()], &params, groups)
+        ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(
+            ctx,
+            &kernel,
+            &[s.buffer.raw()],
+            &params.words(),
+            groups,
+        )
     }
 
     pub(crate) fn same_ctx(&self, op: &'static str, other: &GpuStorage) -> Result<()> {
@@ -144,6 +152,11 @@ pub(crate) fn compute_dtype(dtype: DType) -> DType {
     }
 }
 
+params! {
+    /// The fill kernel's parameters: words to fill, and the repeating pattern (1 or 2 words).
+    struct FillParams { len: u32, period: u32, pattern: [u32; 2] }
+}
+
 pub(crate) fn fill_source() -> String {
-    FILL.to_string()
+    render(FILL, &[("PARAMS", &FillParams::wgsl())])
 }

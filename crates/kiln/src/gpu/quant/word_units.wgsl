@@ -1,4 +1,4 @@
-// Units (quant_units.wgsl) of Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL and IQ4_XS. Every unit
+// Units (units.wgsl) of Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q5_K, IQ4_NL and IQ4_XS. Every unit
 // is 32 consecutive values of a row (pos = 32u, runs 0..16 and 16..32), read by words (these
 // blocks are word aligned but not all 16-byte aligned). load_* puts each value of runs 0 and 1 as
 // one byte of w.a and w.b (the format's fields combined: nibble, fifth bit, high bit), so that q_*
