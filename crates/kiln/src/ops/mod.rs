@@ -13,3 +13,4 @@ pub(crate) mod paged;
 mod reduce;
 pub(crate) mod rope;
 mod unary;
+pub(crate) mod unary_table;
