@@ -26,6 +26,7 @@ pub mod layout;
 pub mod op;
 mod ops;
 pub mod quant;
+pub mod settings;
 pub mod shape;
 mod storage;
 mod tensor;
