@@ -53,14 +53,14 @@ macro_rules! float_kernels {
         /// The f32 kernel of `op` over a slice, vectorised for the widest ISA the CPU has.
         fn apply_f32(op: UnaryOp, s: &[f32], d: &mut [f32]) {
             match op {
-                $( UnaryOp::$V { $($($field,)*)? .. } => float_kernels!(@body s, d $(, |$a| $f32)?), )*
+                $( UnaryOp::$V $({ $($field),* })? => float_kernels!(@body s, d $(, |$a| $f32)?), )*
             }
         }
 
         /// The f64 kernel of `op` over a slice.
         fn apply_f64(op: UnaryOp, s: &[f64], d: &mut [f64]) {
             match op {
-                $( UnaryOp::$V { $($($field,)*)? .. } => float_kernels!(@body s, d $(, |$b| $f64)?), )*
+                $( UnaryOp::$V $({ $($field),* })? => float_kernels!(@body s, d $(, |$b| $f64)?), )*
             }
         }
     };

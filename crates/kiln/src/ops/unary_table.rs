@@ -170,21 +170,21 @@ macro_rules! define_unary_op {
 
             /// The op's name, used in errors, kernel names and profiles.
             pub fn name(self) -> &'static str {
-                match self { $( UnaryOp::$V { .. } => $name, )* }
+                match self { $( UnaryOp::$V $({ $($field: _),* })? => $name, )* }
             }
 
             /// The name of its `Tensor` method (and Python method).
             pub fn method(self) -> &'static str {
-                match self { $( UnaryOp::$V { .. } => stringify!($method), )* }
+                match self { $( UnaryOp::$V $({ $($field: _),* })? => stringify!($method), )* }
             }
 
             /// The names of the op's parameters (the method's arguments), empty for most ops.
             pub fn params(self) -> &'static [&'static str] {
-                match self { $( UnaryOp::$V { .. } => &[$($(stringify!($field)),*)?], )* }
+                match self { $( UnaryOp::$V $({ $($field: _),* })? => &[$($(stringify!($field)),*)?], )* }
             }
 
             fn inputs(self) -> Inputs {
-                match self { $( UnaryOp::$V { .. } => define_unary_op!(@inputs $inputs), )* }
+                match self { $( UnaryOp::$V $({ $($field: _),* })? => define_unary_op!(@inputs $inputs), )* }
             }
         }
     };

@@ -226,7 +226,7 @@ macro_rules! wgsl_exprs {
         /// The WGSL expression of a unary op on `x` of compute type `t`.
         pub(crate) fn unary_expr(op: UnaryOp, t: &str) -> String {
             match op {
-                $( UnaryOp::$V { .. } => {
+                $( UnaryOp::$V $({ $($field: _),* })? => {
                     let $t = t;
                     let _ = $t;
                     String::from($wgsl)
