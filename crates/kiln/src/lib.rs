@@ -23,7 +23,6 @@ pub mod gpu;
 mod kv_cache;
 mod kv_pool;
 pub mod layout;
-pub mod op;
 mod ops;
 pub mod quant;
 pub mod settings;
@@ -40,6 +39,8 @@ pub use kv_pool::KvBlockPool;
 pub use layout::Layout;
 pub use ops::decode::LinearInput;
 pub use ops::paged::BlockTable;
+/// The primitive op families a backend implements (`ops/primitive.rs`).
+pub use ops::primitive as op;
 pub use ops::rope::RopeLayout;
 pub use shape::Shape;
 pub use tensor::Tensor;

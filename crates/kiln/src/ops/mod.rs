@@ -10,6 +10,7 @@ mod mask;
 mod matmul;
 mod nn;
 pub(crate) mod paged;
+pub mod primitive;
 mod reduce;
 pub(crate) mod rope;
 mod unary;

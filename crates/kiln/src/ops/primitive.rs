@@ -4,7 +4,7 @@
 
 use crate::DType;
 
-pub use crate::ops::unary_table::UnaryOp;
+pub use super::unary_table::UnaryOp;
 
 /// Elementwise ops of two operands of one dtype; the output has that dtype.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
