@@ -6,6 +6,7 @@ pub(crate) mod alloc;
 pub use alloc::{host_allocation_limit, set_host_allocation_limit};
 mod attention;
 mod binary;
+mod blocks;
 mod cast;
 mod divmod;
 mod index;

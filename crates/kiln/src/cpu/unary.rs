@@ -6,7 +6,8 @@
 // while a function passed by name can stay out of line (gelu_erf ran 9x slower that way).
 #![allow(clippy::redundant_closure)]
 
-use super::cast::{map_blocks, with_scratch, HalfFloat};
+use super::blocks::{map_blocks, with_scratch};
+use super::cast::HalfFloat;
 use super::{math, unsupported, CpuStorage};
 use crate::backend::BackendStorage;
 use crate::op::UnaryOp;
