@@ -41,7 +41,7 @@ pub use ops::decode::LinearInput;
 pub use ops::paged::BlockTable;
 /// The primitive op families a backend implements (`ops/primitive.rs`).
 pub use ops::primitive as op;
-pub use ops::rope::RopeLayout;
+pub use ops::rotary_embedding::RopeLayout;
 pub use shape::Shape;
 pub use tensor::Tensor;
 

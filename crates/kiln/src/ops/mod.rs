@@ -12,6 +12,6 @@ mod nn;
 pub(crate) mod paged;
 pub mod primitive;
 mod reduce;
-pub(crate) mod rope;
+pub(crate) mod rotary_embedding;
 mod unary;
 pub(crate) mod unary_table;
