@@ -9,10 +9,10 @@ use pyo3::prelude::*;
 
 /// Generates one no-argument method per unary op, with its Rust doc.
 macro_rules! unary {
-    ($($name:ident => $doc:literal),* $(,)?) => { $(
+    ($($(#[doc = $doc:literal])* $name:ident;)*) => { $(
         #[pymethods]
         impl PyTensor {
-            #[doc = $doc]
+            $(#[doc = $doc])*
             fn $name(&self, py: Python<'_>) -> PyResult<PyTensor> {
                 let t = self.t.clone();
                 Ok(run(py, stringify!($name), move || t.$name())?.into())
@@ -22,29 +22,28 @@ macro_rules! unary {
 }
 
 unary! {
-    neg => "`-x` (wrapping for integers, so unsigned `neg` is `2^n - x`).",
-    abs => "`|x|` (for signed integers, `abs(MIN)` wraps to `MIN` like NumPy).",
-    sign => "-1, 0 or 1 by the sign of `x`; zeros keep their sign, NaN stays NaN.",
-    sqrt => "Square root (NaN for negative inputs).",
-    rsqrt => "`1 / sqrt(x)`.",
-    exp => "`e^x`.",
-    log => "Natural logarithm (`-inf` at 0, NaN below).",
-    sin => "Sine (radians).",
-    cos => "Cosine (radians).",
-    tanh => "Hyperbolic tangent.",
-    square => "`x * x` (wrapping for integers).",
-    recip => "`1 / x`.",
-    floor => "Largest integer not above `x` (identity on integer dtypes).",
-    ceil => "Smallest integer not below `x` (identity on integer dtypes).",
-    round => "Rounds to the nearest integer, half to even (identity on integer dtypes).",
-    relu => "`max(x, 0)`; NaN stays NaN.",
-    sigmoid => "`1 / (1 + e^-x)`.",
-    silu => "`x * sigmoid(x)`; `silu(-inf)` is 0.",
-    gelu => "GELU, tanh approximation; `gelu(-inf)` is 0.",
-    gelu_erf => "GELU with the exact erf: `0.5 x (1 + erf(x / sqrt 2))`; `gelu_erf(-inf)` is 0.",
-    logical_not => "Logical not of a bool tensor.",
-    signbit => "Whether the sign bit is set (bool): negative numbers, -0.0, -inf and NaNs with the sign bit;\n`x < 0` for integers.",
+    /// Whether the sign bit is set (bool): negative numbers, -0.0, -inf and NaNs with the sign bit;
+    /// `x < 0` for integers.
+    signbit;
 }
+
+/// The Python method of every row of kiln's unary op table without parameters (`clamp`, which
+/// takes optional bounds, is written out below), with the row's doc.
+macro_rules! table_methods {
+    ($(
+        $(#[doc = $doc:literal])*
+        $V:ident $({ $($field:ident: $fty:ty = $def:expr),* })? => $name:literal, fn $method:ident, $inputs:ident;
+        $(cpu |$a:ident| $f32:expr, |$b:ident| $f64:expr;)?
+        wgsl |$t:ident| $wgsl:expr;
+    )*) => {
+        $( table_methods!(@one $method [$($($field)*)?] $($doc)*); )*
+    };
+    (@one $method:ident [] $($doc:literal)*) => {
+        unary! { $(#[doc = $doc])* $method; }
+    };
+    (@one $method:ident [$($field:ident)+] $($doc:literal)*) => {};
+}
+kiln::for_each_unary_op!(table_methods);
 
 /// Generates one method per binary op taking a Tensor, a scalar or anything `kiln.asarray` takes.
 macro_rules! binary {
@@ -544,5 +543,10 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stack, m)?)?;
     m.add_function(wrap_pyfunction!(where_, m)?)?;
     m.add_function(wrap_pyfunction!(rope_tables, m)?)?;
+    // The methods of kiln's unary op table that take no parameters, in table order: `backend.py`'s
+    // `elementwise` and the tests iterate them.
+    let unary: Vec<&str> =
+        kiln::op::UnaryOp::ALL.iter().filter(|o| o.params().is_empty()).map(|o| o.method()).collect();
+    m.add("UNARY_OPS", pyo3::types::PyTuple::new(m.py(), unary)?)?;
     Ok(())
 }

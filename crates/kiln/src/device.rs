@@ -60,7 +60,7 @@ impl DeviceRequest {
 
     /// The request in `KILN_DEVICE`, `Auto` when unset.
     pub fn from_env() -> Result<DeviceRequest> {
-        match std::env::var("KILN_DEVICE") {
+        match crate::settings::DEVICE.get() {
             Err(_) => Ok(DeviceRequest::Auto),
             Ok(v) => DeviceRequest::parse(&v).ok_or_else(|| Error::BadEnv {
                 var: "KILN_DEVICE",

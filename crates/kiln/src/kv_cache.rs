@@ -7,7 +7,7 @@
 
 use crate::{Error, Result, Tensor};
 
-mod rope;
+mod append_rope;
 
 /// Keys `(b, h, t, d)` and values `(b, h, t, dv)` grown along `t` up to `max_len`.
 pub struct KvCache {

@@ -23,9 +23,9 @@ pub mod gpu;
 mod kv_cache;
 mod kv_pool;
 pub mod layout;
-pub mod op;
 mod ops;
 pub mod quant;
+pub mod settings;
 pub mod shape;
 mod storage;
 mod tensor;
@@ -39,7 +39,9 @@ pub use kv_pool::KvBlockPool;
 pub use layout::Layout;
 pub use ops::decode::LinearInput;
 pub use ops::paged::BlockTable;
-pub use ops::rope::RopeLayout;
+/// The primitive op families a backend implements (`ops/primitive.rs`).
+pub use ops::primitive as op;
+pub use ops::rotary_embedding::RopeLayout;
 pub use shape::Shape;
 pub use tensor::Tensor;
 

@@ -157,8 +157,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 }
 """
 
-_ELEMENTWISE_UNARY = ("neg", "abs", "sign", "sqrt", "rsqrt", "exp", "log", "sin", "cos", "tanh", "square", "recip",
-                      "floor", "ceil", "round", "relu", "sigmoid", "silu", "gelu", "gelu_erf", "logical_not")
+# The unary ops are kiln's op table (crates/kiln/src/ops/unary_table.rs), without clamp's bounds.
+_ELEMENTWISE_UNARY = _kiln.UNARY_OPS
 _ELEMENTWISE_BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge",
                        "logical_and", "logical_or", "silu_mul")
 

@@ -23,7 +23,7 @@ static LIMIT: AtomicU64 = AtomicU64::new(0);
 pub fn host_allocation_limit() -> u64 {
     match LIMIT.load(Ordering::Relaxed) {
         0 => {
-            let from_env = std::env::var("KILN_HOST_ALLOC_LIMIT").ok().and_then(|v| v.trim().parse::<u64>().ok());
+            let from_env = crate::settings::HOST_ALLOC_LIMIT.get().ok().and_then(|v| v.trim().parse::<u64>().ok());
             let limit = from_env.filter(|&b| b > 0).or_else(physical_memory).unwrap_or(u64::MAX);
             // A limit set meanwhile by `set_host_allocation_limit` wins.
             match LIMIT.compare_exchange(0, limit, Ordering::Relaxed, Ordering::Relaxed) {

@@ -7,7 +7,8 @@
 // Closures instead of function names keep element kernels inlined into the vectorised loops.
 #![allow(clippy::redundant_closure)]
 
-use super::cast::{alloc_out, gather, HalfFloat, BLOCK, SMALL};
+use super::blocks::{alloc_out, gather, BLOCK, SMALL};
+use super::cast::HalfFloat;
 use super::divmod::{divmod_f32, divmod_f64, IntDivMod};
 use super::{math, strided, unsupported, CpuStorage};
 use crate::backend::BackendStorage;

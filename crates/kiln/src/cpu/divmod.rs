@@ -6,7 +6,7 @@
 //! on floats): `mod = fmod(a, b)`, `div = (a - mod) / b`, moved down by one (and `mod` up by `b`)
 //! when `mod` and `b` differ in sign, then rounded to the nearest integer toward the floor. f16 and
 //! bf16 go through the f32 functions (exact inputs, one rounding of the result). The GPU runs the
-//! same steps (`fmod_`, `divmod_` in `gpu/elementwise.rs`).
+//! same steps (`fmod_`, `divmod_` in `gpu/elementwise/mod.rs`).
 
 macro_rules! float_divmod {
     ($divmod:ident, $t:ty) => {

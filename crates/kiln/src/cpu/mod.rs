@@ -6,6 +6,7 @@ pub(crate) mod alloc;
 pub use alloc::{host_allocation_limit, set_host_allocation_limit};
 mod attention;
 mod binary;
+mod blocks;
 mod cast;
 mod divmod;
 mod index;
@@ -13,7 +14,7 @@ pub(crate) mod math;
 mod matmul;
 mod norm;
 mod reduce;
-mod rope;
+mod rope_rows;
 mod signbit;
 mod softmax;
 pub(crate) mod strided;
@@ -237,7 +238,7 @@ impl BackendStorage for CpuStorage {
     }
 
     fn rope(&self, l: &Layout, cos: &Self, cl: &Layout, sin: &Self, sl: &Layout, interleaved: bool) -> Result<Self> {
-        rope::rope(self, l, cos, cl, sin, sl, interleaved)
+        rope_rows::rope(self, l, cos, cl, sin, sl, interleaved)
     }
 
     fn attention(&self, l: &Layout, k: &Self, kl: &Layout, v: &Self, vl: &Layout, p: AttentionParams) -> Result<Self> {

@@ -6,7 +6,8 @@
 // while a function passed by name can stay out of line (gelu_erf ran 9x slower that way).
 #![allow(clippy::redundant_closure)]
 
-use super::cast::{map_blocks, with_scratch, HalfFloat};
+use super::blocks::{map_blocks, with_scratch};
+use super::cast::HalfFloat;
 use super::{math, unsupported, CpuStorage};
 use crate::backend::BackendStorage;
 use crate::op::UnaryOp;
@@ -41,291 +42,38 @@ fn clamp<T: PartialOrd + Copy>(x: T, lo: T, hi: T) -> T {
     }
 }
 
-/// The f32 kernel of `op` over a slice (also the compute path of f16 and bf16), vectorised for the
-/// widest ISA the CPU has.
-fn apply_f32(op: UnaryOp, s: &[f32], d: &mut [f32]) {
-    match op {
-        UnaryOp::Neg => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| -x,
-        ),
-        UnaryOp::Abs => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| f32::abs(x),
-        ),
-        UnaryOp::Sign => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| {
-                if x > 0.0 {
-                    1.0
-                } else if x < 0.0 {
-                    -1.0
-                } else {
-                    x
-                }
-            },
-        ),
-        UnaryOp::Sqrt => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| f32::sqrt(x),
-        ),
-        UnaryOp::Rsqrt => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| 1.0 / x.sqrt(),
-        ),
-        UnaryOp::Exp => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| math::exp_f32(x),
-        ),
-        UnaryOp::Log => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| f32::ln(x),
-        ),
-        UnaryOp::Sin => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| f32::sin(x),
-        ),
-        UnaryOp::Cos => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| f32::cos(x),
-        ),
-        UnaryOp::Tanh => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| math::tanh_f32(x),
-        ),
-        UnaryOp::Square => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| x * x,
-        ),
-        UnaryOp::Recip => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| 1.0 / x,
-        ),
-        UnaryOp::Floor => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| math::floor_f32(x),
-        ),
-        UnaryOp::Ceil => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| math::ceil_f32(x),
-        ),
-        UnaryOp::Round => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| math::round_even_f32(x),
-        ),
-        UnaryOp::Relu => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| if x < 0.0 { 0.0 } else { x },
-        ),
-        UnaryOp::Sigmoid => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| math::sigmoid_f32(x),
-        ),
-        UnaryOp::Silu => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| math::silu_f32(x),
-        ),
-        UnaryOp::GeluTanh => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| math::gelu_tanh_f32(x),
-        ),
-        UnaryOp::GeluErf => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| math::gelu_erf_f32(x),
-        ),
-        UnaryOp::Clamp { min, max } => {
-            let (lo, hi) = (min as f32, max as f32);
-            vzip_map(
-                s,
-                d,
-                #[inline(always)]
-                |x| clamp(x, lo, hi),
-            )
+/// The f32 kernel (also the compute path of f16 and bf16) and the f64 kernel of each row of the
+/// unary table (`ops/unary_table.rs`): one vectorised loop over a slice with the row's body inlined.
+macro_rules! float_kernels {
+    ($(
+        $(#[doc = $doc:literal])*
+        $V:ident $({ $($field:ident: $fty:ty = $def:expr),* })? => $name:literal, fn $method:ident, $inputs:ident;
+        $(cpu |$a:ident| $f32:expr, |$b:ident| $f64:expr;)?
+        wgsl |$t:ident| $wgsl:expr;
+    )*) => {
+        /// The f32 kernel of `op` over a slice, vectorised for the widest ISA the CPU has.
+        fn apply_f32(op: UnaryOp, s: &[f32], d: &mut [f32]) {
+            match op {
+                $( UnaryOp::$V $({ $($field),* })? => float_kernels!(@body s, d $(, |$a| $f32)?), )*
+            }
         }
-        UnaryOp::Not => unreachable!("refused before dispatch"),
-    }
-}
 
-/// The f64 kernel of `op` over a slice.
-fn apply_f64(op: UnaryOp, s: &[f64], d: &mut [f64]) {
-    match op {
-        UnaryOp::Neg => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| -x,
-        ),
-        UnaryOp::Abs => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| f64::abs(x),
-        ),
-        UnaryOp::Sign => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| {
-                if x > 0.0 {
-                    1.0
-                } else if x < 0.0 {
-                    -1.0
-                } else {
-                    x
-                }
-            },
-        ),
-        UnaryOp::Sqrt => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| f64::sqrt(x),
-        ),
-        UnaryOp::Rsqrt => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| 1.0 / x.sqrt(),
-        ),
-        UnaryOp::Exp => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| f64::exp(x),
-        ),
-        UnaryOp::Log => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| f64::ln(x),
-        ),
-        UnaryOp::Sin => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| f64::sin(x),
-        ),
-        UnaryOp::Cos => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| f64::cos(x),
-        ),
-        UnaryOp::Tanh => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| f64::tanh(x),
-        ),
-        UnaryOp::Square => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| x * x,
-        ),
-        UnaryOp::Recip => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| 1.0 / x,
-        ),
-        UnaryOp::Floor => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| f64::floor(x),
-        ),
-        UnaryOp::Ceil => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| f64::ceil(x),
-        ),
-        UnaryOp::Round => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| f64::round_ties_even(x),
-        ),
-        UnaryOp::Relu => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| if x < 0.0 { 0.0 } else { x },
-        ),
-        UnaryOp::Sigmoid => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| 1.0 / (1.0 + (-x).exp()),
-        ),
-        UnaryOp::Silu => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| math::silu_f64(x),
-        ),
-        UnaryOp::GeluTanh => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| math::gelu_tanh_f64(x),
-        ),
-        UnaryOp::GeluErf => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| math::gelu_erf_f64(x),
-        ),
-        UnaryOp::Clamp { min, max } => vzip_map(
-            s,
-            d,
-            #[inline(always)]
-            |x| clamp(x, min, max),
-        ),
-        UnaryOp::Not => unreachable!("refused before dispatch"),
-    }
+        /// The f64 kernel of `op` over a slice.
+        fn apply_f64(op: UnaryOp, s: &[f64], d: &mut [f64]) {
+            match op {
+                $( UnaryOp::$V $({ $($field),* })? => float_kernels!(@body s, d $(, |$b| $f64)?), )*
+            }
+        }
+    };
+    (@body $s:ident, $d:ident, |$x:ident| $e:expr) => {
+        vzip_map($s, $d, #[inline(always)] |$x| $e)
+    };
+    // An op without float bodies (logical_not) is refused before dispatch.
+    (@body $s:ident, $d:ident) => {
+        unreachable!("refused before dispatch")
+    };
 }
+crate::for_each_unary_op!(float_kernels);
 
 /// f16/bf16: widen a block to f32, run the f32 kernel, narrow back.
 fn apply_half<H: HalfFloat>(op: UnaryOp, s: &[H], d: &mut [H]) {

@@ -1,5 +1,5 @@
 //! Fused ops of the single-stream decode step: `linear_fused` (a projection that normalises or
-//! gates its own input and adds the residual) and `KvCache::append_rope` (`kv_cache/rope.rs`).
+//! gates its own input and adds the residual) and `KvCache::append_rope` (`kv_cache/append_rope.rs`).
 //! On the GPU each is one kernel (`gpu/decode/`) for up to 8 rows; otherwise, and on the
 //! CPU, they run the composed ops (`composed::linear_fused`), which are also their test reference.
 

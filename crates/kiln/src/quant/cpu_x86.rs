@@ -27,11 +27,11 @@ pub(super) fn isa(qt: QuantType) -> Option<Isa> {
     }
     *ISA.get_or_init(|| {
         use std::arch::is_x86_feature_detected as has;
-        if std::env::var("KILN_CPU_QUANT_SCALAR").is_ok_and(|v| v == "1") {
+        if crate::settings::CPU_QUANT_SCALAR.is_one() {
             return None;
         }
         let avx2 = has!("avx2") && has!("fma") && has!("f16c");
-        if avx2 && has!("avx512f") && std::env::var("KILN_CPU_NO_AVX512").map_or(true, |v| v != "1") {
+        if avx2 && has!("avx512f") && !crate::settings::CPU_NO_AVX512.is_one() {
             Some(Isa::Avx512)
         } else if avx2 {
             Some(Isa::Avx2)

@@ -1,5 +1,5 @@
 //! `Tensor::qlinear_fused`: `linear_fused` (`ops/decode.rs`) for a quantized weight. On the GPU the
-//! matrix-vector kernel (`gpu/quant_matvec.wgsl`) normalises (RMSNorm) or gates (`silu_mul`) its
+//! matrix-vector kernel (`gpu/quant/matvec.wgsl`) normalises (RMSNorm) or gates (`silu_mul`) its
 //! input row itself and adds the residual before its store; otherwise the composed ops.
 
 use super::QTensor;

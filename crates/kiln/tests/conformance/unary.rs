@@ -32,8 +32,8 @@ fn budget(op: UnaryOp, x: f64) -> (f64, f64) {
         Rsqrt => (6.0, 0.0),
         // WGSL exp: 3 + 2|x| ulp; the CPU's Cephes exp is within 2.
         Exp => (3.0 + 2.0 * a, 0.0),
-        // WGSL log: 3 ulp, absolute 2^-21 on [0.5, 2].
-        Log => (3.0, 2f64.powi(-21)),
+        // WGSL log and log2: 3 ulp, absolute 2^-21 on [0.5, 2].
+        Log | Log2 => (3.0, 2f64.powi(-21)),
         // After kiln's 2 pi reduction (Cody-Waite below 2^16, exact above; the reduced angle is within
         // an f32 rounding of the true one) the builtin's error near 0.
         Sin | Cos => (4.0, 2e-6),
@@ -78,6 +78,7 @@ fn reference(op: UnaryOp, x: f64) -> f64 {
         Rsqrt => 1.0 / x.sqrt(),
         Exp => x.exp(),
         Log => x.ln(),
+        Log2 => x.log2(),
         Sin => x.sin(),
         Cos => x.cos(),
         Tanh => x.tanh(),
@@ -306,22 +307,19 @@ fn unary_floats(dev: &Device) {
 }
 
 fn unary_ints(dev: &Device) {
-    use UnaryOp::*;
-    let keep = [
-        Neg,
-        Abs,
-        Sign,
-        Square,
-        Floor,
-        Ceil,
-        Round,
-        Relu,
-        Clamp { min: -1.5, max: 2.5 },
-        Clamp { min: -7.0, max: 300.0 },
-        Clamp { min: 3.0, max: 3.0 },
-    ];
+    // Every op of the table that keeps integer dtypes, clamp with a few bounds.
+    let mut keep: Vec<UnaryOp> = UnaryOp::ALL
+        .iter()
+        .copied()
+        .filter(|o| !o.is_float_only() && o.params().is_empty() && o.input_dtype(DType::I32).is_some())
+        .collect();
+    keep.extend([
+        UnaryOp::Clamp { min: -1.5, max: 2.5 },
+        UnaryOp::Clamp { min: -7.0, max: 300.0 },
+        UnaryOp::Clamp { min: 3.0, max: 3.0 },
+    ]);
     for dtype in INTS {
-        for (oi, op) in keep.into_iter().enumerate() {
+        for (oi, &op) in keep.iter().enumerate() {
             for_each_input(dev, dtype, 200 + oi as u64, |t, vals, ctx| {
                 check_int(op, t, vals, &format!("{} {ctx}", op.name()));
             });

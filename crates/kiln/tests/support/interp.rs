@@ -259,30 +259,6 @@ pub const OPS: [&str; 34] = [
     "scalar_readback",
 ];
 
-const UNARY: [UnaryOp; 22] = [
-    UnaryOp::Neg,
-    UnaryOp::Abs,
-    UnaryOp::Sign,
-    UnaryOp::Sqrt,
-    UnaryOp::Rsqrt,
-    UnaryOp::Exp,
-    UnaryOp::Log,
-    UnaryOp::Sin,
-    UnaryOp::Cos,
-    UnaryOp::Tanh,
-    UnaryOp::Square,
-    UnaryOp::Recip,
-    UnaryOp::Floor,
-    UnaryOp::Ceil,
-    UnaryOp::Round,
-    UnaryOp::Relu,
-    UnaryOp::Sigmoid,
-    UnaryOp::Silu,
-    UnaryOp::GeluTanh,
-    UnaryOp::GeluErf,
-    UnaryOp::Not,
-    UnaryOp::Neg,
-];
 const BINARY: [BinaryOp; 9] = [
     BinaryOp::Add,
     BinaryOp::Sub,
@@ -326,10 +302,9 @@ fn apply(code: usize, a: &Args, s: &mut Side) -> kiln::Result<Vec<Tensor>> {
         },
         "unary" => {
             let t = t0?;
-            match a.sub % 24 {
-                22 => one(t.clamp(a.f[0], a.f[1])),
-                23 => one(t.logical_not()),
-                i => one(t.unary(UNARY[i as usize])),
+            match UnaryOp::ALL[a.sub as usize % UnaryOp::ALL.len()] {
+                UnaryOp::Clamp { .. } => one(t.clamp(a.f[0], a.f[1])),
+                op => one(t.unary(op)),
             }
         }
         "binary" => one(t0?.binary(&t1?, BINARY[a.sub as usize % BINARY.len()])),
@@ -489,10 +464,9 @@ fn apply(code: usize, a: &Args, s: &mut Side) -> kiln::Result<Vec<Tensor>> {
 fn variant(code: usize, a: &Args) -> String {
     let op = OPS[code];
     match op {
-        "unary" => match a.sub % 24 {
-            22 => "unary:Clamp".into(),
-            23 => "unary:Not".into(),
-            i => format!("unary:{:?}", UNARY[i as usize]),
+        "unary" => match UnaryOp::ALL[a.sub as usize % UnaryOp::ALL.len()] {
+            UnaryOp::Clamp { .. } => "unary:Clamp".into(),
+            op => format!("unary:{op:?}"),
         },
         "binary" | "binary_scalar" => format!("{op}:{:?}", BINARY[a.sub as usize % BINARY.len()]),
         "cmp" => format!("cmp:{:?}", CMP[a.sub as usize % CMP.len()]),

@@ -464,7 +464,7 @@ pub(crate) fn config(ctx: &GpuContext, bf16: bool, d: usize, dv: usize, emulate:
 /// runs) it gave wrong results that the emulated kernel does not show (docs/PERFORMANCE.md).
 fn disabled_by_env() -> bool {
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *OFF.get_or_init(|| !std::env::var("KILN_COOP_ATTN").is_ok_and(|v| v == "1"))
+    *OFF.get_or_init(|| !crate::settings::COOP_ATTN.is_one())
 }
 
 /// Attention through the cooperative kernel, or `None` where it does not apply (dtype, head sizes,

@@ -140,7 +140,7 @@ impl DecodeConfig {
 fn min_decode_split(tk: usize) -> usize {
     static C: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
     let fixed =
-        *C.get_or_init(|| std::env::var("KILN_DECODE_SPLIT").ok().and_then(|v| v.parse().ok()).filter(|&c| c >= 16));
+        *C.get_or_init(|| crate::settings::DECODE_SPLIT.get().ok().and_then(|v| v.parse().ok()).filter(|&c| c >= 16));
     fixed.unwrap_or_else(|| (tk / 32).next_power_of_two().clamp(32, MIN_DECODE_SPLIT))
 }
 
@@ -148,14 +148,15 @@ fn min_decode_split(tk: usize) -> usize {
 /// (`KILN_DECODE_SG=0` turns it off, for A/B runs).
 fn decode_subgroups() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("KILN_DECODE_SG").map_or(true, |v| v != "0"))
+    *ON.get_or_init(|| crate::settings::DECODE_SG.is_not_zero())
 }
 
 /// Steps of 16 keys per iteration of the decode kernel (`KILN_DECODE_UNROLL` overrides, for A/B runs).
 fn decode_unroll() -> usize {
     static U: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *U.get_or_init(|| {
-        std::env::var("KILN_DECODE_UNROLL")
+        crate::settings::DECODE_UNROLL
+            .get()
             .ok()
             .and_then(|v| v.parse().ok())
             .filter(|u| [1, 2, 4].contains(u))

@@ -261,59 +261,37 @@ fn log_(x: f32) -> f32 { if (x == 0.0) { return -inf_f32(); } if (x < 0.0) { ret
 fn sqrt_(x: f32) -> f32 { if (x < 0.0) { return nan_f32(); } return sqrt(x); }
 "#;
 
-/// The WGSL expression of a unary op on `x` of compute type `t`. A clamp reads its bounds from `lo`
-/// and `hi` (of type `t`), which the caller binds.
-pub(crate) fn unary_expr(op: UnaryOp, t: &str) -> String {
-    let f = t == "f32";
-    let u = t == "u32";
-    match op {
-        UnaryOp::Neg => if u { "0u - x" } else { "-x" }.into(),
-        UnaryOp::Abs => if u { "x" } else { "abs(x)" }.into(),
-        UnaryOp::Sign => {
-            if f {
-                // sign(+-0) is +-0 (x itself), as on the CPU; WGSL's sign(-0) may be +0.
-                "select(sign(x), x, is_nan(x) || x == 0.0)"
-            } else if u {
-                "select(0u, 1u, x > 0u)"
-            } else {
-                "sign(x)"
+/// The WGSL expression of each row of the unary table (`ops/unary_table.rs`): `unary_expr(op, t)`
+/// is the expression of `op` on `x` of compute type `t`.
+macro_rules! wgsl_exprs {
+    ($(
+        $(#[doc = $doc:literal])*
+        $V:ident $({ $($field:ident: $fty:ty = $def:expr),* })? => $name:literal, fn $method:ident, $inputs:ident;
+        $(cpu |$a:ident| $f32:expr, |$b:ident| $f64:expr;)?
+        wgsl |$t:ident| $wgsl:expr;
+    )*) => {
+        /// The WGSL expression of a unary op on `x` of compute type `t`.
+        pub(crate) fn unary_expr(op: UnaryOp, t: &str) -> String {
+            match op {
+                $( UnaryOp::$V $({ $($field: _),* })? => {
+                    let $t = t;
+                    let _ = $t;
+                    String::from($wgsl)
+                } )*
             }
         }
-        .into(),
-        UnaryOp::Sqrt => "sqrt_(x)".into(),
-        UnaryOp::Rsqrt => "1.0 / sqrt_(x)".into(),
-        UnaryOp::Exp => "exp(x)".into(),
-        UnaryOp::Log => "log_(x)".into(),
-        UnaryOp::Sin => "sin_(x)".into(),
-        UnaryOp::Cos => "cos_(x)".into(),
-        UnaryOp::Tanh => "tanh_(x)".into(),
-        UnaryOp::Square => "x * x".into(),
-        UnaryOp::Recip => "div_(1.0, x)".into(),
-        UnaryOp::Floor => if f { "floor(x)" } else { "x" }.into(),
-        UnaryOp::Ceil => if f { "ceil(x)" } else { "x" }.into(),
-        UnaryOp::Round => if f { "round(x)" } else { "x" }.into(),
-        UnaryOp::Relu => {
-            if f {
-                "relu_(x)"
-            } else if u {
-                "x"
-            } else {
-                "max(x, 0)"
-            }
-        }
-        .into(),
-        UnaryOp::Sigmoid => "div_(1.0, 1.0 + exp(-x))".into(),
-        UnaryOp::Silu => "silu_(x)".into(),
-        UnaryOp::GeluTanh => "gelu_tanh_(x)".into(),
-        UnaryOp::GeluErf => "gelu_erf_(x)".into(),
-        UnaryOp::Not => "select(0u, 1u, x == 0u)".into(),
-        UnaryOp::Clamp { .. } => {
-            if f {
-                "select(min(max(x, lo), hi), x, is_nan(x))".into()
-            } else {
-                "min(max(x, lo), hi)".into()
-            }
-        }
+    };
+}
+crate::for_each_unary_op!(wgsl_exprs);
+
+/// clamp's expression.
+fn clamp_expr(t: &str) -> String {
+    // The bounds are `lo` and `hi` (of type `t`), which the caller binds (`unary_body`: the kernel's
+    // op constants; fused kernels: literals).
+    if t == "f32" {
+        "select(min(max(x, lo), hi), x, is_nan(x))".into()
+    } else {
+        "min(max(x, lo), hi)".into()
     }
 }
 

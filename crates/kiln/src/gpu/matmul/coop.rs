@@ -944,7 +944,7 @@ use crate::gpu::runtime::coop::support;
 
 fn disabled_by_env() -> bool {
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *OFF.get_or_init(|| std::env::var("KILN_COOP").is_ok_and(|v| v == "0"))
+    *OFF.get_or_init(|| !crate::settings::COOP.is_not_zero())
 }
 
 /// The staging used on Vulkan unless `KILN_COOP_STAGE=h1|h4` says otherwise.
@@ -952,7 +952,7 @@ const DEFAULT_STAGE: Stage = Stage::H4;
 
 fn stage_from_env() -> Option<Stage> {
     static STAGE: std::sync::OnceLock<Option<Stage>> = std::sync::OnceLock::new();
-    *STAGE.get_or_init(|| Stage::parse(std::env::var("KILN_COOP_STAGE").ok()?.as_str()))
+    *STAGE.get_or_init(|| Stage::parse(crate::settings::COOP_STAGE.get().ok()?.as_str()))
 }
 
 /// Every choice of the kernel for one run (see [`matmul_coop_spec`]).
@@ -1025,7 +1025,7 @@ impl Stage {
 
 fn tile_from_env() -> CoopTile {
     static TILE: std::sync::OnceLock<CoopTile> = std::sync::OnceLock::new();
-    *TILE.get_or_init(|| match std::env::var("KILN_COOP_TILE").as_deref() {
+    *TILE.get_or_init(|| match crate::settings::COOP_TILE.get().as_deref() {
         Ok("large") => CoopTile::Large,
         Ok("wide") => CoopTile::Wide,
         Ok("small") => CoopTile::Small,

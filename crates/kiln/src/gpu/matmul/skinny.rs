@@ -96,14 +96,14 @@ impl Skinny {
 fn max_rows() -> u32 {
     static ROWS_MAX: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
     *ROWS_MAX.get_or_init(|| {
-        std::env::var("KILN_SKINNY_ROWS").ok().and_then(|v| v.parse().ok()).filter(|r| ROWS.contains(r)).unwrap_or(16)
+        crate::settings::SKINNY_ROWS.get().ok().and_then(|v| v.parse().ok()).filter(|r| ROWS.contains(r)).unwrap_or(16)
     })
 }
 
 /// Whether the wide-k shape may be chosen (`KILN_SKINNY_WIDE=0` turns it off, for A/B runs).
 fn wide_enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("KILN_SKINNY_WIDE").map_or(true, |v| v != "0"))
+    *ON.get_or_init(|| crate::settings::SKINNY_WIDE.is_not_zero())
 }
 
 /// The WGSL of variant `s`.

@@ -23,7 +23,7 @@ fn ctx() -> Option<Arc<GpuContext>> {
             Some(c)
         }
         Err(e) => {
-            assert!(!std::env::var("KILN_REQUIRE_GPU").is_ok_and(|v| v == "1"), "KILN_REQUIRE_GPU=1 but: {e}");
+            assert!(!crate::settings::REQUIRE_GPU.is_one(), "KILN_REQUIRE_GPU=1 but: {e}");
             eprintln!("skipped: {e}");
             None
         }

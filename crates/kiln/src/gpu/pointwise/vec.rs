@@ -18,7 +18,7 @@ const TEMPLATE: &str = include_str!("vec.wgsl");
 /// Whether the vectorised path may be used (`KILN_EW_VEC=0` turns it off, for comparisons).
 pub(crate) fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("KILN_EW_VEC").map_or(true, |v| v != "0"))
+    *ON.get_or_init(|| crate::settings::EW_VEC.is_not_zero())
 }
 
 /// Output elements per invocation for output dtype `out`.

@@ -148,11 +148,11 @@ struct Overrides {
 fn overrides() -> &'static Overrides {
     static O: std::sync::OnceLock<Overrides> = std::sync::OnceLock::new();
     O.get_or_init(|| {
-        let pow2 = |name: &str| std::env::var(name).ok()?.parse().ok().filter(|v: &u32| v.is_power_of_two());
+        let pow2 = |s: crate::settings::Setting| s.get().ok()?.parse().ok().filter(|v: &u32| v.is_power_of_two());
         Overrides {
-            c: pow2("KILN_QMV_C"),
-            ln: pow2("KILN_QMV_LN"),
-            sg: std::env::var("KILN_QMV_SG").map_or(true, |v| v != "0"),
+            c: pow2(crate::settings::QMV_C),
+            ln: pow2(crate::settings::QMV_LN),
+            sg: crate::settings::QMV_SG.is_not_zero(),
         }
     })
 }

@@ -57,7 +57,7 @@ impl TuneCache {
 
 /// The default cache file: under `$KILN_CACHE_DIR`, else `~/.cache/kiln`; `None` without either.
 pub(crate) fn default_path() -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os("KILN_CACHE_DIR").filter(|d| !d.is_empty()) {
+    if let Some(dir) = crate::settings::CACHE_DIR.get_os().filter(|d| !d.is_empty()) {
         return Some(PathBuf::from(dir).join(FILE));
     }
     let home = std::env::var_os("HOME").filter(|d| !d.is_empty())?;
@@ -78,10 +78,7 @@ pub(crate) fn set_enabled(ctx: &GpuContext, on: bool) {
 /// Whether ops on this device autotune.
 pub(crate) fn enabled(ctx: &GpuContext) -> bool {
     static ENV: OnceLock<bool> = OnceLock::new();
-    switches()
-        .get(&ctx.index)
-        .copied()
-        .unwrap_or_else(|| *ENV.get_or_init(|| std::env::var("KILN_AUTOTUNE").is_ok_and(|v| v == "1")))
+    switches().get(&ctx.index).copied().unwrap_or_else(|| *ENV.get_or_init(|| crate::settings::AUTOTUNE.is_one()))
 }
 
 /// The part of a cache key that names the device.

@@ -31,7 +31,8 @@ pub struct Gpu {
 
 /// The default wait limit: `KILN_GPU_TIMEOUT` seconds, else 600.
 fn default_wait_timeout_ms() -> u64 {
-    std::env::var("KILN_GPU_TIMEOUT")
+    crate::settings::GPU_TIMEOUT
+        .get()
         .ok()
         .and_then(|v| v.trim().parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s > 0.0)
@@ -71,7 +72,7 @@ impl Gpu {
             lost,
             lost_reason,
             errors,
-            poison: AtomicBool::new(std::env::var("KILN_GPU_POISON").is_ok_and(|v| v == "1")),
+            poison: AtomicBool::new(crate::settings::GPU_POISON.is_one()),
             wait_timeout_ms: AtomicU64::new(default_wait_timeout_ms()),
         }
     }

@@ -177,7 +177,7 @@ impl Pipelines {
 /// run used. Failures to write are ignored: this is a debugging aid.
 fn dump_wgsl(name: &str, src: &str) {
     static DIR: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
-    let Some(dir) = DIR.get_or_init(|| std::env::var_os("KILN_DUMP_WGSL").map(Into::into)) else { return };
+    let Some(dir) = DIR.get_or_init(|| crate::settings::DUMP_WGSL.get_os().map(Into::into)) else { return };
     let file: String =
         name.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' }).collect();
     let _ = std::fs::create_dir_all(dir).and_then(|_| std::fs::write(dir.join(format!("{file}.wgsl")), src));
@@ -186,7 +186,7 @@ fn dump_wgsl(name: &str, src: &str) {
 /// Whether kiln's kernels keep wgpu's runtime checks (`KILN_SHADER_CHECKS=1`).
 fn shader_checks() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("KILN_SHADER_CHECKS").is_ok_and(|v| v == "1"))
+    *ON.get_or_init(|| crate::settings::SHADER_CHECKS.is_one())
 }
 
 fn storage_entry(binding: u32, read_only: bool) -> wgpu::BindGroupLayoutEntry {

@@ -111,7 +111,7 @@ const DEFAULT_CACHE_LIMIT: u64 = 4 << 30;
 impl Pool {
     pub(crate) fn new(extra_usage: wgpu::BufferUsages) -> Pool {
         let cache_limit =
-            std::env::var("KILN_GPU_CACHE_LIMIT").ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_CACHE_LIMIT);
+            crate::settings::GPU_CACHE_LIMIT.get().ok().and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_CACHE_LIMIT);
         Pool {
             state: Arc::new(Mutex::new(State {
                 free: BTreeMap::new(),

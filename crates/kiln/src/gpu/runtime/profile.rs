@@ -33,7 +33,7 @@ pub(crate) struct Profiler {
 
 impl Profiler {
     pub(crate) fn new(_device: &wgpu::Device) -> Profiler {
-        let enabled = std::env::var("KILN_PROFILE").is_ok_and(|v| v == "1");
+        let enabled = crate::settings::PROFILE.is_one();
         Profiler { enabled, queries: None, current: None, table: HashMap::new() }
     }
 
