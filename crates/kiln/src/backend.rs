@@ -1,7 +1,8 @@
 //! The seam between the tensor API and a backend. `Tensor` validates arguments, broadcasts, promotes
 //! dtypes and normalises axes; a backend only ever sees well-formed requests described below, and
 //! returns new contiguous storage for the result. A backend that lacks an op returns
-//! `Error::NotImplemented`.
+//! `Error::NotImplemented`. The fused, quantized and paged ops pass the same seam through
+//! [`ExtOps`], whose defaults decline or return that error.
 //!
 //! Conventions for every method:
 //! - a `&Layout` describes the view of the storage it accompanies (shape, strides, offset);
@@ -9,8 +10,10 @@
 //! - results are contiguous and row-major, with the shape stated per method.
 
 use crate::cpu::CpuStorage;
+use crate::fusion::plan::Group;
 use crate::op::{AttentionParams, BinaryOp, CmpOp, ReduceOp, UnaryOp};
-use crate::{DType, Layout, Result, Shape};
+use crate::quant::QuantType;
+use crate::{DType, Error, Layout, Result, Shape};
 
 pub trait BackendStorage: Sized + Send + Sync {
     fn dtype(&self) -> DType;
@@ -101,4 +104,139 @@ pub trait BackendDevice {
 
     /// Uploads host data.
     fn upload(&self, data: &CpuStorage) -> Result<Self::Storage>;
+}
+
+/// A storage and the view of it an op reads.
+pub(crate) type View<'a, S> = (&'a S, &'a Layout);
+
+/// The extension ops: fused, quantized, paged and model-level ops. A backend overrides the ones it
+/// accelerates; each default either declines (`Ok(None)` / `Ok(false)`: the tensor layer then runs
+/// the composed reference, which is also the fused kernel's test reference) or, where no composed
+/// form exists, returns `Error::NotImplemented` naming the op and [`ExtOps::NAME`]. The tensor
+/// layer has checked shapes, dtypes and devices before calling, as for [`BackendStorage`].
+pub(crate) trait ExtOps: BackendStorage {
+    /// The backend's name in errors.
+    const NAME: &'static str;
+
+    /// `residual + pro(x) @ w^T`: `x` (`l`) holds `m` rows of `kin` features (`2k` for
+    /// [`Prologue::SiluMul`], else `k`), `w` a dense `(n, k)` weight of x's dtype (f32, f16 or bf16),
+    /// `residual` `(m, n)`. The result is `(m, n)` in x's dtype.
+    fn linear_fused(
+        &self,
+        _l: &Layout,
+        _w: View<Self>,
+        _pro: &Prologue<Self>,
+        _residual: Option<View<Self>>,
+    ) -> Result<Option<Self>> {
+        Ok(None)
+    }
+
+    /// The values of `blocks` blocks of `qt` whose planar words (u32, from element 0) `self` holds,
+    /// in `dtype` (f32, f16 or bf16) or in f32 (the caller casts).
+    fn dequantize(&self, _qt: QuantType, _blocks: usize, _dtype: DType) -> Result<Self> {
+        Err(Error::NotImplemented { op: "dequantize", backend: Self::NAME })
+    }
+
+    /// `x (m, k) @ w^T` for the planar words `w` (from element 0) of a quantized `(n, k)` weight of
+    /// `qt`; `x` (`l`, f32, f16 or bf16, any strides) has `m` rows. `add` is an addend in x's dtype
+    /// and its row stride (0: a `(n,)` bias, `n`: a `(m, n)` residual), which the backend may add
+    /// itself. Returns the `(m, n)` product in x's dtype or in f32 (the caller casts), and whether
+    /// it added `add` (if not, the caller does).
+    fn qmatmul(
+        &self,
+        _l: &Layout,
+        _w: &Self,
+        _qt: QuantType,
+        _n: usize,
+        _k: usize,
+        _add: Option<(View<Self>, usize)>,
+    ) -> Result<(Self, bool)> {
+        Err(Error::NotImplemented { op: "qlinear", backend: Self::NAME })
+    }
+
+    /// [`ExtOps::linear_fused`] for a quantized weight (`w` and `qt` as [`ExtOps::qmatmul`]): the
+    /// `(m, n)` result in x's dtype or in f32 (the caller casts).
+    #[allow(clippy::too_many_arguments)]
+    fn qmatmul_fused(
+        &self,
+        _l: &Layout,
+        _w: &Self,
+        _qt: QuantType,
+        _n: usize,
+        _k: usize,
+        _pro: &Prologue<Self>,
+        _residual: Option<View<Self>>,
+    ) -> Result<Option<Self>> {
+        Ok(None)
+    }
+
+    /// Decode attention through a block table (`Tensor::sdpa_paged`): `self` holds the queries
+    /// `(b, hq, 1, d)` (any strides), `k` and `v` the contiguous pools `(blocks, hkv, block_size, d)`
+    /// and `(.., dv)`. The result is `(b, hq, 1, dv)` in the queries' dtype.
+    fn sdpa_paged(&self, _l: &Layout, _k: View<Self>, _v: View<Self>, _t: &Paged<Self>) -> Result<Self> {
+        Err(Error::NotImplemented { op: "sdpa_paged", backend: Self::NAME })
+    }
+
+    /// The batched decode step's append (`KvBlockPool::write_last`): row `i` of `k` `(b, h, 1, d)` and
+    /// `v` `(b, h, 1, dv)` (any strides) into flat slot `slots[i]` (u32 `(b,)`, from element 0) of the
+    /// pools `(blocks, h, block_size, d)` and `(.., dv)`. `Ok(false)`: nothing written.
+    fn paged_write(
+        _k_pool: (&mut Self, &Layout),
+        _v_pool: (&mut Self, &Layout),
+        _k: View<Self>,
+        _v: View<Self>,
+        _slots: &Self,
+    ) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// `KvCache::append_rope`: splits `a.qkv` into heads, rotates q and k, writes k and v into the
+    /// caches `(1, nkv, max_len, d)` at positions `a.pos..`, and returns q `(t, nh, d)`.
+    fn rope_append(
+        _a: &RopeAppend<Self>,
+        _k_cache: (&mut Self, &Layout),
+        _v_cache: (&mut Self, &Layout),
+    ) -> Result<Option<Self>> {
+        Ok(None)
+    }
+
+    /// One fused group of `kiln::compile` over its program's leaves (views broadcast to the group's
+    /// shape): one contiguous result per output of the group. Declining replays the group's ops.
+    fn fused(_group: &Group, _leaves: &[View<Self>]) -> Result<Option<Vec<Self>>> {
+        Ok(None)
+    }
+}
+
+/// What a fused linear product does to its input rows first (`LinearInput` on storage).
+pub(crate) enum Prologue<'a, S> {
+    Plain,
+    /// RMSNorm with a `(k,)` weight of the input's dtype, and its eps.
+    RmsNorm(View<'a, S>, f64),
+    /// `silu(gate) * up` of each row's two halves (`k` values each).
+    SiluMul,
+}
+
+/// A batch's block table on storage (`BlockTable`), checked by the API: the u32 ids
+/// `(b, max_blocks)` and lengths `(b,)`, both contiguous from element 0, and the lengths on the host.
+pub(crate) struct Paged<'a, S> {
+    pub table: &'a S,
+    pub lens: &'a S,
+    pub host_lens: &'a [usize],
+    pub max_blocks: usize,
+    pub block_size: usize,
+    pub scale: f64,
+}
+
+/// The operands of [`ExtOps::rope_append`]: `t` rows of the stacked q/k/v product `(t, (nh + 2 nkv) d)`,
+/// the half-split cos and sin tables `(t, d / 2)` of its dtype, the heads, and the caches' write
+/// position and length.
+pub(crate) struct RopeAppend<'a, S> {
+    pub qkv: View<'a, S>,
+    pub cos: View<'a, S>,
+    pub sin: View<'a, S>,
+    pub nh: usize,
+    pub nkv: usize,
+    pub d: usize,
+    pub pos: usize,
+    pub max_len: usize,
 }

@@ -344,7 +344,41 @@ impl Device {
         workgroups: [u32; 3],
         params: &[u32],
     ) -> Result<Vec<crate::Tensor>> {
-        gpu::custom_kernel(self, source, entry, inputs, outputs, workgroups, params)
+        use crate::Tensor;
+        const OP: &str = "custom_kernel";
+        let ctx = self.gpu_context().ok_or_else(|| Error::arg(OP, "custom kernels need a GPU device"))?;
+        let kernel = gpu::compile_custom(ctx, source, entry, (outputs.len(), inputs.len()), params.len())?;
+        let ins: Vec<Tensor> = inputs
+            .iter()
+            .map(|t| {
+                if t.is_contiguous() && t.layout().offset() == 0 {
+                    Ok((*t).clone())
+                } else {
+                    let s = t.storage().copy_contiguous(t.layout())?;
+                    Ok(Tensor::from_storage(s, t.shape().clone(), t.device()))
+                }
+            })
+            .collect::<Result<_>>()?;
+        let sizes = outputs
+            .iter()
+            .map(|(shape, dt)| Ok((*dt, Tensor::check_size(OP, shape, *dt)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let outs = {
+            let guards: Vec<_> = ins.iter().map(|t| t.storage()).collect();
+            let mut bufs = Vec::with_capacity(ins.len());
+            for (g, t) in guards.iter().zip(&ins) {
+                match &**g {
+                    Storage::Gpu(s) if Arc::ptr_eq(&s.ctx, ctx) => bufs.push(s),
+                    _ => return Err(Error::DeviceMismatch { op: OP, lhs: self.name(), rhs: t.device().name() }),
+                }
+            }
+            gpu::run_custom(ctx, &kernel, &bufs, &sizes, workgroups, params)?
+        };
+        Ok(outs
+            .into_iter()
+            .zip(outputs)
+            .map(|(s, (shape, _))| Tensor::from_storage(Storage::Gpu(s), shape.clone(), self))
+            .collect())
     }
 
     /// Storage of `shape` filled with `value` on this device.

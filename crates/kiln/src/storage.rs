@@ -1,11 +1,14 @@
 //! `Storage`: one variant per backend. Every op is one `match` that forwards to the backend, and
-//! storages on different backends give an error naming the op.
+//! storages on different backends give an error naming the op. The extension ops ([`ExtOps`])
+//! forward through [`Backend`], which picks each operand's storage of one backend.
 
-use crate::backend::BackendStorage;
+use crate::backend::{BackendStorage, ExtOps, Paged, Prologue, RopeAppend, View};
 use crate::cpu::alloc::guard;
 use crate::cpu::CpuStorage;
+use crate::fusion::plan::Group;
 use crate::gpu::GpuStorage;
 use crate::op::{AttentionParams, BinaryOp, CmpOp, ReduceOp, UnaryOp};
+use crate::quant::QuantType;
 use crate::{DType, Error, Layout, Result};
 
 #[derive(Debug)]
@@ -179,5 +182,266 @@ impl Storage {
 
     pub fn gather(&self, l: &Layout, ids: &Storage, il: &Layout, axis: usize) -> Result<Storage> {
         two!("gather", self, ids, (s, i) => s.gather(l, i, il, axis))
+    }
+
+    /// The address of the first element when the storage is in host memory.
+    pub(crate) fn host_ptr(&self) -> Option<*const u8> {
+        match self {
+            Storage::Cpu(s) => Some(crate::cpu::with_vec!(s, v => v.as_ptr().cast::<u8>())),
+            Storage::Gpu(_) => None,
+        }
+    }
+
+    pub(crate) fn linear_fused(
+        &self,
+        l: &Layout,
+        w: View<Storage>,
+        pro: &Prologue<Storage>,
+        residual: Option<View<Storage>>,
+    ) -> Result<Option<Storage>> {
+        fn on<B: Backend>(
+            x: &B,
+            l: &Layout,
+            w: View<Storage>,
+            pro: &Prologue<Storage>,
+            r: Option<View<Storage>>,
+        ) -> Result<Option<Storage>> {
+            const OP: &str = "linear_fused";
+            let (w, pro, r) = (B::view(OP, w)?, B::prologue(OP, pro)?, r.map(|r| B::view(OP, r)).transpose()?);
+            Ok(B::run(OP, || x.linear_fused(l, w, &pro, r))?.map(B::wrap))
+        }
+        match self {
+            Storage::Cpu(x) => on(x, l, w, pro, residual),
+            Storage::Gpu(x) => on(x, l, w, pro, residual),
+        }
+    }
+
+    pub(crate) fn dequantize(&self, qt: QuantType, blocks: usize, dtype: DType) -> Result<Storage> {
+        one!("dequantize", self, s => s.dequantize(qt, blocks, dtype))
+    }
+
+    pub(crate) fn qmatmul(
+        &self,
+        l: &Layout,
+        w: &Storage,
+        qt: QuantType,
+        (n, k): (usize, usize),
+        add: Option<(View<Storage>, usize)>,
+    ) -> Result<(Storage, bool)> {
+        fn on<B: Backend>(
+            x: &B,
+            l: &Layout,
+            w: &Storage,
+            qt: QuantType,
+            (n, k): (usize, usize),
+            add: Option<(View<Storage>, usize)>,
+        ) -> Result<(Storage, bool)> {
+            const OP: &str = "qlinear";
+            let w = B::pick(OP, w)?;
+            let add = add.map(|(a, stride)| Ok::<_, Error>((B::view(OP, a)?, stride))).transpose()?;
+            let (y, added) = B::run(OP, || x.qmatmul(l, w, qt, n, k, add))?;
+            Ok((B::wrap(y), added))
+        }
+        match self {
+            Storage::Cpu(x) => on(x, l, w, qt, (n, k), add),
+            Storage::Gpu(x) => on(x, l, w, qt, (n, k), add),
+        }
+    }
+
+    pub(crate) fn qmatmul_fused(
+        &self,
+        l: &Layout,
+        w: &Storage,
+        qt: QuantType,
+        (n, k): (usize, usize),
+        pro: &Prologue<Storage>,
+        residual: Option<View<Storage>>,
+    ) -> Result<Option<Storage>> {
+        fn on<B: Backend>(
+            x: &B,
+            l: &Layout,
+            w: &Storage,
+            qt: QuantType,
+            (n, k): (usize, usize),
+            pro: &Prologue<Storage>,
+            r: Option<View<Storage>>,
+        ) -> Result<Option<Storage>> {
+            const OP: &str = "qlinear_fused";
+            let (w, pro, r) = (B::pick(OP, w)?, B::prologue(OP, pro)?, r.map(|r| B::view(OP, r)).transpose()?);
+            Ok(B::run(OP, || x.qmatmul_fused(l, w, qt, n, k, &pro, r))?.map(B::wrap))
+        }
+        match self {
+            Storage::Cpu(x) => on(x, l, w, qt, (n, k), pro, residual),
+            Storage::Gpu(x) => on(x, l, w, qt, (n, k), pro, residual),
+        }
+    }
+
+    pub(crate) fn sdpa_paged(
+        &self,
+        l: &Layout,
+        k: View<Storage>,
+        v: View<Storage>,
+        t: &Paged<Storage>,
+    ) -> Result<Storage> {
+        fn on<B: Backend>(
+            q: &B,
+            l: &Layout,
+            k: View<Storage>,
+            v: View<Storage>,
+            t: &Paged<Storage>,
+        ) -> Result<Storage> {
+            const OP: &str = "sdpa_paged";
+            let t = Paged {
+                table: B::pick(OP, t.table)?,
+                lens: B::pick(OP, t.lens)?,
+                host_lens: t.host_lens,
+                max_blocks: t.max_blocks,
+                block_size: t.block_size,
+                scale: t.scale,
+            };
+            let (k, v) = (B::view(OP, k)?, B::view(OP, v)?);
+            Ok(B::wrap(B::run(OP, || q.sdpa_paged(l, k, v, &t))?))
+        }
+        match self {
+            Storage::Cpu(q) => on(q, l, k, v, t),
+            Storage::Gpu(q) => on(q, l, k, v, t),
+        }
+    }
+
+    /// [`ExtOps::paged_write`]; `self` is the key pool.
+    pub(crate) fn paged_write(
+        &mut self,
+        kpl: &Layout,
+        v_pool: (&mut Storage, &Layout),
+        k: View<Storage>,
+        v: View<Storage>,
+        slots: &Storage,
+    ) -> Result<bool> {
+        fn on<B: Backend>(
+            kp: (&mut B, &Layout),
+            vp: (&mut Storage, &Layout),
+            k: View<Storage>,
+            v: View<Storage>,
+            slots: &Storage,
+        ) -> Result<bool> {
+            const OP: &str = "kv_block_pool";
+            let vp = (B::pick_mut(OP, vp.0)?, vp.1);
+            let (k, v, slots) = (B::view(OP, k)?, B::view(OP, v)?, B::pick(OP, slots)?);
+            B::run(OP, || B::paged_write(kp, vp, k, v, slots))
+        }
+        match self {
+            Storage::Cpu(p) => on((p, kpl), v_pool, k, v, slots),
+            Storage::Gpu(p) => on((p, kpl), v_pool, k, v, slots),
+        }
+    }
+
+    /// [`ExtOps::rope_append`]; `self` is the key cache.
+    pub(crate) fn rope_append(
+        &mut self,
+        kcl: &Layout,
+        v_cache: (&mut Storage, &Layout),
+        a: &RopeAppend<Storage>,
+    ) -> Result<Option<Storage>> {
+        fn on<B: Backend>(
+            kc: (&mut B, &Layout),
+            vc: (&mut Storage, &Layout),
+            a: &RopeAppend<Storage>,
+        ) -> Result<Option<Storage>> {
+            const OP: &str = "kv_cache_append_rope";
+            let vc = (B::pick_mut(OP, vc.0)?, vc.1);
+            let a = RopeAppend {
+                qkv: B::view(OP, a.qkv)?,
+                cos: B::view(OP, a.cos)?,
+                sin: B::view(OP, a.sin)?,
+                nh: a.nh,
+                nkv: a.nkv,
+                d: a.d,
+                pos: a.pos,
+                max_len: a.max_len,
+            };
+            Ok(B::run(OP, || B::rope_append(&a, kc, vc))?.map(B::wrap))
+        }
+        match self {
+            Storage::Cpu(c) => on((c, kcl), v_cache, a),
+            Storage::Gpu(c) => on((c, kcl), v_cache, a),
+        }
+    }
+
+    /// [`ExtOps::fused`] over `leaves` (at least one), all of one backend.
+    pub(crate) fn fused(group: &Group, leaves: &[View<Storage>]) -> Result<Option<Vec<Storage>>> {
+        fn on<B: Backend>(group: &Group, leaves: &[View<Storage>]) -> Result<Option<Vec<Storage>>> {
+            const OP: &str = "compile";
+            let leaves = leaves.iter().map(|&l| B::view(OP, l)).collect::<Result<Vec<_>>>()?;
+            Ok(B::run(OP, || B::fused(group, &leaves))?.map(|v| v.into_iter().map(B::wrap).collect()))
+        }
+        match leaves.first().map(|l| l.0) {
+            Some(Storage::Cpu(_)) => on::<CpuStorage>(group, leaves),
+            Some(Storage::Gpu(_)) => on::<GpuStorage>(group, leaves),
+            None => Ok(None),
+        }
+    }
+}
+
+/// A backend's storage as `Storage` sees it when it forwards an extension op: picking the
+/// operands of one backend out of `Storage` (another backend's is an error naming the op),
+/// wrapping results, and running the op (CPU ops inside `alloc::guard`).
+trait Backend: ExtOps {
+    fn pick<'a>(op: &'static str, s: &'a Storage) -> Result<&'a Self>;
+    fn pick_mut<'a>(op: &'static str, s: &'a mut Storage) -> Result<&'a mut Self>;
+    fn wrap(self) -> Storage;
+    fn run<R>(op: &'static str, f: impl FnOnce() -> Result<R>) -> Result<R>;
+
+    fn view<'a>(op: &'static str, (s, l): View<'a, Storage>) -> Result<View<'a, Self>> {
+        Ok((Self::pick(op, s)?, l))
+    }
+
+    fn prologue<'a>(op: &'static str, p: &Prologue<'a, Storage>) -> Result<Prologue<'a, Self>> {
+        Ok(match *p {
+            Prologue::Plain => Prologue::Plain,
+            Prologue::RmsNorm(w, eps) => Prologue::RmsNorm(Self::view(op, w)?, eps),
+            Prologue::SiluMul => Prologue::SiluMul,
+        })
+    }
+}
+
+impl Backend for CpuStorage {
+    fn pick<'a>(op: &'static str, s: &'a Storage) -> Result<&'a Self> {
+        match s {
+            Storage::Cpu(s) => Ok(s),
+            _ => Err(Error::DeviceMismatch { op, lhs: "cpu".into(), rhs: "gpu".into() }),
+        }
+    }
+    fn pick_mut<'a>(op: &'static str, s: &'a mut Storage) -> Result<&'a mut Self> {
+        match s {
+            Storage::Cpu(s) => Ok(s),
+            _ => Err(Error::DeviceMismatch { op, lhs: "cpu".into(), rhs: "gpu".into() }),
+        }
+    }
+    fn wrap(self) -> Storage {
+        Storage::Cpu(self)
+    }
+    fn run<R>(op: &'static str, f: impl FnOnce() -> Result<R>) -> Result<R> {
+        guard(op, f)
+    }
+}
+
+impl Backend for GpuStorage {
+    fn pick<'a>(op: &'static str, s: &'a Storage) -> Result<&'a Self> {
+        match s {
+            Storage::Gpu(s) => Ok(s),
+            _ => Err(Error::DeviceMismatch { op, lhs: "gpu".into(), rhs: "cpu".into() }),
+        }
+    }
+    fn pick_mut<'a>(op: &'static str, s: &'a mut Storage) -> Result<&'a mut Self> {
+        match s {
+            Storage::Gpu(s) => Ok(s),
+            _ => Err(Error::DeviceMismatch { op, lhs: "gpu".into(), rhs: "cpu".into() }),
+        }
+    }
+    fn wrap(self) -> Storage {
+        Storage::Gpu(self)
+    }
+    fn run<R>(_op: &'static str, f: impl FnOnce() -> Result<R>) -> Result<R> {
+        f()
     }
 }

@@ -18,8 +18,9 @@
 //! 2. plan (`plan.rs`): fusable nodes form groups (elementwise chains with broadcasting, optionally
 //!    with reductions over the last axis and the row ops after them); everything else runs eagerly
 //!    between the groups;
-//! 3. run: on a GPU each group is one generated WGSL kernel (`gpu/fused/`), cached by the group's
-//!    program; on the CPU each group runs chunk by chunk (blocks of rows of about 32K elements, in
+//! 3. run: each group goes to the backend (`ExtOps::fused`): on a GPU one generated WGSL kernel
+//!    (`gpu/fused/`), cached by the group's program; where the backend declines (the CPU) the group
+//!    is replayed (`replay.rs`), on the CPU chunk by chunk (blocks of rows of about 32K elements, in
 //!    parallel), every op of the chunk through the CPU backend's kernels, so intermediates stay in
 //!    the cache and results are the eager ones bit for bit.
 //!
@@ -36,12 +37,12 @@
 //! a one-time warning on stderr; the answer is never wrong. Groups the GPU generator cannot handle
 //! (i64 values, integer sums, too many inputs, empty shapes) are replayed eagerly.
 
-mod cpu;
 pub(crate) mod plan;
+mod replay;
 pub(crate) mod trace;
 
 use crate::storage::Storage;
-use crate::{DType, Device, Error, Result, Tensor};
+use crate::{DType, Device, Result, Tensor};
 use plan::{Group, Step};
 use std::sync::{Arc, Mutex};
 use trace::{Node, Value};
@@ -210,18 +211,21 @@ impl Plan {
         }
     }
 
+    /// The group through the backend (`ExtOps::fused`: one generated kernel on a GPU), else its ops
+    /// replayed (`replay.rs`; in blocks of rows on the CPU).
     fn run_group(&self, g: &Group, leaves: &[Tensor]) -> Result<Vec<Tensor>> {
-        let dev = leaves.first().map(|t| t.device().clone());
-        let n: usize = g.shape.iter().product();
-        match &dev {
-            Some(d) if d.is_gpu() && n > 0 && g.spec.supported() && !g.gpu_leaves.is_empty() => {
-                self.run_gpu(g, leaves, d)
+        let Some(dev) = leaves.first().map(|t| t.device().clone()) else {
+            return replay::run(&self.nodes, g, leaves, false);
+        };
+        if !g.gpu_leaves.is_empty() {
+            if let Some(outs) = self.run_fused(g, leaves, &dev)? {
+                return Ok(outs);
             }
-            _ => cpu::run(&self.nodes, g, leaves, dev.as_ref().is_some_and(|d| d.is_cpu())),
         }
+        replay::run(&self.nodes, g, leaves, dev.is_cpu())
     }
 
-    fn run_gpu(&self, g: &Group, leaves: &[Tensor], dev: &Device) -> Result<Vec<Tensor>> {
+    fn run_fused(&self, g: &Group, leaves: &[Tensor], dev: &Device) -> Result<Option<Vec<Tensor>>> {
         let shape = crate::Shape::new(g.shape.clone());
         let used: Vec<&Tensor> = g.gpu_leaves.iter().map(|&i| &leaves[i]).collect();
         let layouts = used.iter().map(|t| t.layout().broadcast_as("compile", &shape)).collect::<Result<Vec<_>>>()?;
@@ -238,21 +242,14 @@ impl Plan {
             }
         }
         let guards: Vec<_> = owners.iter().map(|t| t.storage()).collect();
-        let mut gpu = vec![];
-        for (k, &w) in which.iter().enumerate() {
-            match &*guards[w] {
-                Storage::Gpu(s) => gpu.push((s, &layouts[k])),
-                Storage::Cpu(_) => {
-                    return Err(Error::DeviceMismatch { op: "compile", lhs: dev.name(), rhs: "cpu".into() });
-                }
-            }
-        }
-        let outs = crate::gpu::fused::run(&g.spec, crate::gpu::fused_exprs(), &g.key, &g.shape, &gpu, &g.what)?;
+        let views: Vec<_> = which.iter().zip(&layouts).map(|(&w, l)| (&*guards[w], l)).collect();
+        let Some(outs) = Storage::fused(g, &views)? else { return Ok(None) };
         drop(guards);
-        Ok(outs
-            .into_iter()
-            .zip(&g.outputs)
-            .map(|(s, &j)| Tensor::from_storage(Storage::Gpu(s), self.nodes[j].shape.clone(), dev))
-            .collect())
+        Ok(Some(
+            outs.into_iter()
+                .zip(&g.outputs)
+                .map(|(s, &j)| Tensor::from_storage(s, self.nodes[j].shape.clone(), dev))
+                .collect(),
+        ))
     }
 }

@@ -1,75 +1,40 @@
-//! Custom kernels: user WGSL run on kiln tensors.
+//! Custom kernels: user WGSL run on GPU buffers (`Device::custom_kernel` is the tensor-level entry).
 
-use super::runtime::GpuStorage;
-use crate::device::Device;
-use crate::storage::Storage;
-use crate::{DType, Error, Result, Shape, Tensor};
+use super::runtime::kernels::Kernel;
+use super::runtime::{GpuContext, GpuStorage};
+use crate::{DType, Error, Result};
+use std::sync::Arc;
 
-/// Runs the compute entry point `entry` of the WGSL `source` over `workgroups`.
-///
-/// Binding convention: `@group(0)` holds the outputs at bindings `0..outputs.len()` (read-write
-/// storage) followed by the inputs (read-only storage), each a contiguous copy of the tensor's
-/// elements (declare them `array<f32>`, `array<u32>`, ... to match the dtype; 16- and 8-bit dtypes
-/// as packed `array<u32>`). `@group(1) @binding(0)` may declare `var<storage, read> p: array<u32, 64>`
-/// to receive `params` (at most 64 words). Output elements the kernel does not write are
-/// unspecified. A shader that fails to compile returns `Err` with the compiler's message.
-pub(crate) fn custom_kernel(
-    device: &Device,
+/// The compiled entry point `entry` of the WGSL `source` for `outputs` and `inputs` buffers
+/// (`Device::custom_kernel` documents the binding convention), taking `params` words (at most 64).
+/// A shader that fails to compile or to declare every binding returns `Err`.
+pub(crate) fn compile(
+    ctx: &Arc<GpuContext>,
     source: &str,
     entry: &str,
-    inputs: &[&Tensor],
-    outputs: &[(Shape, DType)],
+    (outputs, inputs): (usize, usize),
+    params: usize,
+) -> Result<Arc<Kernel>> {
+    if params > super::runtime::kernels::PARAM_WORDS {
+        return Err(Error::arg("custom_kernel", format!("{params} parameter words given, at most 64 fit")));
+    }
+    ctx.pipelines.get_custom(ctx, source, entry, (outputs, inputs), || check_bindings(source, entry, outputs, inputs))
+}
+
+/// Runs `kernel` over `workgroups` on contiguous `inputs` (from element 0, on `ctx`) into fresh
+/// outputs of `(dtype, elements)`; output elements the kernel does not write are unspecified.
+pub(crate) fn run(
+    ctx: &Arc<GpuContext>,
+    kernel: &Kernel,
+    inputs: &[&GpuStorage],
+    outputs: &[(DType, usize)],
     workgroups: [u32; 3],
     params: &[u32],
-) -> Result<Vec<Tensor>> {
-    let ctx = device.gpu_context().ok_or_else(|| Error::arg("custom_kernel", "custom kernels need a GPU device"))?;
-    if params.len() > super::runtime::kernels::PARAM_WORDS {
-        return Err(Error::arg("custom_kernel", format!("{} parameter words given, at most 64 fit", params.len())));
-    }
-    let kernel = ctx.pipelines.get_custom(ctx, source, entry, (outputs.len(), inputs.len()), || {
-        check_bindings(source, entry, outputs.len(), inputs.len())
-    })?;
-    let ins: Vec<Tensor> = inputs
-        .iter()
-        .map(|t| {
-            if t.is_contiguous() && t.layout().offset() == 0 {
-                Ok((*t).clone())
-            } else {
-                let s = t.storage().copy_contiguous(t.layout())?;
-                Ok(Tensor::from_storage(s, t.shape().clone(), t.device()))
-            }
-        })
-        .collect::<Result<_>>()?;
-    let mut outs = Vec::with_capacity(outputs.len());
-    for (shape, dt) in outputs {
-        let n = Tensor::check_size("custom_kernel", shape, *dt)?;
-        outs.push(GpuStorage::alloc(ctx, *dt, n)?);
-    }
-    {
-        let guards: Vec<_> = ins.iter().map(|t| t.storage()).collect();
-        let mut bufs: Vec<&wgpu::Buffer> = outs.iter().map(|s| s.buffer.raw()).collect();
-        for (g, t) in guards.iter().zip(&ins) {
-            match &**g {
-                Storage::Gpu(s) if std::sync::Arc::ptr_eq(&s.ctx, ctx) => {
-                    let _ = t;
-                    bufs.push(s.buffer.raw());
-                }
-                _ => {
-                    return Err(Error::DeviceMismatch {
-                        op: "custom_kernel",
-                        lhs: device.name(),
-                        rhs: t.device().name(),
-                    })
-                }
-            }
-        }
-        ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(ctx, &kernel, &bufs, params, workgroups)?;
-    }
-    Ok(outs
-        .into_iter()
-        .zip(outputs)
-        .map(|(s, (shape, _))| Tensor::from_storage(Storage::Gpu(s), shape.clone(), device))
-        .collect())
+) -> Result<Vec<GpuStorage>> {
+    let outs = outputs.iter().map(|&(dt, n)| GpuStorage::alloc(ctx, dt, n)).collect::<Result<Vec<_>>>()?;
+    let bufs: Vec<&wgpu::Buffer> = outs.iter().chain(inputs.iter().copied()).map(|s| s.buffer.raw()).collect();
+    ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(ctx, kernel, &bufs, params, workgroups)?;
+    Ok(outs)
 }
 
 /// Checks that `source` declares a `@group(0)` binding for each of the `outputs + inputs` buffers:

@@ -9,7 +9,8 @@
 //!   (unary, binary, compare, rope), `index/`, `reduce/`, `rowwise/` (softmax, norms), `matmul/`,
 //!   `attention/`, `quant/`, and `custom.rs` (user WGSL). No family imports another.
 //!
-//! This file is the face on top: `impl BackendStorage for GpuStorage` forwards each op to its family;
+//! This file is the face on top: `impl BackendStorage for GpuStorage` forwards each op to its family,
+//! and `ext.rs` does the same for the extension ops (`impl ExtOps`: fused, quantized, paged);
 //! `catalog.rs` lists every kernel variant of every family for the shader-translation test.
 
 pub(crate) mod attention;
@@ -17,6 +18,7 @@ mod catalog;
 mod custom;
 pub(crate) mod decode;
 mod elementwise;
+mod ext;
 pub(crate) mod fused;
 mod index;
 mod matmul;
@@ -38,7 +40,7 @@ pub use matmul::coop as matmul_coop;
 pub use runtime::bandwidth::copy_bandwidth;
 pub use runtime::{format_report, list_adapters, AdapterSummary, Gpu, GpuContext, GpuStorage, KernelTime, MemoryStats};
 
-pub(crate) use custom::custom_kernel;
+pub(crate) use custom::{compile as compile_custom, run as run_custom};
 pub(crate) use runtime::adapters::{best_hardware_index, best_index};
 pub(crate) use runtime::autotune;
 pub(crate) use runtime::context::{keep_busy, synchronize};

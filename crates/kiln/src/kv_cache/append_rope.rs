@@ -1,11 +1,11 @@
 //! `KvCache::append_rope`: a decoder layer's stacked q/k/v product split into heads, q and k
-//! rotated, k and v appended, in one GPU kernel (`gpu/decode/rope_kv.rs`); the composed ops
-//! (views, `rope_with_tables`, `append`) elsewhere and as the reference.
+//! rotated, k and v appended, in one backend op (`ExtOps::rope_append`; on the GPU one kernel,
+//! `gpu/decode/rope_kv.rs`); the composed ops (views, `rope_with_tables`, `append`) where the
+//! backend declines, and as the reference.
 
 use super::{KvCache, OP};
-use crate::gpu::decode::rope_kv::{rope_kv, RopeKv};
-use crate::storage::Storage;
-use crate::{DType, Error, Result, RopeLayout, Tensor};
+use crate::backend::RopeAppend;
+use crate::{Error, Result, RopeLayout, Tensor};
 
 impl KvCache {
     /// Splits `qkv` (`(t, (nh + 2 nkv) d)`: the q, k and v projections of `t` new positions of one
@@ -28,9 +28,26 @@ impl KvCache {
             ));
         }
         let (t, d) = (qkv.dims()[0], qkv.dims()[1] / heads);
-        if let Some(r) = self.append_rope_gpu(qkv, nh, nkv, d, cos, sin)? {
+        let fresh = self.buffers.is_none();
+        if let Some(r) = self.append_rope_fused(qkv, nh, nkv, d, cos, sin)? {
             return Ok(r);
         }
+        let r = self.append_rope_composed(qkv, nh, nkv, (t, d), cos, sin);
+        if r.is_err() && fresh {
+            self.buffers = None;
+        }
+        r
+    }
+
+    fn append_rope_composed(
+        &mut self,
+        qkv: &Tensor,
+        nh: usize,
+        nkv: usize,
+        (t, d): (usize, usize),
+        cos: &Tensor,
+        sin: &Tensor,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
         let split = |y: Tensor, n: usize| -> Result<Tensor> { y.reshape((1, t, n, d))?.transpose(1, 2) };
         let qk =
             split(qkv.narrow(1, 0, (nh + nkv) * d)?, nh + nkv)?.rope_with_tables(cos, sin, RopeLayout::HalfSplit)?;
@@ -39,9 +56,10 @@ impl KvCache {
         Ok((qk.narrow(1, 0, nh)?, k, v))
     }
 
-    /// The fused kernel, or `None` where it does not apply (the CPU, layouts it does not take, a
-    /// cache of other shape, an append past the end: the composed path reports those).
-    fn append_rope_gpu(
+    /// The fused kernel (`ExtOps::rope_append`), or `None` where the backend declines or the
+    /// operands are not those it takes (tables of another shape, dtype or device, a cache of other
+    /// shape, an append past the end: the composed path reports those).
+    fn append_rope_fused(
         &mut self,
         qkv: &Tensor,
         nh: usize,
@@ -52,17 +70,8 @@ impl KvCache {
     ) -> Result<Option<(Tensor, Tensor, Tensor)>> {
         let t = qkv.dims()[0];
         let dt = qkv.dtype();
-        let tab_ok =
-            |c: &Tensor| c.dtype() == dt && c.is_contiguous() && c.dims() == [t, d / 2] && c.device() == qkv.device();
-        if !qkv.device().is_gpu()
-            || !matches!(dt, DType::F32 | DType::F16 | DType::BF16)
-            || !d.is_multiple_of(4)
-            || t == 0
-            || !qkv.is_contiguous()
-            || !tab_ok(cos)
-            || !tab_ok(sin)
-            || self.len + t > self.max_len
-        {
+        let tab_ok = |c: &Tensor| c.dtype() == dt && c.dims() == [t, d / 2] && c.device() == qkv.device();
+        if t == 0 || !tab_ok(cos) || !tab_ok(sin) || self.len + t > self.max_len {
             return Ok(None);
         }
         if let Some((ck, cv)) = &self.buffers {
@@ -73,6 +82,8 @@ impl KvCache {
                 return Ok(None);
             }
         } else {
+            // The buffers `append` makes on a first append: if the backend declines, the composed
+            // path takes them (and `append_rope` lets them go again if that path fails).
             let ck = Tensor::zeros((1, nkv, self.max_len, d), dt, qkv.device())?;
             let cv = Tensor::zeros((1, nkv, self.max_len, d), dt, qkv.device())?;
             self.buffers = Some((ck, cv));
@@ -81,32 +92,21 @@ impl KvCache {
         let q = {
             let (ys, cs, ss) = (qkv.storage(), cos.storage(), sin.storage());
             let (mut kg, mut vg) = (ck.storage_mut(), cv.storage_mut());
-            let (Storage::Gpu(y), Storage::Gpu(c), Storage::Gpu(s), Storage::Gpu(kc), Storage::Gpu(vc)) =
-                (&*ys, &*cs, &*ss, &mut *kg, &mut *vg)
-            else {
-                return Ok(None);
-            };
-            let args = RopeKv {
-                y,
-                y_off: qkv.layout().offset(),
-                row: qkv.dims()[1],
-                t,
+            let args = RopeAppend {
+                qkv: (&*ys, qkv.layout()),
+                cos: (&*cs, cos.layout()),
+                sin: (&*ss, sin.layout()),
                 nh,
                 nkv,
                 d,
-                cos: c,
-                cos_off: cos.layout().offset(),
-                sin: s,
-                sin_off: sin.layout().offset(),
                 pos: self.len,
-                len: self.max_len,
-                k_off: ck.layout().offset(),
-                v_off: cv.layout().offset(),
+                max_len: self.max_len,
             };
-            rope_kv(&args, kc, vc)?
+            kg.rope_append(ck.layout(), (&mut *vg, cv.layout()), &args)?
         };
+        let Some(q) = q else { return Ok(None) };
         self.len += t;
-        let q = Tensor::from_storage(Storage::Gpu(q), (1, t, nh, d), qkv.device()).transpose(1, 2)?;
+        let q = Tensor::from_storage(q, (1, t, nh, d), qkv.device()).transpose(1, 2)?;
         Ok(Some((q, ck.narrow(2, 0, self.len)?, cv.narrow(2, 0, self.len)?)))
     }
 }

@@ -1,9 +1,10 @@
 //! Fused ops of the single-stream decode step: `linear_fused` (a projection that normalises or
 //! gates its own input and adds the residual) and `KvCache::append_rope` (`kv_cache/append_rope.rs`).
-//! On the GPU each is one kernel (`gpu/decode/`) for up to 8 rows; otherwise, and on the
-//! CPU, they run the composed ops (`composed::linear_fused`), which are also their test reference.
+//! Each goes through the backend seam (`ExtOps`): on the GPU one kernel (`gpu/decode/`) for up to
+//! 8 rows; where the backend declines (the CPU, other shapes) the composed ops
+//! (`composed::linear_fused`), which are also their test reference.
 
-use crate::gpu::decode::{self, At, MatvecArgs};
+use crate::backend::Prologue;
 use crate::storage::Storage;
 use crate::{DType, Error, Result, Tensor};
 
@@ -49,78 +50,39 @@ impl Tensor {
         self.same_device(op, w)?;
         self.same_dtype(op, w)?;
         let out_dims = self.check_fused_operands(op, input, residual, k, n)?;
-        if let Some(y) = self.linear_fused_gpu(w, input, residual, &out_dims)? {
-            return Ok(y);
+        let fused = {
+            let (xs, ws) = (self.storage(), w.storage());
+            let norm = match input {
+                LinearInput::RmsNorm { weight, .. } => Some(weight.storage()),
+                _ => None,
+            };
+            let rs = residual.map(|r| r.storage());
+            let pro = input.on_storage(norm.as_deref());
+            xs.linear_fused(
+                self.layout(),
+                (&*ws, w.layout()),
+                &pro,
+                rs.as_deref().zip(residual).map(|(s, r)| (s, r.layout())),
+            )?
+        };
+        match fused {
+            Some(s) => Ok(Tensor::from_storage(s, out_dims, self.device())),
+            None => crate::composed::linear_fused(self, w, input, residual),
         }
-        crate::composed::linear_fused(self, w, input, residual)
     }
+}
 
-    /// The fused kernel, or `None` where it does not apply (CPU, more than 8 rows, layouts not
-    /// in whole 16-byte units, an odd 16-bit output row).
-    fn linear_fused_gpu(
-        &self,
-        w: &Tensor,
-        input: LinearInput,
-        residual: Option<&Tensor>,
-        out_dims: &[usize],
-    ) -> Result<Option<Tensor>> {
-        let (n, k) = (w.dims()[0], w.dims()[1]);
-        let kin = self.dims()[self.rank() - 1];
-        let m = self.elem_count() / kin.max(1);
-        if !self.device().is_gpu() || m == 0 || m > decode::MAX_ROWS || n == 0 || k == 0 {
-            return Ok(None);
+impl<'a> LinearInput<'a> {
+    /// The prologue as the backend seam takes it; `norm` is the norm weight's storage for `RmsNorm`.
+    pub(crate) fn on_storage<'s>(&self, norm: Option<&'s Storage>) -> Prologue<'s, Storage>
+    where
+        'a: 's,
+    {
+        match (*self, norm) {
+            (LinearInput::RmsNorm { weight, eps }, Some(g)) => Prologue::RmsNorm((g, weight.layout()), eps),
+            (LinearInput::SiluMul, _) => Prologue::SiluMul,
+            _ => Prologue::Plain,
         }
-        let vals = decode::unit_values(self.dtype());
-        let unit = |t: &Tensor| t.is_contiguous() && t.layout().offset().is_multiple_of(vals);
-        let wide = self.dtype() != DType::F32;
-        let norm_ok = match input {
-            LinearInput::RmsNorm { weight, .. } => unit(weight),
-            _ => true,
-        };
-        let res_ok = residual.is_none_or(|r| r.is_contiguous() && (!wide || r.layout().offset().is_multiple_of(2)));
-        if !k.is_multiple_of(vals) || !unit(w) || !norm_ok || !res_ok || (wide && !n.is_multiple_of(2)) {
-            return Ok(None);
-        }
-        let x = if unit(self) {
-            self.clone()
-        } else {
-            let s = self.storage().copy_contiguous(self.layout())?;
-            Tensor::from_storage(s, self.shape(), self.device())
-        };
-        let xs = x.storage();
-        let ws = w.storage();
-        let (Storage::Gpu(xb), Storage::Gpu(wb)) = (&*xs, &*ws) else { return Ok(None) };
-        let ns = match input {
-            LinearInput::RmsNorm { weight, eps } => Some((weight.storage(), weight.layout().offset(), eps)),
-            _ => None,
-        };
-        let rs = residual.map(|r| (r.storage(), r.layout().offset()));
-        let norm = match &ns {
-            Some((g, off, eps)) => match &**g {
-                Storage::Gpu(b) => Some((At { buf: b, offset: *off }, *eps)),
-                _ => return Ok(None),
-            },
-            None => None,
-        };
-        let res = match &rs {
-            Some((g, off)) => match &**g {
-                Storage::Gpu(b) => Some(At { buf: b, offset: *off }),
-                _ => return Ok(None),
-            },
-            None => None,
-        };
-        let dst = decode::matvec(&MatvecArgs {
-            x: At { buf: xb, offset: x.layout().offset() },
-            x_stride: kin,
-            w: At { buf: wb, offset: w.layout().offset() },
-            norm,
-            silu_mul: matches!(input, LinearInput::SiluMul),
-            residual: res,
-            m,
-            n,
-            k,
-        })?;
-        Ok(Some(Tensor::from_storage(Storage::Gpu(dst), out_dims.to_vec(), self.device())))
     }
 }
 

@@ -1,14 +1,12 @@
 //! Decode attention through a block table (paged KV cache): [`BlockTable`] holds the block ids and
 //! lengths of a batch of sequences, checked once on the host and kept on the device, and
 //! [`Tensor::sdpa_paged`] attends one query per sequence over its positions in a KV block pool
-//! (`KvBlockPool`'s `(blocks, h, block_size, d)` layout) without gathering them: one GPU kernel
-//! (`gpu/attention/paged_decode.rs`) or a direct CPU loop.
+//! (`KvBlockPool`'s `(blocks, h, block_size, d)` layout) without gathering them, through the
+//! backend seam (`ExtOps::sdpa_paged`, `ExtOps::paged_write`): one GPU kernel
+//! (`gpu/attention/paged_decode.rs`) or a direct CPU loop (`cpu/paged.rs`).
 
-use crate::gpu::attention::paged_decode::{self, PagedArgs};
-use crate::gpu::attention::paged_write;
-use crate::storage::Storage;
-use crate::{DType, Device, Error, KvBlockPool, Result, Tensor, WithDType};
-use rayon::prelude::*;
+use crate::backend::Paged;
+use crate::{DType, Device, Error, KvBlockPool, Result, Tensor};
 
 const OP: &str = "sdpa_paged";
 
@@ -156,22 +154,18 @@ impl KvBlockPool {
                 msg: format!("block {} of the table is past the pool's {}", table.max_id, self.num_blocks()),
             });
         }
-        let gpu = kp.device().is_gpu()
-            && [(k, kp), (v, vp)].iter().all(|(_, p)| paged_write::fits(p.dtype(), p.dims()[3], p.layout().offset()));
-        if !gpu {
+        let written = {
+            let (slots, ks) = (table.slots.storage(), k.storage());
+            // k and v may be views of one product: read-lock that storage once.
+            let vs = (!v.shares_storage_with(k)).then(|| v.storage());
+            let (mut kps, mut vps) = (kp.storage_mut(), vp.storage_mut());
+            let vsrc = vs.as_deref().unwrap_or(&*ks);
+            kps.paged_write(kp.layout(), (&mut *vps, vp.layout()), (&*ks, k.layout()), (vsrc, v.layout()), &slots)?
+        };
+        if !written {
             for (i, (t, &n)) in table.rows.iter().zip(&table.lens).enumerate() {
                 self.write(t, n - 1, &k.narrow(0, i, 1)?, &v.narrow(0, i, 1)?)?;
             }
-            return Ok(());
-        }
-        let slots = table.slots.storage();
-        for (x, pool) in [(k, kp), (v, vp)] {
-            let xs = x.storage();
-            let mut ps = pool.storage_mut();
-            let (Storage::Gpu(p), Storage::Gpu(src), Storage::Gpu(sl)) = (&mut *ps, &*xs, &*slots) else {
-                return Err(Error::DeviceMismatch { op: OP, lhs: "gpu".into(), rhs: "cpu".into() });
-            };
-            paged_write::write_rows(p, pool.layout(), src, x.layout(), sl)?;
         }
         Ok(())
     }
@@ -260,97 +254,17 @@ impl Tensor {
         if hq * dv == 0 {
             return Tensor::zeros(out_shape, self.dtype(), self.device());
         }
-        if self.device().is_gpu() {
-            let (qs, ks, vs, ts, ls) =
-                (self.storage(), k_pool.storage(), v_pool.storage(), table.table.storage(), table.lens_t.storage());
-            let (Storage::Gpu(q), Storage::Gpu(k), Storage::Gpu(v), Storage::Gpu(t), Storage::Gpu(l)) =
-                (&*qs, &*ks, &*vs, &*ts, &*ls)
-            else {
-                return Err(Error::DeviceMismatch { op: OP, lhs: "gpu".into(), rhs: "cpu".into() });
-            };
-            let out = paged_decode::paged_decode(&PagedArgs {
-                q: (q, self.layout()),
-                k: (k, k_pool.layout()),
-                v: (v, v_pool.layout()),
-                table: t,
-                lens: l,
-                max_blocks: table.max_blocks,
-                max_len: table.lens.iter().copied().max().unwrap_or(0),
-                scale,
-            })?;
-            return Ok(Tensor::from_storage(Storage::Gpu(out), out_shape, self.device()));
-        }
-        let q = self.to_dtype(DType::F32)?.contiguous()?.to_vec::<f32>()?;
-        let (ks, vs) = (k_pool.storage(), v_pool.storage());
-        let (Storage::Cpu(kc), Storage::Cpu(vc)) = (&*ks, &*vs) else {
-            return Err(Error::DeviceMismatch { op: OP, lhs: "cpu".into(), rhs: "gpu".into() });
+        let (qs, ks, vs) = (self.storage(), k_pool.storage(), v_pool.storage());
+        let (ts, ls) = (table.table.storage(), table.lens_t.storage());
+        let t = Paged {
+            table: &*ts,
+            lens: &*ls,
+            host_lens: &table.lens,
+            max_blocks: table.max_blocks,
+            block_size: table.block_size,
+            scale,
         };
-        let geo = Geometry { hq, hkv, d, dv, bs: table.block_size, scale: scale as f32 };
-        let (ko, vo) = (k_pool.layout().offset(), v_pool.layout().offset());
-        let out = match self.dtype() {
-            DType::F16 => cpu_paged::<half::f16>(&q, kc, vc, ko, vo, table, geo),
-            DType::BF16 => cpu_paged::<half::bf16>(&q, kc, vc, ko, vo, table, geo),
-            _ => cpu_paged::<f32>(&q, kc, vc, ko, vo, table, geo),
-        }?;
-        Tensor::from_vec(out, out_shape, self.device())?.to_dtype(self.dtype())
+        let out = qs.sdpa_paged(self.layout(), (&*ks, k_pool.layout()), (&*vs, v_pool.layout()), &t)?;
+        Ok(Tensor::from_storage(out, out_shape, self.device()))
     }
-}
-
-#[derive(Clone, Copy)]
-struct Geometry {
-    hq: usize,
-    hkv: usize,
-    d: usize,
-    dv: usize,
-    bs: usize,
-    scale: f32,
-}
-
-/// The CPU kernel: per (sequence, query head) the scores of all positions, read through the table
-/// from the pools, then softmax and the weighted value sum, in f32. As the GPU: a NaN score or a
-/// row whose weights sum to 0 gives NaN; every position adds `p * v` (a NaN value poisons the row).
-fn cpu_paged<T: WithDType>(
-    q: &[f32],
-    k: &crate::cpu::CpuStorage,
-    v: &crate::cpu::CpuStorage,
-    ko: usize,
-    vo: usize,
-    table: &BlockTable,
-    g: Geometry,
-) -> Result<Vec<f32>> {
-    let (Some(k), Some(v)) = (T::storage_slice(k), T::storage_slice(v)) else {
-        return Err(Error::dtype(OP, T::DTYPE, "pool storage of another dtype"));
-    };
-    let group = g.hq / g.hkv;
-    let mut out = vec![0f32; table.len() * g.hq * g.dv];
-    out.par_chunks_mut(g.dv).enumerate().for_each(|(row, o)| {
-        let (b, h) = (row / g.hq, row % g.hq);
-        let hk = h / group;
-        let blocks = &table.rows[b];
-        let at =
-            |j: usize, e: usize, off: usize| off + ((blocks[j / g.bs] as usize * g.hkv + hk) * g.bs + j % g.bs) * e;
-        let qr = &q[row * g.d..(row + 1) * g.d];
-        let n = table.lens[b];
-        let scores: Vec<f32> = (0..n)
-            .map(|j| {
-                let kr = &k[at(j, g.d, ko)..at(j, g.d, ko) + g.d];
-                qr.iter().zip(kr).map(|(a, b)| a * g.scale * b.to_f64() as f32).sum::<f32>()
-            })
-            .collect();
-        let bad = scores.iter().any(|s| s.is_nan());
-        let m = scores.iter().copied().filter(|s| *s > f32::NEG_INFINITY).fold(f32::NEG_INFINITY, f32::max);
-        let mut l = 0f32;
-        for (j, &s) in scores.iter().enumerate() {
-            let p = if s > f32::NEG_INFINITY { (s - m).exp() } else { 0.0 };
-            l += p;
-            let vr = &v[at(j, g.dv, vo)..at(j, g.dv, vo) + g.dv];
-            o.iter_mut().zip(vr).for_each(|(a, x)| *a += p * x.to_f64() as f32);
-        }
-        if bad || l == 0.0 {
-            o.fill(f32::NAN);
-        } else {
-            o.iter_mut().for_each(|a| *a /= l);
-        }
-    });
-    Ok(out)
 }

@@ -1,11 +1,9 @@
 //! `Tensor::qlinear_fused`: `linear_fused` (`ops/decode.rs`) for a quantized weight. On the GPU the
-//! matrix-vector kernel (`gpu/quant/matvec.wgsl`) normalises (RMSNorm) or gates (`silu_mul`) its
-//! input row itself and adds the residual before its store; otherwise the composed ops.
+//! matrix-vector kernel (`gpu/quant/`) normalises (RMSNorm) or gates (`silu_mul`) its input row
+//! itself and adds the residual before its store (`ExtOps::qmatmul_fused`); where the backend
+//! declines, the composed ops.
 
 use super::QTensor;
-use crate::gpu::decode::{At, Pro};
-use crate::gpu::quant::{qmatmul_fused, Addend, Prologue};
-use crate::storage::Storage;
 use crate::{DType, Error, LinearInput, Result, Tensor};
 
 impl Tensor {
@@ -32,8 +30,21 @@ impl Tensor {
             return Err(Error::DeviceMismatch { op, lhs: self.device().name(), rhs: w.device().name() });
         }
         let out_dims = self.check_fused_operands(op, input, residual, k, n)?;
-        if let Some(y) = self.qlinear_fused_gpu(w, input, residual, &out_dims)? {
-            return Ok(y);
+        let fused = {
+            let (xs, ws) = (self.storage(), w.data().storage());
+            let norm = match input {
+                LinearInput::RmsNorm { weight, .. } => Some(weight.storage()),
+                _ => None,
+            };
+            let rs = residual.map(|r| r.storage());
+            let pro = input.on_storage(norm.as_deref());
+            let res = rs.as_deref().zip(residual).map(|(s, r)| (s, r.layout()));
+            xs.qmatmul_fused(self.layout(), &ws, w.qtype(), (n, k), &pro, res)?
+        };
+        if let Some(s) = fused {
+            let y = Tensor::from_storage(s, out_dims, self.device());
+            // An odd 16-bit output row is written in f32.
+            return if y.dtype() == self.dtype() { Ok(y) } else { y.to_dtype(self.dtype()) };
         }
         let h = match input {
             LinearInput::Plain => self.clone(),
@@ -44,62 +55,5 @@ impl Tensor {
             Some(r) => h.qlinear_add(w, r),
             None => h.qlinear(w, None),
         }
-    }
-
-    /// The fused kernel, or `None` where it does not apply (the CPU, more than 8 rows, an input
-    /// or norm weight not at a multiple of 16 values, an addend the kernel cannot add).
-    fn qlinear_fused_gpu(
-        &self,
-        w: &QTensor,
-        input: LinearInput,
-        residual: Option<&Tensor>,
-        out_dims: &[usize],
-    ) -> Result<Option<Tensor>> {
-        let (n, k) = (w.dims()[0], w.dims()[1]);
-        let kin = self.dims()[self.rank() - 1];
-        let m = self.elem_count() / kin.max(1);
-        let aligned = |t: &Tensor| t.is_contiguous() && t.layout().offset().is_multiple_of(16);
-        if !self.device().is_gpu() || m == 0 || m > 8 || n == 0 || !aligned(self) || !kin.is_multiple_of(16) {
-            return Ok(None);
-        }
-        let (pro, norm) = match input {
-            LinearInput::Plain => (Pro::Plain, None),
-            LinearInput::RmsNorm { weight, eps } => {
-                if !aligned(weight) {
-                    return Ok(None);
-                }
-                (Pro::RmsNorm, Some((weight, eps)))
-            }
-            LinearInput::SiluMul => (Pro::SiluMul, None),
-        };
-        if residual.is_some_and(|r| !r.is_contiguous()) {
-            return Ok(None);
-        }
-        let xs = self.storage();
-        let ws = w.data().storage();
-        let ns = norm.map(|(g, eps)| (g.storage(), g.layout().offset(), eps));
-        let rs = residual.map(|r| (r.storage(), r.layout().offset()));
-        let (Storage::Gpu(xb), Storage::Gpu(wb)) = (&*xs, &*ws) else { return Ok(None) };
-        let nw = match &ns {
-            Some((g, off, eps)) => match &**g {
-                Storage::Gpu(b) => Some((At { buf: b, offset: *off }, *eps)),
-                _ => return Ok(None),
-            },
-            None => None,
-        };
-        let add = match &rs {
-            Some((g, off)) => match &**g {
-                Storage::Gpu(b) => Some(Addend { buf: b, offset: *off, row_stride: n }),
-                _ => return Ok(None),
-            },
-            None => None,
-        };
-        let pro = Prologue { pro, x_stride: kin, norm: nw };
-        let Some(dst) = qmatmul_fused(xb, self.layout().offset(), wb, w.qtype(), n, k, m, add, pro)? else {
-            return Ok(None);
-        };
-        let y = Tensor::from_storage(Storage::Gpu(dst), out_dims.to_vec(), self.device());
-        // An odd 16-bit output row is written in f32.
-        Ok(Some(if y.dtype() == self.dtype() { y } else { y.to_dtype(self.dtype())? }))
     }
 }

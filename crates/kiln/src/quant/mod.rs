@@ -18,7 +18,7 @@
 //! `from_raw`/`to_raw` convert between the two. Blocks run along the last axis (`in` of an
 //! `(out, in)` weight), row after row, as in GGUF.
 
-mod cpu;
+pub(crate) mod cpu;
 #[cfg(target_arch = "x86_64")]
 mod cpu_x86;
 mod formats;
@@ -26,8 +26,6 @@ mod formats_more;
 mod fused;
 mod ops;
 
-use crate::cpu::CpuStorage;
-use crate::storage::Storage;
 use crate::{DType, Device, Error, Result, Shape, Tensor};
 use half::f16;
 
@@ -369,14 +367,7 @@ impl QTensor {
         if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
             return Err(Error::dtype(op, dtype, "dequantize gives f32, f16 or bf16"));
         }
-        let storage = match &*self.data.storage() {
-            Storage::Cpu(CpuStorage::U32(w)) => {
-                let v = cpu::dequantize(self.qtype, bytemuck::cast_slice(w), self.blocks());
-                Storage::Cpu(CpuStorage::F32(v))
-            }
-            Storage::Gpu(s) => Storage::Gpu(crate::gpu::quant::dequantize(s, self.qtype, self.blocks(), dtype)?),
-            Storage::Cpu(_) => unreachable!("QTensor data is always u32"),
-        };
+        let storage = self.data.storage().dequantize(self.qtype, self.blocks(), dtype)?;
         let t = Tensor::from_storage(storage, self.shape.clone(), self.device());
         if t.dtype() == dtype {
             Ok(t)

@@ -2,13 +2,12 @@
 //!
 //! Up to `MAX_SKINNY_ROWS` rows of `x` (decode and small batches) run a kernel that reads the
 //! packed weight once per block of up to 8 rows and dequantises in registers (`quant/cpu.rs`,
-//! `gpu/quant/matvec.wgsl`). More rows (prefill) dequantise the weight to `x`'s dtype and use
+//! `gpu/quant/`, through `ExtOps::qmatmul`). More rows (prefill) dequantise the weight to `x`'s
+//! dtype and use
 //! kiln's matmul: a choice made without measurements, simple and already fast where matmul is
 //! compute bound; the dequantised copy is temporary.
 
-use super::{cpu, QTensor};
-use crate::cpu::CpuStorage;
-use crate::storage::Storage;
+use super::QTensor;
 use crate::{DType, Error, Result, Tensor};
 
 /// Rows of `x` up to which `qlinear` reads the packed weight directly.
@@ -83,36 +82,13 @@ impl Tensor {
                 None => Ok(y),
             };
         }
-        // The GPU kernel reads f32, f16 and bf16 itself and adds a contiguous addend before the
-        // store; the CPU one takes f32.
-        let xf = if self.device().is_gpu() { self.contiguous()? } else { self.to_dtype(DType::F32)?.contiguous()? };
-        let off = xf.layout().offset();
-        let addend_c = match addend {
-            Some(a) if self.device().is_gpu() && a.layout().is_contiguous() => Some(a),
-            _ => None,
-        };
-        let (storage, fused) = match (&*xf.storage(), &*w.data().storage()) {
-            (Storage::Cpu(CpuStorage::F32(x)), Storage::Cpu(CpuStorage::U32(wd))) => {
-                let v = cpu::qmatmul(w.qtype(), bytemuck::cast_slice(wd), n, k, &x[off..off + m * k], m);
-                (Storage::Cpu(CpuStorage::F32(v)), false)
-            }
-            (Storage::Gpu(x), Storage::Gpu(wd)) => {
-                let run = |add| crate::gpu::quant::qmatmul(x, off, wd, w.qtype(), n, k, m, add);
-                let guard = addend_c.map(|a| a.storage());
-                let fused = match (addend_c, guard.as_deref()) {
-                    (Some(a), Some(Storage::Gpu(buf))) => run(Some(crate::gpu::quant::Addend {
-                        buf,
-                        offset: a.layout().offset(),
-                        row_stride: if residual.is_some() { n } else { 0 },
-                    }))?,
-                    _ => None,
-                };
-                match fused {
-                    Some(s) => (Storage::Gpu(s), true),
-                    None => (Storage::Gpu(run(None)?.expect("no addend to refuse")), false),
-                }
-            }
-            _ => return Err(Error::DeviceMismatch { op, lhs: self.device().name(), rhs: w.device().name() }),
+        // The backend may add a contiguous addend before its store (`ExtOps::qmatmul`).
+        let stride = if residual.is_some() { n } else { 0 };
+        let (storage, fused) = {
+            let (xs, ws) = (self.storage(), w.data().storage());
+            let gs = addend.map(|a| a.storage());
+            let add = gs.as_deref().zip(addend).map(|(s, a)| ((s, a.layout()), stride));
+            xs.qmatmul(self.layout(), &ws, w.qtype(), (n, k), add)?
         };
         let y = Tensor::from_storage(storage, out_dims, self.device()).to_dtype(self.dtype())?;
         match addend {

@@ -98,10 +98,7 @@ impl Tensor {
     /// elements further. The memory neither moves nor changes while a tensor sharing the storage is
     /// alive (tensors are immutable); writing through the pointer is undefined behaviour.
     pub fn cpu_storage_ptr(&self) -> Option<*const u8> {
-        match &*self.storage() {
-            Storage::Cpu(s) => Some(crate::cpu::with_vec!(s, v => v.as_ptr().cast::<u8>())),
-            Storage::Gpu(_) => None,
-        }
+        self.storage().host_ptr()
     }
 
     /// Size of one axis (negative counts from the end).

@@ -1,4 +1,4 @@
-//! Fused groups on the CPU (and groups the GPU generator does not handle): the group's ops replayed
+//! Fused groups the backend declines (all of them on the CPU): the group's ops replayed, on the CPU
 //! on blocks of rows (about `CHUNK` elements, blocks in parallel), so each intermediate is a
 //! cache-sized block instead of a full tensor, and every op runs through the CPU backend's own
 //! vectorised kernels (results bit for bit as unfused). Blocks split the first axis of the group's

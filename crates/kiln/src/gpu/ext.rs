@@ -1,0 +1,215 @@
+//! The GPU face of the extension ops: `impl ExtOps for GpuStorage` decides, per call, whether a
+//! family kernel takes the operands (row counts, alignment, layouts) and forwards to the family's
+//! launcher (`decode/`, `quant/`, `attention/`, `fused/`); where none does it declines, and the
+//! tensor layer runs the composed ops.
+
+use super::attention::paged_decode::{self, PagedArgs};
+use super::attention::paged_write;
+use super::decode::rope_kv::{rope_kv, RopeKv};
+use super::decode::{self, At, MatvecArgs, Pro};
+use super::quant::{self as qk, Addend};
+use super::{fused, fused_exprs, GpuStorage};
+use crate::backend::{ExtOps, Paged, Prologue, RopeAppend, View};
+use crate::fusion::plan::Group;
+use crate::quant::QuantType;
+use crate::{DType, Layout, Result};
+
+/// Rows of `l` when its last axis holds `k` values per row.
+fn rows(l: &Layout) -> (usize, usize) {
+    let kin = l.dims().last().copied().unwrap_or(1);
+    (l.elem_count() / kin.max(1), kin)
+}
+
+impl ExtOps for GpuStorage {
+    const NAME: &'static str = "gpu";
+
+    /// One `decode/` kernel for up to `decode::MAX_ROWS` rows whose operands lie in whole 16-byte
+    /// units (x is copied when it does not), with an even 16-bit output row.
+    fn linear_fused(
+        &self,
+        l: &Layout,
+        (w, wl): View<Self>,
+        pro: &Prologue<Self>,
+        residual: Option<View<Self>>,
+    ) -> Result<Option<Self>> {
+        let (n, k) = (wl.dims()[0], wl.dims()[1]);
+        let (m, kin) = rows(l);
+        if m == 0 || m > decode::MAX_ROWS || n == 0 || k == 0 {
+            return Ok(None);
+        }
+        let vals = decode::unit_values(self.dtype);
+        let unit = |l: &Layout| l.is_contiguous() && l.offset().is_multiple_of(vals);
+        let wide = self.dtype != DType::F32;
+        let norm_ok = match pro {
+            Prologue::RmsNorm((_, gl), _) => unit(gl),
+            _ => true,
+        };
+        let res_ok = residual.is_none_or(|(_, rl)| rl.is_contiguous() && (!wide || rl.offset().is_multiple_of(2)));
+        if !k.is_multiple_of(vals) || !unit(wl) || !norm_ok || !res_ok || (wide && !n.is_multiple_of(2)) {
+            return Ok(None);
+        }
+        let copy;
+        let x = if unit(l) {
+            At { buf: self, offset: l.offset() }
+        } else {
+            copy = self.copy_contiguous(l)?;
+            At { buf: &copy, offset: 0 }
+        };
+        let norm = match *pro {
+            Prologue::RmsNorm((g, gl), eps) => Some((At { buf: g, offset: gl.offset() }, eps)),
+            _ => None,
+        };
+        let dst = decode::matvec(&MatvecArgs {
+            x,
+            x_stride: kin,
+            w: At { buf: w, offset: wl.offset() },
+            norm,
+            silu_mul: matches!(pro, Prologue::SiluMul),
+            residual: residual.map(|(r, rl)| At { buf: r, offset: rl.offset() }),
+            m,
+            n,
+            k,
+        })?;
+        Ok(Some(dst))
+    }
+
+    fn dequantize(&self, qt: QuantType, blocks: usize, dtype: DType) -> Result<Self> {
+        qk::dequantize(self, qt, blocks, dtype)
+    }
+
+    /// The `quant/` matvec on x made contiguous, adding a contiguous addend where the kernel can.
+    fn qmatmul(
+        &self,
+        l: &Layout,
+        w: &Self,
+        qt: QuantType,
+        n: usize,
+        k: usize,
+        add: Option<(View<Self>, usize)>,
+    ) -> Result<(Self, bool)> {
+        let m = l.elem_count() / k.max(1);
+        let copy;
+        let (x, off) = if l.is_contiguous() {
+            (self, l.offset())
+        } else {
+            copy = self.copy_contiguous(l)?;
+            (&copy, 0)
+        };
+        let run = |add| qk::qmatmul(x, off, w, qt, n, k, m, add);
+        if let Some(((a, al), row_stride)) = add.filter(|((_, al), _)| al.is_contiguous()) {
+            if let Some(y) = run(Some(Addend { buf: a, offset: al.offset(), row_stride }))? {
+                return Ok((y, true));
+            }
+        }
+        Ok((run(None)?.expect("no addend to refuse"), false))
+    }
+
+    /// The `quant/` matvec with its prologue for up to 8 rows: x and the norm weight contiguous from a
+    /// multiple of 16 values, rows of a multiple of 16 values, a contiguous residual.
+    fn qmatmul_fused(
+        &self,
+        l: &Layout,
+        w: &Self,
+        qt: QuantType,
+        n: usize,
+        k: usize,
+        pro: &Prologue<Self>,
+        residual: Option<View<Self>>,
+    ) -> Result<Option<Self>> {
+        let (m, kin) = rows(l);
+        let aligned = |l: &Layout| l.is_contiguous() && l.offset().is_multiple_of(16);
+        if m == 0 || m > 8 || n == 0 || !aligned(l) || !kin.is_multiple_of(16) {
+            return Ok(None);
+        }
+        let (p, norm) = match *pro {
+            Prologue::Plain => (Pro::Plain, None),
+            Prologue::RmsNorm((g, gl), eps) => {
+                if !aligned(gl) {
+                    return Ok(None);
+                }
+                (Pro::RmsNorm, Some((At { buf: g, offset: gl.offset() }, eps)))
+            }
+            Prologue::SiluMul => (Pro::SiluMul, None),
+        };
+        if residual.is_some_and(|(_, rl)| !rl.is_contiguous()) {
+            return Ok(None);
+        }
+        let add = residual.map(|(r, rl)| Addend { buf: r, offset: rl.offset(), row_stride: n });
+        let pro = qk::Prologue { pro: p, x_stride: kin, norm };
+        qk::qmatmul_fused(self, l.offset(), w, qt, n, k, m, add, pro)
+    }
+
+    fn sdpa_paged(&self, l: &Layout, k: View<Self>, v: View<Self>, t: &Paged<Self>) -> Result<Self> {
+        paged_decode::paged_decode(&PagedArgs {
+            q: (self, l),
+            k,
+            v,
+            table: t.table,
+            lens: t.lens,
+            max_blocks: t.max_blocks,
+            max_len: t.host_lens.iter().copied().max().unwrap_or(0),
+            scale: t.scale,
+        })
+    }
+
+    /// One kernel per pool, when both pools' rows fit its word layout.
+    fn paged_write(
+        (kp, kpl): (&mut Self, &Layout),
+        (vp, vpl): (&mut Self, &Layout),
+        (k, kl): View<Self>,
+        (v, vl): View<Self>,
+        slots: &Self,
+    ) -> Result<bool> {
+        let fits = |p: &Self, pl: &Layout| paged_write::fits(p.dtype, pl.dims()[3], pl.offset());
+        if !fits(kp, kpl) || !fits(vp, vpl) {
+            return Ok(false);
+        }
+        paged_write::write_rows(kp, kpl, k, kl, slots)?;
+        paged_write::write_rows(vp, vpl, v, vl, slots)?;
+        Ok(true)
+    }
+
+    /// The `decode/` rope + append kernel: float dtypes, `d` a multiple of 4, the product and the
+    /// tables contiguous.
+    fn rope_append(
+        a: &RopeAppend<Self>,
+        (kc, kl): (&mut Self, &Layout),
+        (vc, vl): (&mut Self, &Layout),
+    ) -> Result<Option<Self>> {
+        let ((y, yl), (cos, cl), (sin, sl)) = (a.qkv, a.cos, a.sin);
+        if !matches!(y.dtype, DType::F32 | DType::F16 | DType::BF16)
+            || !a.d.is_multiple_of(4)
+            || !yl.is_contiguous()
+            || !cl.is_contiguous()
+            || !sl.is_contiguous()
+        {
+            return Ok(None);
+        }
+        let args = RopeKv {
+            y,
+            y_off: yl.offset(),
+            row: yl.dims()[1],
+            t: yl.dims()[0],
+            nh: a.nh,
+            nkv: a.nkv,
+            d: a.d,
+            cos,
+            cos_off: cl.offset(),
+            sin,
+            sin_off: sl.offset(),
+            pos: a.pos,
+            len: a.max_len,
+            k_off: kl.offset(),
+            v_off: vl.offset(),
+        };
+        rope_kv(&args, kc, vc).map(Some)
+    }
+
+    /// One generated kernel (`fused/`) for a program the generator handles over a non-empty shape.
+    fn fused(g: &Group, leaves: &[View<Self>]) -> Result<Option<Vec<Self>>> {
+        if g.shape.iter().product::<usize>() == 0 || !g.spec.supported() {
+            return Ok(None);
+        }
+        fused::run(&g.spec, fused_exprs(), &g.key, &g.shape, leaves, &g.what).map(Some)
+    }
+}
