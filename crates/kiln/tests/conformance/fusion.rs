@@ -615,7 +615,10 @@ fn row_paths(dev: &Device) {
                 let xs = [x, w, col, s];
                 let c = check(mixed_row, mixed_row_ref, &xs, &format!("mixed row {ctx}"));
                 assert_eq!(c.stats().groups, 1, "{ctx}: {:?}", c.stats());
-                if kind == Layouts::Contiguous {
+                // Controls up to 4096 values a row: past that the worst-case bound of a sum of
+                // random-sign terms (n u sum|y|) is larger than the sum itself, so it cannot tell
+                // zeros from the answer (rows.rs and the short rows hold the controls).
+                if kind == Layouts::Contiguous && d <= 4096 {
                     controls(rmsnorm_ref, &xw, &[0], &format!("rmsnorm {ctx}"));
                     controls(softmax_ref, &xs[..1], &[0], &format!("softmax {ctx}"));
                     controls(reductions_ref, &xy, &[0], &format!("reductions {ctx}"));
