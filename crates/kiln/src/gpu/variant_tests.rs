@@ -1,9 +1,17 @@
-//! The workgroup-memory variants of the reduction, softmax, norm, fused row and decode attention kernels. The conformance suite
-//! reaches only the subgroup variants on devices that have subgroups (lavapipe does), so these run
-//! the same ops with subgroups switched off on this thread, against the CPU backend, over shapes
+//! The workgroup-memory variants of the reduction, softmax, norm, fused row and decode attention
+//! kernels. The conformance suite reaches only the subgroup variants on devices that have subgroups
+//! (lavapipe does), so these run the same ops with subgroups switched off on this thread, over shapes
 //! that reach every path: one lane per row up to chunked rows and (value, index) second passes;
 //! rows in registers (1 to 8 packs per invocation) and rows read twice; packs, words, elements.
 //! They skip when no adapter exists unless `KILN_REQUIRE_GPU=1`.
+//!
+//! References: the same op on the CPU in f64 of the same stored inputs (the f64 CPU kernels are
+//! themselves checked against plain f64 loops by the conformance suite). Bounds per output element,
+//! derived from the op's error chain in f32 (the compute type; `u` = 2^-24) and the final rounding
+//! to the dtype (`bound_stored`): a sum of n terms `n u sum|x|`; max/min/argmax exact; softmax,
+//! log_softmax, RMSNorm and LayerNorm as their functions below state. `controls` shows that an
+//! all-zero and a shifted result fail each bound. Decode attention and the quantized matvec are
+//! compared with the CPU backend in their storage dtype (tolerances stated there).
 
 use super::runtime::subgroups::without_subgroups;
 use crate::{DType, Device, Tensor};
@@ -55,20 +63,169 @@ fn pair(v: &[f32], shape: &[usize], dtype: DType, dev: &Device) -> (Tensor, Tens
 fn check(got: &Tensor, want: &Tensor, atol: f64, rtol: f64, what: &str) {
     assert_eq!(got.dims(), want.dims(), "{what}");
     assert_eq!(got.dtype(), want.dtype(), "{what}");
-    let (g, w) = (got.to_f64_vec().unwrap(), want.to_f64_vec().unwrap());
-    for (i, (a, e)) in g.iter().zip(&w).enumerate() {
-        let ok = if a.is_nan() || e.is_nan() {
-            a.is_nan() && e.is_nan()
-        } else if a.is_infinite() || e.is_infinite() {
-            a == e
-        } else {
-            (a - e).abs() <= atol + rtol * e.abs()
-        };
-        assert!(ok, "{what}: element {i}: gpu {a}, cpu {e}");
+    let w = want.to_f64_vec().unwrap();
+    let bound: Vec<f64> = w.iter().map(|e| atol + rtol * e.abs()).collect();
+    if let Err(e) = bounded(&got.to_f64_vec().unwrap(), &w, &bound) {
+        panic!("{what}: {e}");
     }
 }
 
-/// (atol, rtol) of a result of `dtype` after `n` accumulated f32 terms.
+/// `got` within `bound` of `want` element by element; NaN matches only NaN and an infinity only the
+/// same infinity; a bound list of another length is an error.
+fn bounded(got: &[f64], want: &[f64], bound: &[f64]) -> Result<(), String> {
+    if got.len() != want.len() || bound.len() != want.len() {
+        return Err(format!("{} values, {} expected, {} bounds", got.len(), want.len(), bound.len()));
+    }
+    for (i, ((&g, &w), &b)) in got.iter().zip(want).zip(bound).enumerate() {
+        let ok = if g.is_nan() || w.is_nan() {
+            g.is_nan() && w.is_nan()
+        } else if g.is_infinite() || w.is_infinite() {
+            g == w
+        } else {
+            (g - w).abs() <= b
+        };
+        if !ok {
+            return Err(format!("element {i}: gpu {g}, f64 reference {w} (bound {b:.3e})"));
+        }
+    }
+    Ok(())
+}
+
+/// Asserts the GPU result `got` is within `bound` of the f64 reference `want`, and that the bound
+/// rejects an all-zero result and one shifted by an element (where those differ from `want`).
+fn check_ref(got: &Tensor, want: &Tensor, bound: &[f64], what: &str) {
+    assert_eq!(got.dims(), want.dims(), "{what}");
+    let w = want.to_f64_vec().unwrap();
+    if let Err(e) = bounded(&got.to_f64_vec().unwrap(), &w, bound) {
+        panic!("{what} ({}): {e}", got.dtype());
+    }
+    controls(&w, bound, what);
+}
+
+/// The bound rejects zeros (where some expected value is not zero) and a shift by one element
+/// (where the values are not all equal).
+fn controls(want: &[f64], bound: &[f64], what: &str) {
+    if want.iter().any(|&w| w != 0.0) {
+        assert!(bounded(&vec![0.0; want.len()], want, bound).is_err(), "{what}: an all-zero result passes");
+    }
+    let mut shifted = want.to_vec();
+    shifted.rotate_left(1);
+    let differs = shifted.iter().zip(want).any(|(a, b)| a.to_bits() != b.to_bits());
+    if differs {
+        assert!(bounded(&shifted, want, bound).is_err(), "{what}: a result shifted by one element passes");
+    }
+}
+
+/// f32's unit roundoff: every float dtype computes in f32.
+const U: f64 = f32::EPSILON as f64 / 2.0;
+
+/// The bound of a value `want` computed in f32 with absolute error `acc`, flushed subnormals
+/// included, then stored in `dtype`.
+fn bound_stored(dtype: DType, want: f64, acc: f64) -> f64 {
+    let u_s = match dtype {
+        DType::F16 => 2f64.powi(-11),
+        DType::BF16 => 2f64.powi(-8),
+        DType::F32 => U,
+        _ => return 0.0,
+    };
+    let sub = if dtype == DType::F16 { 2f64.powi(-25) } else { 2f64.powi(-134) };
+    acc + f32::MIN_POSITIVE as f64 + u_s * (want.abs() + acc) + sub
+}
+
+/// The tensor's values in f64 on the CPU (the reference's inputs).
+fn f64_of(t: &Tensor) -> Tensor {
+    t.to_device(&Device::cpu()).unwrap().to_dtype(DType::F64).unwrap()
+}
+
+/// Rows of `k` of a tensor's values (row-major).
+fn rows_of(t: &Tensor, k: usize) -> Vec<Vec<f64>> {
+    t.to_f64_vec().unwrap().chunks(k.max(1)).map(|r| r.to_vec()).collect()
+}
+
+/// The range (max - min) of the finite values of a row.
+fn range(row: &[f64]) -> f64 {
+    let f = row.iter().filter(|v| v.is_finite());
+    f.clone().fold(f64::NEG_INFINITY, |a, &b| a.max(b)) - f.fold(f64::INFINITY, |a, &b| a.min(b))
+}
+
+/// Softmax of rows of `k`: with R the row's range, x - max is off by u R (so exp's result by u R
+/// relative), exp by 3 + 2R ulp (2u each), the sum by k u more, the division by 3 ulp; `u_s` adds
+/// the rounding of every intermediate where the ops are separate (fused primitives in f16).
+fn softmax_bounds(x: &[Vec<f64>], want: &[f64], dtype: DType, u_s: f64) -> Vec<f64> {
+    let k = x[0].len();
+    let mut out = Vec::with_capacity(want.len());
+    for (row, wants) in x.iter().zip(want.chunks(k)) {
+        let r = range(row);
+        let rel = u_s * (2.0 * r + 4.0) + U * (18.0 + 10.0 * r + k as f64);
+        out.extend(wants.iter().map(|y| bound_stored(dtype, *y, rel * y.abs())));
+    }
+    out
+}
+
+/// log_softmax of rows of `k`: y = (x - max) - log(sum): the first term off by u R, the log by the
+/// sum's relative error ((6 + 5R) u + k u), its own 3 ulp and 2^-21, the subtractions by one
+/// rounding each of |max| + |log sum| + |y|.
+fn log_softmax_bounds(x: &[Vec<f64>], want: &[f64], dtype: DType) -> Vec<f64> {
+    let k = x[0].len();
+    let mut out = Vec::with_capacity(want.len());
+    for (row, wants) in x.iter().zip(want.chunks(k)) {
+        let r = range(row);
+        let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let lse = (row.iter().map(|v| (v - max).exp()).sum::<f64>()).ln();
+        let acc = U * r + U * (6.0 + 5.0 * r + k as f64) + 6.0 * U * lse.abs() + 2f64.powi(-21);
+        out.extend(wants.iter().map(|y| bound_stored(dtype, *y, acc + 2.0 * U * (max.abs() + lse.abs() + y.abs()))));
+    }
+    out
+}
+
+/// RMSNorm of rows of `k`: the mean of k squares off by k u relative, halved through the rsqrt,
+/// which adds 6 ulp, and two products: (k / 2 + 16) u of |y|; `u_s` per separately stored
+/// intermediate (six for the fused primitives).
+fn rms_bounds(k: usize, want: &[f64], dtype: DType, u_s: f64) -> Vec<f64> {
+    let rel = (k as f64 / 2.0 + 16.0) * U + 6.0 * u_s;
+    want.iter().map(|y| bound_stored(dtype, *y, rel * y.abs())).collect()
+}
+
+/// LayerNorm with bias of rows of `k` (as `tests/conformance/nn.rs` derives it): the mean off by
+/// k u mean|x|, each centred value by that plus u|c|, the variance by 2 mean|c| e_c + k u (var +
+/// mean x^2), the rsqrt by that over 2 (var + eps) plus 6 ulp, y = c s w + b by |w| (e_c s + |c| s
+/// e_s) and two roundings.
+fn layer_bounds(x: &[Vec<f64>], w: &[f64], b: &[f64], eps: f64, want: &[f64], dtype: DType) -> Vec<f64> {
+    let k = w.len();
+    let kf = k as f64;
+    let mut out = Vec::with_capacity(want.len());
+    for (row, wants) in x.iter().zip(want.chunks(k)) {
+        let mean = row.iter().sum::<f64>() / kf;
+        let abs_mean = row.iter().map(|v| v.abs()).sum::<f64>() / kf;
+        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / kf;
+        let sq_mean = row.iter().map(|v| v * v).sum::<f64>() / kf;
+        let c_abs = row.iter().map(|v| (v - mean).abs()).sum::<f64>() / kf;
+        let e_m = kf * U * abs_mean;
+        let e_var = 2.0 * c_abs * (e_m + U * c_abs) + kf * U * (var + sq_mean);
+        let s = 1.0 / (var + eps).sqrt();
+        let e_s = e_var / (2.0 * (var + eps)) + 12.0 * U;
+        for (i, (&v, &y)) in row.iter().zip(wants).enumerate() {
+            let c = v - mean;
+            let e_c = e_m + U * c.abs();
+            let acc = w[i].abs() * (e_c * s + c.abs() * s * e_s) + 2.0 * U * (y.abs() + b[i].abs());
+            out.push(bound_stored(dtype, y, acc));
+        }
+    }
+    out
+}
+
+/// The bound of a sum of n terms whose absolute values add up to each of `abs` (`n u sum|x|` plus
+/// a flushed subnormal per term), stored in `dtype`; exact for integers.
+fn sum_bounds(dtype: DType, n: usize, abs: &[f64], want: &[f64]) -> Vec<f64> {
+    if !dtype.is_float() {
+        return vec![0.0; want.len()];
+    }
+    let n = n as f64;
+    abs.iter().zip(want).map(|(a, w)| bound_stored(dtype, *w, n * U * a + n * f32::MIN_POSITIVE as f64)).collect()
+}
+
+/// (atol, rtol) of a result of `dtype` after `n` accumulated f32 terms, for the comparisons with the
+/// CPU backend (decode attention: n = 64; the quantized matvec states its own).
 fn tol(dtype: DType, n: usize) -> (f64, f64) {
     let f = (n as f64).sqrt();
     match dtype {
@@ -89,13 +246,16 @@ fn reductions_without_subgroups() {
                 let n: usize = shape.iter().product();
                 let v = values(n, si as u64, si % 2 == 0, dtype == DType::F32 && si % 3 == 0);
                 let (g, c) = pair(&v, shape, dtype, &dev);
+                let x64 = f64_of(&c);
                 let axes: Vec<Vec<isize>> =
                     if shape.len() == 2 { vec![vec![1], vec![0], vec![0, 1]] } else { vec![vec![0]] };
                 for ax in axes {
                     let what = format!("{dtype} {shape:?} axes {ax:?}");
                     let n_red: usize = ax.iter().map(|&a| shape[a as usize]).product();
-                    let (atol, rtol) = tol(dtype, n_red);
-                    check(&g.sum(&ax, false).unwrap(), &c.sum(&ax, false).unwrap(), atol, rtol, &format!("sum {what}"));
+                    let want = x64.sum(&ax, false).unwrap();
+                    let abs = x64.abs().unwrap().sum(&ax, false).unwrap().to_f64_vec().unwrap();
+                    let bound = sum_bounds(dtype, n_red, &abs, &want.to_f64_vec().unwrap());
+                    check_ref(&g.sum(&ax, false).unwrap(), &want, &bound, &format!("sum {what}"));
                     check(&g.max(&ax, false).unwrap(), &c.max(&ax, false).unwrap(), 0.0, 0.0, &format!("max {what}"));
                     check(&g.min(&ax, true).unwrap(), &c.min(&ax, true).unwrap(), 0.0, 0.0, &format!("min {what}"));
                     if let [a] = ax[..] {
@@ -137,19 +297,21 @@ fn softmax_and_norms_without_subgroups() {
                 let (gw, cw) = pair(&wv, &[k], dtype, &dev);
                 let (gb, cb) = pair(&bv, &[k], dtype, &dev);
                 let what = format!("{dtype} ({r}, {k})");
-                let (atol, rtol) = tol(dtype, 16);
-                check(&g.softmax(-1).unwrap(), &c.softmax(-1).unwrap(), atol, rtol, &format!("softmax {what}"));
-                let (la, lr) = tol(dtype, k);
-                check(&g.log_softmax(-1).unwrap(), &c.log_softmax(-1).unwrap(), la, lr, &format!("log_softmax {what}"));
-                check(
-                    &g.rms_norm(&gw, 1e-5).unwrap(),
-                    &c.rms_norm(&cw, 1e-5).unwrap(),
-                    atol,
-                    rtol,
-                    &format!("rms {what}"),
-                );
-                let got = g.layer_norm(&gw, Some(&gb), 1e-5).unwrap();
-                check(&got, &c.layer_norm(&cw, Some(&cb), 1e-5).unwrap(), atol, rtol, &format!("layer {what}"));
+                let (x64, w64, b64) = (f64_of(&c), f64_of(&cw), f64_of(&cb));
+                let xr = rows_of(&x64, k);
+                let (wr, br) = (w64.to_f64_vec().unwrap(), b64.to_f64_vec().unwrap());
+                let want = x64.softmax(-1).unwrap();
+                let bound = softmax_bounds(&xr, &want.to_f64_vec().unwrap(), dtype, 0.0);
+                check_ref(&g.softmax(-1).unwrap(), &want, &bound, &format!("softmax {what}"));
+                let want = x64.log_softmax(-1).unwrap();
+                let bound = log_softmax_bounds(&xr, &want.to_f64_vec().unwrap(), dtype);
+                check_ref(&g.log_softmax(-1).unwrap(), &want, &bound, &format!("log_softmax {what}"));
+                let want = x64.rms_norm(&w64, 1e-5).unwrap();
+                let bound = rms_bounds(k, &want.to_f64_vec().unwrap(), dtype, 0.0);
+                check_ref(&g.rms_norm(&gw, 1e-5).unwrap(), &want, &bound, &format!("rms {what}"));
+                let want = x64.layer_norm(&w64, Some(&b64), 1e-5).unwrap();
+                let bound = layer_bounds(&xr, &wr, &br, 1e-5, &want.to_f64_vec().unwrap(), dtype);
+                check_ref(&g.layer_norm(&gw, Some(&gb), 1e-5).unwrap(), &want, &bound, &format!("layer {what}"));
             }
         }
     });
@@ -176,10 +338,19 @@ fn fused_rows_without_subgroups() {
                 let (gt, ct) = pair(&values(r * k, 700 + i as u64, false, false), &[k, r], dtype, &dev);
                 for (x, cx, what) in [(g, c, "contiguous"), (gt.t().unwrap(), ct.t().unwrap(), "strided")] {
                     let got = f.call(&[x, gw.clone()]).unwrap();
-                    let want = f.call(&[cx, cw.clone()]).unwrap();
-                    let (atol, rtol) = tol(dtype, k);
-                    for (j, (a, b)) in got.iter().zip(&want).enumerate() {
-                        check(a, b, atol, rtol, &format!("fused rows {dtype} ({r}, {k}) {what} output {j}"));
+                    // The f64 reference of the primitives: the same function on f64 values; the
+                    // bounds add a rounding to `dtype` per stored intermediate (the fused kernel
+                    // rounds them as the eager ops do).
+                    let want = f.call(&[f64_of(&cx), f64_of(&cw)]).unwrap();
+                    let u_s = if dtype == DType::F16 { 2f64.powi(-11) } else { U };
+                    let xr = rows_of(&f64_of(&cx.contiguous().unwrap()), k);
+                    let ctx = |j: usize| format!("fused rows {dtype} ({r}, {k}) {what} output {j}");
+                    let w0 = want[0].to_f64_vec().unwrap();
+                    check_ref(&got[0], &want[0], &rms_bounds(k, &w0, dtype, u_s), &ctx(0));
+                    let w1 = want[1].to_f64_vec().unwrap();
+                    check_ref(&got[1], &want[1], &softmax_bounds(&xr, &w1, dtype, u_s), &ctx(1));
+                    for j in [2, 3] {
+                        check_ref(&got[j], &want[j], &vec![0.0; want[j].elem_count()], &ctx(j));
                     }
                 }
             }

@@ -118,10 +118,15 @@ pub fn sum_bound(dtype: DType, n: usize, abs_sum: f64, want: f64) -> f64 {
 }
 
 /// Compares values with a per-element absolute bound. NaN matches only NaN, infinities only the same
-/// infinity. `Err` lists the first mismatches (index, got, expected, bound).
+/// infinity (class and sign). `Err` lists the first mismatches (index, got, expected, bound); a bound
+/// list of another length than the values is an error too (a short one would leave the tail
+/// unchecked).
 pub fn check_bounded(got: &[f64], want: &[f64], bound: &[f64]) -> Result<(), String> {
     if got.len() != want.len() {
         return Err(format!("{} values, expected {}", got.len(), want.len()));
+    }
+    if bound.len() != want.len() {
+        return Err(format!("{} bounds for {} values", bound.len(), want.len()));
     }
     let mut bad = Vec::new();
     let mut count = 0;
@@ -167,4 +172,21 @@ pub fn assert_catches_wrong(want: &[f64], bound: &[f64], dropped: &[f64], ctx: &
     let mut shifted = want.to_vec();
     shifted.rotate_left(1);
     assert!(check_bounded(&shifted, want, bound).is_err(), "{ctx}: a result shifted by one element passes the bound");
+}
+
+/// The check itself: a short bound, a wrong value past the end of a short bound, an infinity of the
+/// other sign, a finite value for an infinity and a number for a NaN are all rejected.
+#[test]
+fn check_bounded_rejects() {
+    let want = [1.0, 2.0, f64::INFINITY, f64::NAN];
+    let bound = [0.1; 4];
+    assert!(check_bounded(&want, &want, &bound).is_ok());
+    assert!(check_bounded(&want, &want, &bound[..3]).is_err(), "a short bound must fail");
+    assert!(check_bounded(&[1.0, 2.0], &[1.0, 2.0], &[]).is_err(), "an empty bound must fail");
+    assert!(check_bounded(&[1.0, 2.05, f64::INFINITY, f64::NAN], &want, &bound).is_ok());
+    assert!(check_bounded(&[1.0, 2.2, f64::INFINITY, f64::NAN], &want, &bound).is_err());
+    assert!(check_bounded(&[1.0, 2.0, f64::NEG_INFINITY, f64::NAN], &want, &bound).is_err());
+    assert!(check_bounded(&[1.0, 2.0, f64::MAX, f64::NAN], &want, &bound).is_err());
+    assert!(check_bounded(&[1.0, 2.0, f64::INFINITY, 0.0], &want, &bound).is_err());
+    assert!(check_bounded(&[f64::INFINITY, 2.0, f64::INFINITY, f64::NAN], &want, &[f64::INFINITY; 4]).is_err());
 }

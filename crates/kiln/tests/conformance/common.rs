@@ -50,6 +50,17 @@ pub fn gpu_device() -> Option<Device> {
     dev
 }
 
+/// Notes that an emulated cooperative test cannot run on `dev` (no SHADER_F16), or fails when
+/// `KILN_REQUIRE_GPU=1`: there the GPU suite must run whole, and a skip that reports ok hides it.
+pub fn skip_emulation(dev: &Device, what: &str) {
+    assert!(
+        !std::env::var("KILN_REQUIRE_GPU").is_ok_and(|v| v == "1"),
+        "KILN_REQUIRE_GPU=1 but {} has no SHADER_F16: the emulated {what} cannot run",
+        dev.name()
+    );
+    eprintln!("emulated {what} skipped: {} has no SHADER_F16", dev.name());
+}
+
 /// The dtypes of `list` that `dev` supports (GPUs have no f64).
 pub fn supported(dev: &Device, list: &[DType]) -> Vec<DType> {
     list.iter().copied().filter(|&d| dev.is_cpu() || d != DType::F64).collect()
@@ -247,6 +258,13 @@ pub fn assert_close(actual: &Tensor, expected: &RefArray, factor: f64, ctx: &str
     assert_eq!(actual.dims(), expected.shape.as_slice(), "shape mismatch: {ctx}");
     let (atol, rtol) = tol(actual.dtype());
     assert_close_tol(actual, expected, atol * factor, rtol * factor, ctx)
+}
+
+/// The per-element bound [`assert_close`] applies to `want` for `dtype` times `factor`, for
+/// `bounds::assert_catches_wrong`.
+pub fn tol_bounds(want: &[f64], dtype: DType, factor: f64) -> Vec<f64> {
+    let (atol, rtol) = tol(dtype);
+    want.iter().map(|w| factor * (atol + rtol * w.abs())).collect()
 }
 
 /// Like [`assert_close`] with explicit tolerances.

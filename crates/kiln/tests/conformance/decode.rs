@@ -2,27 +2,30 @@
 //! projection, the residual after it) and `KvCache::append_rope` (rope of q and k plus the cache
 //! append), on the fused GPU kernels' shapes and on the ones that fall back to the composed ops.
 
+use crate::bounds::{acc_roundoff, check_bounded, flush_floor, stored_bound, unit_roundoff};
 use crate::common::*;
 use kiln::quant::{QTensor, QuantType};
 use kiln::{DType, Device, KvCache, LinearInput, Tensor};
 
-/// Rounding unit of the dtype's storage (the error of one rounding, relative).
-fn unit(dt: DType) -> f64 {
-    match dt {
-        DType::BF16 => 1.0 / 256.0,
-        DType::F16 => 1.0 / 2048.0,
-        _ => 1e-6,
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Pro {
     Plain,
     Norm,
     Silu,
 }
 
-/// f64 reference of `residual + pro(x) @ w^T` and the magnitude `sum |h w|` of each output.
+/// The f64 reference of `residual + pro(x) @ w^T`, per output: the value, `sum |h w|`, the largest
+/// `|h w|`, and the product without the residual.
+struct Want {
+    out: Vec<f64>,
+    mag: Vec<f64>,
+    max_term: Vec<f64>,
+    product: Vec<f64>,
+}
+
+/// f64 reference of `residual + pro(x) @ w^T`. `round` stores the prologue's output `h` in that
+/// dtype first (the composed path: `rms_norm` or `silu_mul` is its own op, its result rounded);
+/// `drop` zeroes the columns of `h` in that range (a kernel that skipped a block of k).
 #[allow(clippy::too_many_arguments)]
 fn reference(
     x: &[f64],
@@ -32,12 +35,15 @@ fn reference(
     pro: Pro,
     (m, n, k): (usize, usize, usize),
     eps: f64,
-) -> (Vec<f64>, Vec<f64>) {
+    round: Option<DType>,
+    drop: std::ops::Range<usize>,
+) -> Want {
     let kin = if matches!(pro, Pro::Silu) { 2 * k } else { k };
-    let (mut out, mut mag) = (vec![0.0; m * n], vec![0.0; m * n]);
+    let mut want =
+        Want { out: vec![0.0; m * n], mag: vec![0.0; m * n], max_term: vec![0.0; m * n], product: vec![0.0; m * n] };
     for i in 0..m {
         let row = &x[i * kin..(i + 1) * kin];
-        let h: Vec<f64> = match pro {
+        let mut h: Vec<f64> = match pro {
             Pro::Plain => row.to_vec(),
             Pro::Norm => {
                 let ms = row.iter().map(|v| v * v).sum::<f64>() / k as f64;
@@ -46,14 +52,88 @@ fn reference(
             }
             Pro::Silu => (0..k).map(|t| row[t] / (1.0 + (-row[t]).exp()) * row[k + t]).collect(),
         };
+        if let Some(dt) = round.filter(|_| pro != Pro::Plain) {
+            h = round_to(&h, dt);
+        }
+        h[drop.clone()].iter_mut().for_each(|v| *v = 0.0);
         for j in 0..n {
             let wr = &w[j * k..(j + 1) * k];
-            out[i * n + j] = h.iter().zip(wr).map(|(a, b)| a * b).sum::<f64>() + r.map_or(0.0, |r| r[i * n + j]);
-            mag[i * n + j] =
-                h.iter().zip(wr).map(|(a, b)| (a * b).abs()).sum::<f64>() + r.map_or(0.0, |r| r[i * n + j].abs());
+            let o = i * n + j;
+            let res = r.map_or(0.0, |r| r[o]);
+            want.product[o] = h.iter().zip(wr).map(|(a, b)| a * b).sum::<f64>();
+            want.out[o] = want.product[o] + res;
+            want.mag[o] = h.iter().zip(wr).map(|(a, b)| (a * b).abs()).sum::<f64>() + res.abs();
+            want.max_term[o] = h.iter().zip(wr).map(|(a, b)| (a * b).abs()).fold(0.0, f64::max);
         }
     }
-    (out, mag)
+    want
+}
+
+/// Per-output bound of a fused decode linear in `dt` (from `bounds.rs`), around the reference whose
+/// prologue output was rounded as the path that computed it rounds it:
+/// - the prologue in f32: RMSNorm's mean of k squares (k u), its rsqrt (6 ulp) and two products,
+///   halved through the square root: (k / 2 + 16) u of each `h`; silu_mul's exp (3 + 2|x| ulp, |x|
+///   below 16 here), add, division and product: 40 u;
+/// - the dot product's f32 sum of k terms: k u of `sum |h w|` (Higham's gamma_k);
+/// - where the composed path rounds `h` to `dt`, f32 and f64 may round a value on a rounding boundary
+///   to the two neighbours: up to 8 such values, each one ulp of `dt` times its `|h w|`;
+/// - the product rounded to `dt` before the residual is added (composed path), then the output.
+fn linear_bound(dt: DType, pro: Pro, k: usize, want: &Want, with_res: bool) -> Vec<f64> {
+    let uc = acc_roundoff(dt);
+    let pro_err = match pro {
+        Pro::Plain => 0.0,
+        Pro::Norm => k as f64 / 2.0 + 16.0,
+        Pro::Silu => 40.0,
+    };
+    let flips = if pro == Pro::Plain { 0.0 } else { 8.0 * 2.0 * unit_roundoff(dt) };
+    (0..want.out.len())
+        .map(|o| {
+            let acc = (k as f64 + pro_err) * uc * want.mag[o] + flips * want.max_term[o] + k as f64 * flush_floor(dt);
+            let pre = if with_res { unit_roundoff(dt) * want.product[o].abs() } else { 0.0 };
+            stored_bound(dt, want.out[o], acc + pre)
+        })
+        .collect()
+}
+
+/// Checks `got` against the references with the prologue output unrounded (fused kernels) and
+/// rounded to `dt` (composed ops): within the bound of either. `Err` names the first misses.
+fn check_linear(got: &[f64], refs: &[(Want, Vec<f64>)]) -> Result<(), String> {
+    let mut errs = Vec::new();
+    for (want, bound) in refs {
+        match check_bounded(got, &want.out, bound) {
+            Ok(()) => return Ok(()),
+            Err(e) => errs.push(e),
+        }
+    }
+    Err(errs.join(" / "))
+}
+
+/// Negative controls for `check_linear`: an all-zero result, one that dropped the last 64 columns
+/// of k (or half of a shorter k), and one shifted by an element each fail it.
+#[allow(clippy::too_many_arguments)]
+fn assert_linear_catches_wrong(
+    refs: &[(Want, Vec<f64>)],
+    x: &[f64],
+    w: &[f64],
+    g: &[f64],
+    r: Option<&[f64]>,
+    pro: Pro,
+    dims: (usize, usize, usize),
+    eps: f64,
+    ctx: &str,
+) {
+    let (m, n, k) = dims;
+    let want = &refs[0].0.out;
+    check_linear(want, refs).unwrap_or_else(|e| panic!("{ctx}: the reference fails its own bound: {e}"));
+    assert!(check_linear(&vec![0.0; m * n], refs).is_err(), "{ctx}: an all-zero result passes");
+    let drop = k.saturating_sub(64).max(k / 2)..k;
+    let dropped = reference(x, w, g, r, pro, dims, eps, None, drop);
+    assert!(check_linear(&dropped.out, refs).is_err(), "{ctx}: a result without the last columns of k passes");
+    if m * n > 1 {
+        let mut shifted = want.clone();
+        shifted.rotate_left(1);
+        assert!(check_linear(&shifted, refs).is_err(), "{ctx}: a result shifted by one element passes");
+    }
 }
 
 /// Every prologue, with and without residual, for each float dtype, on fused shapes (k a multiple
@@ -91,15 +171,18 @@ fn linear_fused_matches_reference(dev: &Device) {
                         let y = x.linear_fused(&w, input, with_res.then_some(&r)).unwrap();
                         let ctx = format!("{dt} {pro:?} m={m} n={n} k={k} residual={with_res} offset={offset}");
                         assert_eq!((y.dims(), y.dtype()), (&[m, n][..], dt), "{ctx}");
-                        let xs: Vec<f64> = xv[offset..].to_vec();
-                        let (want, mag) = reference(&xs, &wv, &gv, with_res.then_some(&rv[..]), pro, (m, n, k), eps);
-                        let got = y.to_f64_vec().unwrap();
-                        let u = unit(dt);
-                        for (i, ((&gt, &e), &mg)) in got.iter().zip(&want).zip(&mag).enumerate() {
-                            // The input rounded once (composed path) or not (fused), the sum in
-                            // f32, the output rounded once.
-                            let bound = 2.0 * u * mg + u * e.abs() + 1e-5 * mg + 1e-6;
-                            assert!((gt - e).abs() <= bound, "{ctx} [{i}]: {gt} vs {e} (bound {bound})");
+                        let xs = &xv[offset..];
+                        let res = with_res.then_some(&rv[..]);
+                        let refs = [None, Some(dt)].map(|round| {
+                            let want = reference(xs, &wv, &gv, res, pro, (m, n, k), eps, round, 0..0);
+                            let bound = linear_bound(dt, pro, k, &want, with_res);
+                            (want, bound)
+                        });
+                        if offset == 0 {
+                            assert_linear_catches_wrong(&refs, xs, &wv, &gv, res, pro, (m, n, k), eps, &ctx);
+                        }
+                        if let Err(e) = check_linear(&y.to_f64_vec().unwrap(), &refs) {
+                            panic!("{ctx}: {e}");
                         }
                     }
                 }
@@ -118,7 +201,8 @@ fn qlinear_fused_matches_reference(dev: &Device) {
         let wf = rand_tensor(&[n, k], DType::F32, 21, dev);
         let w = QTensor::quantize(&wf, qt).unwrap();
         let wv = w.dequantize(DType::F32).unwrap().to_f64_vec().unwrap();
-        for dt in [DType::F32, DType::BF16] {
+        let wv_dt = [round_to(&wv, DType::F32), round_to(&wv, DType::BF16)];
+        for (di, dt) in [DType::F32, DType::BF16].into_iter().enumerate() {
             for (m, offset) in [(1, 0), (3, 0), (9, 0), (2, 3)] {
                 for pro in [Pro::Plain, Pro::Norm, Pro::Silu] {
                     for with_res in [false, true] {
@@ -138,12 +222,19 @@ fn qlinear_fused_matches_reference(dev: &Device) {
                         let y = x.qlinear_fused(&w, input, with_res.then_some(&r)).unwrap();
                         let ctx = format!("{qt} {dt} {pro:?} m={m} offset={offset} residual={with_res}");
                         assert_eq!((y.dims(), y.dtype()), (&[m, n][..], dt), "{ctx}");
-                        let (want, mag) =
-                            reference(&xv[offset..], &wv, &gv, with_res.then_some(&rv[..]), pro, (m, n, k), eps);
-                        let u = unit(dt);
-                        for (i, ((&gt, &e), &mg)) in y.to_f64_vec().unwrap().iter().zip(&want).zip(&mag).enumerate() {
-                            let bound = 2.0 * u * mg + u * e.abs() + 1e-5 * mg + 1e-6;
-                            assert!((gt - e).abs() <= bound, "{ctx} [{i}]: {gt} vs {e} (bound {bound})");
+                        let (xs, res) = (&xv[offset..], with_res.then_some(&rv[..]));
+                        // More than 8 rows take the composed ops, whose `linear` multiplies by the
+                        // weight dequantised to `dt`: a third reference with that weight.
+                        let refs = [(None, &wv), (Some(dt), &wv), (Some(dt), &wv_dt[di])].map(|(round, wv)| {
+                            let want = reference(xs, wv, &gv, res, pro, (m, n, k), eps, round, 0..0);
+                            let bound = linear_bound(dt, pro, k, &want, with_res);
+                            (want, bound)
+                        });
+                        if offset == 0 && m == 1 {
+                            assert_linear_catches_wrong(&refs, xs, &wv, &gv, res, pro, (m, n, k), eps, &ctx);
+                        }
+                        if let Err(e) = check_linear(&y.to_f64_vec().unwrap(), &refs) {
+                            panic!("{ctx}: {e}");
                         }
                     }
                 }

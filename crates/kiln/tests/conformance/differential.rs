@@ -10,6 +10,8 @@ use kiln::{DType, Device, Result, Tensor};
 const DT: [DType; 8] =
     [DType::F32, DType::F16, DType::BF16, DType::I32, DType::U32, DType::I64, DType::U8, DType::Bool];
 
+/// CPU and GPU values agree: NaN with NaN, an infinity only with the same infinity (class and sign),
+/// finite values within the dtype's tolerance relative to max(1, |value|).
 fn same(a: &[f64], b: &[f64], dt: DType) -> bool {
     let tol = match dt {
         DType::F16 => 4e-3,
@@ -17,9 +19,33 @@ fn same(a: &[f64], b: &[f64], dt: DType) -> bool {
         _ => 1e-5,
     };
     a.len() == b.len()
-        && a.iter()
-            .zip(b)
-            .all(|(&x, &y)| (x.is_nan() && y.is_nan()) || x == y || (x - y).abs() <= tol * (1.0 + x.abs().max(y.abs())))
+        && a.iter().zip(b).all(|(&x, &y)| {
+            if x.is_nan() || y.is_nan() {
+                x.is_nan() && y.is_nan()
+            } else if x.is_infinite() || y.is_infinite() {
+                x == y
+            } else {
+                (x - y).abs() <= tol * (1.0 + x.abs().max(y.abs()))
+            }
+        })
+}
+
+/// `same` rejects what the old form let through (`inf <= inf`): an infinity against zero or a
+/// finite value, one infinity against the other, a NaN against a number; and a zeroed or shifted
+/// row.
+#[test]
+fn same_rejects_wrong_values() {
+    let (inf, nan) = (f64::INFINITY, f64::NAN);
+    assert!(same(&[1.0, inf, -inf, nan, 0.0], &[1.0 + 1e-6, inf, -inf, nan, -0.0], DType::F32));
+    for (a, b) in [(inf, 0.0), (inf, -inf), (-inf, f64::MIN), (inf, 3e38), (nan, 0.0), (1.0, 1.001)] {
+        assert!(!same(&[a], &[b], DType::F32), "{a} against {b} passes");
+        assert!(!same(&[b], &[a], DType::F32), "{b} against {a} passes");
+    }
+    let v = random_values(64, DType::BF16, 3);
+    let mut shifted = v.clone();
+    shifted.rotate_left(1);
+    assert!(!same(&v, &vec![0.0; 64], DType::BF16), "zeros pass");
+    assert!(!same(&v, &shifted, DType::BF16), "a shifted row passes");
 }
 
 fn diff(name: &str, f: &dyn Fn(&Device) -> Result<Tensor>, gpu: &Device, bad: &mut Vec<String>) {

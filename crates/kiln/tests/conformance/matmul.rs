@@ -359,7 +359,69 @@ fn matmul_bound_catches_wrong(dev: &Device) {
     }
 }
 
+/// `x` rounded to the float `dtype` (to nearest, ties to even).
+fn round1(x: f64, dtype: DType) -> f64 {
+    match dtype {
+        DType::F16 => half::f16::from_f64(x).to_f64(),
+        DType::BF16 => half::bf16::from_f64(x).to_f64(),
+        DType::F32 => x as f32 as f64,
+        _ => x,
+    }
+}
+
+/// A sum of `vals` accumulated in order in `acc` (a kernel with a lower-precision accumulator).
+fn sum_in(vals: impl Iterator<Item = f64>, acc: DType) -> f64 {
+    vals.fold(0.0, |s, v| round1(s + v, acc))
+}
+
+/// Precision, where the bound of `matmul_bound_catches_wrong` is loosest (k = 4099): operands whose
+/// low bits a narrower type drops, all products positive so the lost bits add up. f32: a = 1 +
+/// 2^-11 (f16 and bf16, and TF32's 10-bit mantissa, round it to 1), b = 1 + 2^-13 on one column:
+/// a product from operands rounded to bf16 or f16 is off by about k 2^-11 = 2.0, twice the bound,
+/// and one accumulated in f16 (stuck at 2048) or bf16 is off by far more; the device passes. f16
+/// and bf16 operands: their products summed in f32, as kiln promises; an f16 or bf16 accumulator
+/// (stuck at 2048 and 256 for sums of ones) fails the bound.
+fn matmul_precision(dev: &Device) {
+    let (m, k, n) = (2, 4099, 3);
+    for dtype in supported(dev, &[DType::F32, DType::F16, DType::BF16]) {
+        let a_val = if dtype == DType::F32 { 1.0 + 2f64.powi(-11) } else { 1.0 };
+        let va = vec![a_val; m * k];
+        let vb: Vec<f64> =
+            (0..k * n).map(|i| if dtype == DType::F32 && i % n == 0 { 1.0 + 2f64.powi(-13) } else { 1.0 }).collect();
+        let (want, abs) = direct_matmul(&va, &vb, m, k, n);
+        let bounds = dot_bounds(dtype, k, &want, &abs);
+        let ctx = format!("{dtype} precision ({m}, {k}) @ ({k}, {n})");
+        let product = |a: &[f64], b: &[f64], acc: DType| -> Vec<f64> {
+            let mut out = Vec::new();
+            for r in 0..m {
+                for c in 0..n {
+                    let terms = (0..k).map(|p| a[r * k + p] * b[p * n + c]);
+                    out.push(round1(sum_in(terms, acc), dtype));
+                }
+            }
+            out
+        };
+        let mut wrong = vec![("an f16 accumulator", product(&va, &vb, DType::F16))];
+        wrong.push(("a bf16 accumulator", product(&va, &vb, DType::BF16)));
+        if dtype == DType::F32 {
+            for low in [DType::F16, DType::BF16] {
+                let (ra, rb) = (round_to(&va, low), round_to(&vb, low));
+                wrong
+                    .push((if low == DType::F16 { "f16 operands" } else { "bf16 operands" }, product(&ra, &rb, dtype)));
+            }
+        }
+        // The f32-accumulated product itself passes: the controls fail for their precision alone.
+        check_bounded(&product(&va, &vb, DType::F32), &want.data, &bounds).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        for (what, got) in wrong {
+            assert!(check_bounded(&got, &want.data, &bounds).is_err(), "{ctx}: a product with {what} passes");
+        }
+        let got = tensor(&va, &[m, k], dtype, dev).matmul(&tensor(&vb, &[k, n], dtype, dev)).unwrap();
+        assert_bounded(&got, &want, &bounds, &ctx);
+    }
+}
+
 backend_tests!(
+    matmul_precision,
     matmul_bound_catches_wrong,
     matmul_2d,
     matmul_large,

@@ -220,6 +220,101 @@ fn rms_norm_matches_reference(dev: &Device) {
     }
 }
 
+/// Per-element bounds of `rms_norm` (`layer = false`) and `layer_norm` (with bias) of the rows of
+/// `x` (d values each), computed in f32 (f64 for f64) and stored in `dtype`:
+/// - rms_norm: the mean of d squares is off by d u relative, the rsqrt by half of that plus its own 6
+///   ulp, the two products by one rounding each: (d / 2 + 16) u of |y|;
+/// - layer_norm: the mean is off by d u mean|x|, so each centred value c by that plus u|c|; the
+///   variance by 2 mean|c| e_c plus d u (var + mean x^2) (a one-pass E[x^2] - mean^2 included); the
+///   rsqrt by that over 2 (var + eps) plus 6 ulp; y = c s w + b by |w| (e_c s + |c| s e_s) and two
+///   roundings.
+#[allow(clippy::too_many_arguments)]
+fn norm_bounds(
+    x: &[f64],
+    d: usize,
+    w: &[f64],
+    b: &[f64],
+    layer: bool,
+    eps: f64,
+    dtype: DType,
+    want: &[f64],
+) -> Vec<f64> {
+    let u = acc_roundoff(dtype);
+    let df = d as f64;
+    let mut out = Vec::with_capacity(x.len());
+    for (row, wants) in x.chunks(d).zip(want.chunks(d)) {
+        if !layer {
+            out.extend(
+                wants.iter().map(|y| stored_bound(dtype, *y, (df / 2.0 + 16.0) * u * y.abs() + flush_floor(dtype))),
+            );
+            continue;
+        }
+        let mean = row.iter().sum::<f64>() / df;
+        let abs_mean = row.iter().map(|v| v.abs()).sum::<f64>() / df;
+        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / df;
+        let sq_mean = row.iter().map(|v| v * v).sum::<f64>() / df;
+        let e_m = df * u * abs_mean;
+        let c_abs = row.iter().map(|v| (v - mean).abs()).sum::<f64>() / df;
+        let e_var = 2.0 * c_abs * (e_m + u * c_abs) + df * u * (var + sq_mean);
+        let s = 1.0 / (var + eps).sqrt();
+        let e_s = e_var / (2.0 * (var + eps)) + 12.0 * u;
+        for (i, (&v, &y)) in row.iter().zip(wants).enumerate() {
+            let c = v - mean;
+            let e_c = e_m + u * c.abs();
+            let acc =
+                w[i].abs() * (e_c * s + c.abs() * s * e_s) + 2.0 * u * (y.abs() + b[i].abs()) + flush_floor(dtype);
+            out.push(stored_bound(dtype, y, acc));
+        }
+    }
+    out
+}
+
+/// The norms against those bounds, and the bounds catch broken kernels: zeros, a shifted result,
+/// and a normaliser that missed the last quarter of each row (rows of 1000).
+fn norm_bound_catches_wrong(dev: &Device) {
+    let (rows, d, eps) = (3, 1000, 1e-5);
+    for dtype in supported(dev, &FLOATS) {
+        // Rows centred at 3 whose last quarter varies twice as much: a normaliser that missed it
+        // is off by far more than rounding.
+        let raw = values(rows * d, dtype, 25, 2.0);
+        let spread: Vec<f64> =
+            raw.iter().enumerate().map(|(i, v)| 3.0 + if i % d >= 3 * d / 4 { 2.0 * v } else { *v }).collect();
+        let vals = round_to(&spread, dtype);
+        let w = values(d, dtype, 45, 1.0);
+        let b = values(d, dtype, 95, 1.0);
+        let r = RefArray::new(vec![rows, d], vals.clone());
+        // Statistics of the first 3/4 of each row applied to the whole row.
+        let partial = |layer: bool| -> Vec<f64> {
+            (0..rows * d)
+                .map(|i| {
+                    let row = &vals[(i / d) * d..(i / d) * d + 3 * d / 4];
+                    let n = row.len() as f64;
+                    let mean = if layer { row.iter().sum::<f64>() / n } else { 0.0 };
+                    let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / n;
+                    let y = (vals[i] - mean) / (var + eps).sqrt() * w[i % d];
+                    if layer {
+                        y + b[i % d]
+                    } else {
+                        y
+                    }
+                })
+                .collect()
+        };
+        let x = tensor(&vals, &[rows, d], dtype, dev);
+        let (wt, bt) = (tensor(&w, &[d], dtype, dev), tensor(&b, &[d], dtype, dev));
+        let ctx = format!("rms_norm {dtype} ({rows}, {d})");
+        let want = ref_rms(&r, &w, eps);
+        let bound = norm_bounds(&vals, d, &w, &b, false, eps, dtype, &want.data);
+        assert_catches_wrong(&want.data, &bound, &partial(false), &ctx);
+        assert_bounded(&x.rms_norm(&wt, eps).unwrap(), &want, &bound, &ctx);
+        let ctx = format!("layer_norm {dtype} ({rows}, {d})");
+        let want = ref_layer(&r, &w, Some(&b), eps);
+        let bound = norm_bounds(&vals, d, &w, &b, true, eps, dtype, &want.data);
+        assert_catches_wrong(&want.data, &bound, &partial(true), &ctx);
+        assert_bounded(&x.layer_norm(&wt, Some(&bt), eps).unwrap(), &want, &bound, &ctx);
+    }
+}
+
 fn layer_norm_matches_reference(dev: &Device) {
     for dtype in supported(dev, &FLOATS) {
         for (si, shape) in NORM_SHAPES.iter().enumerate() {
@@ -525,6 +620,7 @@ fn softmax_bound_catches_wrong(dev: &Device) {
 }
 
 backend_tests!(
+    norm_bound_catches_wrong,
     softmax_bound_catches_wrong,
     softmax_matches_reference,
     softmax_nan_and_inf_rows,

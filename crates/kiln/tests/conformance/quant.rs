@@ -3,6 +3,7 @@
 //! against an f64 product with the dequantised weight (few-row kernel and the prefill path), and
 //! the errors. Each runs on every backend.
 
+use crate::bounds::assert_catches_wrong;
 use crate::common::{random_values, rng, tensor};
 use half::f16;
 use kiln::quant::{QTensor, QuantType};
@@ -297,6 +298,21 @@ fn qlinear_matches_reference(dev: &Device) {
             let rr = res.to_f64_vec().unwrap();
             let want_r = reference(&xr, &wd, None, m, n, k);
             let got_r = yr.to_f64_vec().unwrap();
+            if dt == DType::F32 && m == 3 {
+                // The tolerance below catches a product that skipped the last block of k (one
+                // quantization block), zeros and a shifted result.
+                let bound: Vec<f64> = (0..m * n)
+                    .map(|o| {
+                        let (i, j) = (o / n, o % n);
+                        let mag: f64 = (0..k).map(|t| (xr[i * k + t] * wd[j * k + t]).abs()).sum();
+                        1e-5 * mag + rel * want[o].abs() + 1e-6
+                    })
+                    .collect();
+                let be = qt.block_elems();
+                let xs: Vec<f64> = xr.iter().enumerate().map(|(i, &v)| if i % k >= k - be { 0.0 } else { v }).collect();
+                let dropped = reference(&xs, &wd, with_bias.then_some(&br[..]), m, n, k);
+                assert_catches_wrong(&want, &bound, &dropped, &format!("{qt} qlinear control (m {m}, n {n}, k {k})"));
+            }
             for i in 0..m {
                 for j in 0..n {
                     let mag: f64 = (0..k).map(|t| (xr[i * k + t] * wd[j * k + t]).abs()).sum();
@@ -396,3 +412,69 @@ crate::backend_tests!(
     quant_errors,
     cat_rows_stacks_blocks
 );
+
+/// A digest of the CPU's few-row quantized products (Q8_0, Q4_0, Q4_1; one and three rows of k =
+/// 4096): the x86 paths (AVX-512, AVX2, scalar) sum in different orders, so their digests differ.
+/// Printed for `cpu_quant_paths_each_run`, which runs this in child processes.
+#[test]
+#[ignore = "run by cpu_quant_paths_each_run in a child process with the ISA forced"]
+fn cpu_quant_digest() {
+    let dev = Device::cpu();
+    let k = 4096;
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for qt in [QuantType::Q8_0, QuantType::Q4_0, QuantType::Q4_1] {
+        let w =
+            QTensor::quantize(&tensor(&random_values(16 * k, DType::F32, 3), &[16, k], DType::F32, &dev), qt).unwrap();
+        for m in [1, 3] {
+            let x = tensor(&random_values(m * k, DType::F32, 4), &[m, k], DType::F32, &dev);
+            for v in x.qlinear(&w, None).unwrap().to_vec::<f32>().unwrap() {
+                h = (h ^ v.to_bits() as u64).wrapping_mul(0x100_0000_01b3);
+            }
+        }
+    }
+    println!("CPU-QUANT-DIGEST {h:016x}");
+}
+
+/// The AVX2 and scalar quantized CPU paths run on any x86 CPU, AVX-512 machines included: this test
+/// reruns the CPU `qlinear` conformance test in child processes with `KILN_CPU_NO_AVX512=1` (AVX2)
+/// and `KILN_CPU_QUANT_SCALAR=1` (scalar), and shows that each setting took its own path: the
+/// digests of the same products differ between paths (a setting that was ignored would repeat the
+/// default's digest).
+#[test]
+fn cpu_quant_paths_each_run() {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected as has;
+        if !(has!("avx2") && has!("fma") && has!("f16c")) {
+            eprintln!("cpu_quant_paths_each_run skipped: no AVX2 on this CPU (only the scalar path exists)");
+            return;
+        }
+        let run = |setting: Option<&str>| -> String {
+            let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+            cmd.args(["quant::qlinear_matches_reference::cpu", "quant::cpu_quant_digest", "--exact"])
+                .args(["--include-ignored", "--nocapture", "--test-threads=1"])
+                .env_remove("KILN_CPU_NO_AVX512")
+                .env_remove("KILN_CPU_QUANT_SCALAR");
+            if let Some(var) = setting {
+                cmd.env(var, "1");
+            }
+            let out = cmd.output().unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && stdout.contains("2 passed"),
+                "{setting:?}: the child run failed:\n{stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            // libtest prints the test's name on the same line before the captured output.
+            let at = stdout.find("CPU-QUANT-DIGEST ").expect("no digest printed") + "CPU-QUANT-DIGEST ".len();
+            stdout[at..at + 16].to_string()
+        };
+        let (default, avx2, scalar) = (run(None), run(Some("KILN_CPU_NO_AVX512")), run(Some("KILN_CPU_QUANT_SCALAR")));
+        assert_ne!(avx2, scalar, "KILN_CPU_QUANT_SCALAR=1 gave the AVX2 path's digest: the scalar path did not run");
+        if has!("avx512f") {
+            assert_ne!(default, avx2, "KILN_CPU_NO_AVX512=1 gave the AVX-512 path's digest: AVX2 did not run");
+        } else {
+            assert_eq!(default, avx2, "without AVX-512 the default is the AVX2 path");
+        }
+    }
+}

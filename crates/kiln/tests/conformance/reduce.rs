@@ -529,22 +529,40 @@ fn cumsum(dev: &Device) {
                     let ctx = format!("{dtype} {shape:?} {kind:?} axis {axis}");
                     let c = x.cumsum(axis as isize - shape.len() as isize).unwrap();
                     assert_eq!(c.dtype(), if dtype.is_float() { dtype } else { DType::I64 }, "{ctx}");
-                    let mut expected = rx.clone();
-                    for i in 0..n {
-                        let idx = rx.unravel(i);
-                        if idx[axis] > 0 {
-                            let mut prev = idx.clone();
-                            prev[axis] -= 1;
-                            expected.data[i] += expected.get(&prev);
-                        }
-                    }
-                    assert_close(&c, &expected, (shape[axis] as f64).sqrt(), &ctx);
+                    let expected = ref_cumsum(&rx, axis);
+                    let bound = cumsum_bounds(&rx, axis, dtype, &expected);
+                    assert_bounded(&c, &expected, &bound, &ctx);
                 }
             }
         }
     }
     let e = Tensor::zeros((0, 3), DType::F32, dev).unwrap().cumsum(0).unwrap();
     assert_eq!(e.dims(), &[0, 3]);
+}
+
+/// Per-element bounds of the prefix sums of `rx` along `axis`: element j is a sum of j + 1 terms
+/// accumulated in f32 (f64 for f64), then stored in `dtype` (`bounds::sum_bound`); exact for
+/// integers.
+fn cumsum_bounds(rx: &RefArray, axis: usize, dtype: DType, want: &RefArray) -> Vec<f64> {
+    let abs = ref_cumsum(&rx.map(f64::abs), axis);
+    (0..rx.data.len()).map(|i| sum_bound(dtype, rx.unravel(i)[axis] + 1, abs.data[i], want.data[i])).collect()
+}
+
+/// The cumsum bound catches broken scans: zeros, a shifted result, and prefix sums that missed the
+/// first 64 values of the row (a dropped block), on rows of 2100.
+fn cumsum_bound_catches_wrong(dev: &Device) {
+    for dtype in supported(dev, &[DType::F32, DType::F64, DType::F16, DType::BF16]) {
+        let (rows, d) = (3, 2100);
+        let vals = round_to(&random_values(rows * d, dtype, 77), dtype);
+        let rx = RefArray::new(vec![rows, d], vals.clone());
+        let want = ref_cumsum(&rx, 1);
+        let bound = cumsum_bounds(&rx, 1, dtype, &want);
+        let skipped: Vec<f64> = vals.iter().enumerate().map(|(i, &v)| if i % d < 64 { 0.0 } else { v }).collect();
+        let dropped = ref_cumsum(&RefArray::new(vec![rows, d], skipped), 1);
+        let ctx = format!("cumsum {dtype} ({rows}, {d})");
+        assert_catches_wrong(&want.data, &bound, &dropped.data, &ctx);
+        assert_bounded(&tensor(&vals, &[rows, d], dtype, dev).cumsum(1).unwrap(), &want, &bound, &ctx);
+    }
 }
 
 /// Reference inclusive prefix sums of `rx` along `axis`.
@@ -708,6 +726,7 @@ backend_tests!(
     argmax_argmin,
     mean_var_std,
     cumsum,
+    cumsum_bound_catches_wrong,
     empty_reductions,
     reduce_errors
 );

@@ -5,6 +5,7 @@
 //! measured error is the kernel's: two products and a sum in f32, one output rounding (factor 4).
 
 use crate::backend_tests;
+use crate::bounds::{assert_catches_wrong, check_bounded};
 use crate::common::*;
 use kiln::{composed, DType, Device, RopeLayout, Tensor};
 
@@ -57,6 +58,27 @@ fn rope_matches_reference(dev: &Device) {
             for offset in [0, 5, 1000] {
                 let (c, s) = ref_tables(t, d, offset, 10000.0);
                 let (c, s) = (round_to(&c, dtype), round_to(&s, dtype));
+                if t * d >= 64 {
+                    // The tolerance catches wrong rotations: the angles of the next position (a
+                    // shifted index) and the first quarter of each row's pairs (the fast-turning
+                    // ones) left unrotated (a dropped block), as well as zeros and a shifted result.
+                    for layout in LAYOUTS {
+                        let want = ref_rope(&r, &c, &s, layout).data;
+                        let bound = tol_bounds(&want, dtype, 4.0);
+                        let (c1, s1) = ref_tables(t, d, offset + 1, 10000.0);
+                        let next = ref_rope(&r, &round_to(&c1, dtype), &round_to(&s1, dtype), layout).data;
+                        let ctx = format!("rope control {dtype} {shape:?} offset {offset} {layout:?}");
+                        assert!(check_bounded(&next, &want, &bound).is_err(), "{ctx}: the next position's angles pass");
+                        let (mut c2, mut s2) = (c.clone(), s.clone());
+                        for (i, (cv, sv)) in c2.iter_mut().zip(s2.iter_mut()).enumerate() {
+                            if i % (d / 2) < (d / 8).max(1) {
+                                (*cv, *sv) = (1.0, 0.0);
+                            }
+                        }
+                        let dropped = ref_rope(&r, &c2, &s2, layout).data;
+                        assert_catches_wrong(&want, &bound, &dropped, &ctx);
+                    }
+                }
                 for kind in ALL_LAYOUTS {
                     let x = tensor_in(&vals, shape, dtype, kind, dev);
                     for layout in LAYOUTS {

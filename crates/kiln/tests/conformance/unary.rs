@@ -23,8 +23,15 @@ fn is_exact(op: UnaryOp) -> bool {
 }
 
 /// Error budget of `op` at input `x` for f32 compute: (ulps of the result, absolute term).
+///
+/// The terms that grow with |x| stop growing at |x| = 104: beyond it f32's `exp` is 0 or inf (or a
+/// subnormal a GPU may flush), so every op below returns its limit (x, 0, 1 or 0 * x) with no error
+/// from the exponential left to grow; an infinite input gets the budget of x = 0 (its result is the
+/// limit, exact up to the op's own rounding). Without the cap, exp(+inf) and sigmoid(+-inf) had an
+/// infinite budget and accepted any finite answer.
 fn budget(op: UnaryOp, x: f64) -> (f64, f64) {
     use UnaryOp::*;
+    let x = if x.is_finite() { x.clamp(-104.0, 104.0) } else { 0.0 };
     let a = x.abs();
     match op {
         // WGSL: sqrt 2.5 ulp (inherited from 1 / inverseSqrt), division 2.5 ulp.
@@ -233,27 +240,73 @@ fn check_float(op: UnaryOp, x: &Tensor, vals: &[f64], ctx: &str) {
     let mut bad = Vec::new();
     for (i, (&x, &gv)) in vals.iter().zip(&g).enumerate() {
         let (want, stored) = (wants[i], stored_all[i]);
-        let ok = if want.is_nan() || gv.is_nan() {
-            want.is_nan() && gv.is_nan()
-        } else if is_exact(op) {
-            // Exact ops: the rounded reference (or a flushed subnormal) with its sign of zero (not
-            // for clamp to a bound of 0, where max(-0, 0) may be either zero).
-            let zero_bound = matches!(op, UnaryOp::Clamp { min, max } if min == 0.0 || max == 0.0);
-            (gv == stored && (stored != 0.0 || zero_bound || gv.is_sign_negative() == stored.is_sign_negative()))
-                || (gv == 0.0 && bound(op, x, want, dtype) > 0.0)
-        } else if stored.is_infinite() || gv.is_infinite() {
-            // Overflow in the output dtype: the one-ulp budget allows the finite neighbour of the
-            // largest value to round either way.
-            gv == stored || (gv.is_finite() && (gv - want).abs() <= bound(op, x, want, dtype))
-        } else {
-            let zero_sign_ok = !(x == 0.0 && want == 0.0) || gv.is_sign_negative() == want.is_sign_negative();
-            (gv - want).abs() <= bound(op, x, want, dtype) && zero_sign_ok
-        };
+        let ok = accepts(op, x, want, stored, gv, dtype);
         if !ok && bad.len() < 6 {
             bad.push(format!("x = {x:e}: got {gv:e}, expected {want:e} (stored {stored:e})"));
         }
     }
     assert!(bad.is_empty(), "{ctx}: {}", bad.join("; "));
+}
+
+/// Whether `gv` is an acceptable result of float `op` at input `x` in `dtype`, where `want` is the f64
+/// reference and `stored` that reference rounded to `dtype`. A non-finite reference must be matched
+/// exactly (NaN by NaN, an infinity by the same infinity).
+fn accepts(op: UnaryOp, x: f64, want: f64, stored: f64, gv: f64, dtype: DType) -> bool {
+    if want.is_nan() || gv.is_nan() {
+        want.is_nan() && gv.is_nan()
+    } else if is_exact(op) {
+        // Exact ops: the rounded reference (or a flushed subnormal) with its sign of zero (not
+        // for clamp to a bound of 0, where max(-0, 0) may be either zero).
+        let zero_bound = matches!(op, UnaryOp::Clamp { min, max } if min == 0.0 || max == 0.0);
+        (gv == stored && (stored != 0.0 || zero_bound || gv.is_sign_negative() == stored.is_sign_negative()))
+            || (gv == 0.0 && bound(op, x, want, dtype) > 0.0)
+    } else if want.is_infinite() {
+        gv == want
+    } else if stored.is_infinite() || gv.is_infinite() {
+        // Overflow in the output dtype of a finite reference: the one-ulp budget allows the finite
+        // neighbour of the largest value to round either way.
+        gv == stored || (gv.is_finite() && (gv - want).abs() <= bound(op, x, want, dtype))
+    } else {
+        let zero_sign_ok = !(x == 0.0 && want == 0.0) || gv.is_sign_negative() == want.is_sign_negative();
+        (gv - want).abs() <= bound(op, x, want, dtype) && zero_sign_ok
+    }
+}
+
+/// The check rejects wrong answers at the specials and at large |x|, where the old budget grew
+/// without limit: a finite exp(+inf), any other sigmoid(+-inf) than 1 and 0, the wrong infinity, a
+/// zero for exp(1), a sigmoid(1e5) of 0.5.
+#[test]
+fn accepts_rejects_wrong_specials() {
+    use UnaryOp::*;
+    let inf = f64::INFINITY;
+    for dt in [DType::F32, DType::F16, DType::BF16] {
+        let ok = |op, x: f64, gv: f64| {
+            let x = round_to(&[x], dt)[0];
+            let want = reference(op, x);
+            accepts(op, x, want, round_to(&[want], dt)[0], gv, dt)
+        };
+        assert!(ok(Exp, inf, inf) && ok(Exp, -inf, 0.0) && ok(Sigmoid, inf, 1.0) && ok(Sigmoid, -inf, 0.0));
+        assert!(ok(Exp, 1.0, round_to(&[1f64.exp()], dt)[0]), "{dt}");
+        for (op, x, gv) in [
+            (Exp, inf, 3e38),
+            (Exp, inf, 0.0),
+            (Exp, inf, -inf),
+            (Exp, -inf, 1.0),
+            (Exp, 1.0, 0.0),
+            (Sigmoid, inf, 0.5),
+            (Sigmoid, inf, 0.0),
+            (Sigmoid, -inf, 0.5),
+            (Sigmoid, -inf, 1.0),
+            (Sigmoid, 1e5, 0.5),
+            (Silu, inf, 1e30),
+            (Silu, -inf, -1.0),
+            (Tanh, inf, 0.5),
+            (GeluErf, -inf, -1.0),
+            (Log, 0.0, 0.0),
+        ] {
+            assert!(!ok(op, x, gv), "{dt}: {op:?}({x}) = {gv} accepted");
+        }
+    }
 }
 
 /// Checks one integer-keeping op exactly.

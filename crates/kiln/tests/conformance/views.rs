@@ -8,7 +8,7 @@ use crate::common::*;
 use crate::index::payload;
 use kiln::{DType, Device, Shape, Tensor};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestRunner};
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
 const SHAPES: [&[usize]; 7] = [&[2, 3, 4], &[5], &[3, 1, 4], &[0, 3], &[1], &[4, 6], &[]];
 
@@ -379,6 +379,42 @@ pub(crate) fn reference_cast(v: f64, to: DType) -> f64 {
 // ---------------------------------------------------------------------------------------------------
 // Property tests.
 
+/// The runner of a property test and its seed: `KILN_PROPTEST_SEED` if set, else a fixed seed in CI
+/// (`CI=true`: every run draws the same cases, so a red run reproduces and a green one is not luck),
+/// else a fresh one. A failure names the seed (see `prop_check`).
+fn prop_runner(cases: u32) -> (TestRunner, u64) {
+    let seed = match std::env::var("KILN_PROPTEST_SEED") {
+        Ok(s) => s.parse().expect("KILN_PROPTEST_SEED must be a u64"),
+        Err(_) if std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1") => 0x6b69_6c6e,
+        Err(_) => std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64,
+    };
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &bytes);
+    (TestRunner::new_with_rng(Config::with_cases(cases), rng), seed)
+}
+
+/// Panics with the failure and the seed that replays it.
+fn prop_check<T: std::fmt::Debug>(seed: u64, r: std::result::Result<(), proptest::test_runner::TestError<T>>) {
+    if let Err(e) = r {
+        panic!("{e}\nproptest seed {seed}: KILN_PROPTEST_SEED={seed} replays this run");
+    }
+}
+
+/// The same seed gives the same cases (what makes the CI runs repeatable).
+#[test]
+fn prop_runner_is_seeded() {
+    use proptest::strategy::ValueTree;
+    let draw = |seed: u64| {
+        let mut bytes = [0u8; 32];
+        bytes[..8].copy_from_slice(&seed.to_le_bytes());
+        let mut runner = TestRunner::new_with_rng(Config::default(), TestRng::from_seed(RngAlgorithm::ChaCha, &bytes));
+        (0..8).map(|_| view_strategy().new_tree(&mut runner).unwrap().current()).collect::<Vec<_>>()
+    };
+    assert_eq!(draw(7), draw(7));
+    assert_ne!(draw(7), draw(8));
+}
+
 const PROP_DTYPES: [DType; 6] = [DType::U8, DType::F32, DType::F16, DType::I32, DType::I64, DType::U32];
 
 /// A random strided view: (base shape, permutation, per-axis (start, stop, step) slices, dtype index,
@@ -428,50 +464,48 @@ fn build_view(
 }
 
 fn prop_random_views_read_correctly(dev: &Device) {
-    let mut runner = TestRunner::new(Config::with_cases(300));
-    runner
-        .run(&view_strategy(), |(shape, perm, slices, di, ki)| {
-            let (view, expected) = build_view(dev, &shape, &perm, &slices, PROP_DTYPES[di], ALL_LAYOUTS[ki]);
-            prop_assert_eq!(view.dims(), expected.shape.as_slice());
-            prop_assert_eq!(view.to_f64_vec().unwrap(), expected.data.clone());
-            // A contiguous copy reads the same and owns its storage.
-            let c = view.contiguous().unwrap();
-            prop_assert_eq!(c.to_f64_vec().unwrap(), expected.data);
-            prop_assert!(c.is_contiguous());
-            Ok(())
-        })
-        .unwrap();
+    let (mut runner, seed) = prop_runner(300);
+    let result = runner.run(&view_strategy(), |(shape, perm, slices, di, ki)| {
+        let (view, expected) = build_view(dev, &shape, &perm, &slices, PROP_DTYPES[di], ALL_LAYOUTS[ki]);
+        prop_assert_eq!(view.dims(), expected.shape.as_slice());
+        prop_assert_eq!(view.to_f64_vec().unwrap(), expected.data.clone());
+        // A contiguous copy reads the same and owns its storage.
+        let c = view.contiguous().unwrap();
+        prop_assert_eq!(c.to_f64_vec().unwrap(), expected.data);
+        prop_assert!(c.is_contiguous());
+        Ok(())
+    });
+    prop_check(seed, result);
 }
 
 fn prop_reshape_of_views_keeps_row_major_order(dev: &Device) {
-    let mut runner = TestRunner::new(Config::with_cases(300));
-    runner
-        .run(&view_strategy(), |(shape, perm, slices, di, ki)| {
-            let (view, expected) = build_view(dev, &shape, &perm, &slices, PROP_DTYPES[di], ALL_LAYOUTS[ki]);
-            let dims = view.dims().to_vec();
-            let n = view.elem_count();
-            let mut targets = vec![vec![n], dims.iter().rev().copied().collect::<Vec<_>>(), vec![1, n, 1]];
-            if dims.len() >= 2 {
-                let mut merged = vec![dims[0] * dims[1]];
-                merged.extend(&dims[2..]);
-                targets.push(merged);
-                let mut split = dims.clone();
-                split.insert(1, 1);
-                targets.push(split);
+    let (mut runner, seed) = prop_runner(300);
+    let result = runner.run(&view_strategy(), |(shape, perm, slices, di, ki)| {
+        let (view, expected) = build_view(dev, &shape, &perm, &slices, PROP_DTYPES[di], ALL_LAYOUTS[ki]);
+        let dims = view.dims().to_vec();
+        let n = view.elem_count();
+        let mut targets = vec![vec![n], dims.iter().rev().copied().collect::<Vec<_>>(), vec![1, n, 1]];
+        if dims.len() >= 2 {
+            let mut merged = vec![dims[0] * dims[1]];
+            merged.extend(&dims[2..]);
+            targets.push(merged);
+            let mut split = dims.clone();
+            split.insert(1, 1);
+            targets.push(split);
+        }
+        for target in targets {
+            let got = view.reshape(target.clone()).unwrap();
+            prop_assert_eq!(got.dims(), target.as_slice());
+            prop_assert_eq!(got.to_f64_vec().unwrap(), expected.data.clone());
+            let viewable = view.layout().reshape(&Shape::new(target.clone())).is_some();
+            prop_assert_eq!(got.shares_storage_with(&view), viewable, "target {:?}", target);
+            if view.is_contiguous() {
+                prop_assert!(viewable);
             }
-            for target in targets {
-                let got = view.reshape(target.clone()).unwrap();
-                prop_assert_eq!(got.dims(), target.as_slice());
-                prop_assert_eq!(got.to_f64_vec().unwrap(), expected.data.clone());
-                let viewable = view.layout().reshape(&Shape::new(target.clone())).is_some();
-                prop_assert_eq!(got.shares_storage_with(&view), viewable, "target {:?}", target);
-                if view.is_contiguous() {
-                    prop_assert!(viewable);
-                }
-            }
-            Ok(())
-        })
-        .unwrap();
+        }
+        Ok(())
+    });
+    prop_check(seed, result);
 }
 
 /// NumPy's broadcast of two shapes, or `None`.
@@ -492,60 +526,56 @@ fn ref_broadcast(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
 
 fn prop_broadcast_shapes(dev: &Device) {
     let shape = || prop::collection::vec(0usize..4, 0..=4);
-    let mut runner = TestRunner::new(Config::with_cases(500));
-    runner
-        .run(&(shape(), shape(), 0..PROP_DTYPES.len()), |(a, b, di)| {
-            let (sa, sb) = (Shape::new(a.clone()), Shape::new(b.clone()));
-            let ab = Shape::broadcast("prop", &sa, &sb);
-            let ba = Shape::broadcast("prop", &sb, &sa);
-            match ref_broadcast(&a, &b) {
-                Some(expected) => {
-                    prop_assert_eq!(ab.clone().unwrap().dims().to_vec(), expected.clone());
-                    prop_assert_eq!(ba.unwrap().dims().to_vec(), expected.clone());
-                    // Both operands broadcast to it as views that read like the reference.
-                    for s in [&a, &b] {
-                        let n: usize = s.iter().product();
-                        let vals: Vec<f64> = (0..n).map(|i| i as f64).collect();
-                        let t = tensor(&vals, s, PROP_DTYPES[di], dev);
-                        let v = t.broadcast_to(expected.clone()).unwrap();
-                        prop_assert!(v.shares_storage_with(&t));
-                        let r = RefArray::new(s.clone(), vals);
-                        let want = ref_view(&r, &expected, |i| {
-                            let lead = i.len() - s.len();
-                            s.iter().enumerate().map(|(k, &d)| if d == 1 { 0 } else { i[lead + k] }).collect()
-                        });
-                        prop_assert_eq!(v.to_f64_vec().unwrap(), want.data);
-                    }
-                }
-                None => {
-                    prop_assert!(ab.is_err() && ba.is_err());
-                    let msg = ab.unwrap_err().to_string();
-                    prop_assert!(
-                        msg.contains("prop") && msg.contains(&sa.to_string()) && msg.contains(&sb.to_string())
-                    );
+    let (mut runner, seed) = prop_runner(500);
+    let result = runner.run(&(shape(), shape(), 0..PROP_DTYPES.len()), |(a, b, di)| {
+        let (sa, sb) = (Shape::new(a.clone()), Shape::new(b.clone()));
+        let ab = Shape::broadcast("prop", &sa, &sb);
+        let ba = Shape::broadcast("prop", &sb, &sa);
+        match ref_broadcast(&a, &b) {
+            Some(expected) => {
+                prop_assert_eq!(ab.clone().unwrap().dims().to_vec(), expected.clone());
+                prop_assert_eq!(ba.unwrap().dims().to_vec(), expected.clone());
+                // Both operands broadcast to it as views that read like the reference.
+                for s in [&a, &b] {
+                    let n: usize = s.iter().product();
+                    let vals: Vec<f64> = (0..n).map(|i| i as f64).collect();
+                    let t = tensor(&vals, s, PROP_DTYPES[di], dev);
+                    let v = t.broadcast_to(expected.clone()).unwrap();
+                    prop_assert!(v.shares_storage_with(&t));
+                    let r = RefArray::new(s.clone(), vals);
+                    let want = ref_view(&r, &expected, |i| {
+                        let lead = i.len() - s.len();
+                        s.iter().enumerate().map(|(k, &d)| if d == 1 { 0 } else { i[lead + k] }).collect()
+                    });
+                    prop_assert_eq!(v.to_f64_vec().unwrap(), want.data);
                 }
             }
-            Ok(())
-        })
-        .unwrap();
+            None => {
+                prop_assert!(ab.is_err() && ba.is_err());
+                let msg = ab.unwrap_err().to_string();
+                prop_assert!(msg.contains("prop") && msg.contains(&sa.to_string()) && msg.contains(&sb.to_string()));
+            }
+        }
+        Ok(())
+    });
+    prop_check(seed, result);
 }
 
 fn prop_squeeze_unsqueeze_roundtrip(dev: &Device) {
-    let mut runner = TestRunner::new(Config::with_cases(200));
-    runner
-        .run(&(view_strategy(), 0usize..5), |((shape, perm, slices, di, ki), pos)| {
-            let (view, expected) = build_view(dev, &shape, &perm, &slices, PROP_DTYPES[di], ALL_LAYOUTS[ki]);
-            let pos = pos.min(view.rank());
-            let u = view.unsqueeze(pos as isize).unwrap();
-            prop_assert_eq!(u.to_f64_vec().unwrap(), expected.data.clone());
-            prop_assert_eq!(u.squeeze(pos as isize).unwrap().dims().to_vec(), view.dims().to_vec());
-            let sq = u.squeeze_all().unwrap();
-            let kept: Vec<usize> = view.dims().iter().copied().filter(|&d| d != 1).collect();
-            prop_assert_eq!(sq.dims(), kept.as_slice());
-            prop_assert_eq!(sq.to_f64_vec().unwrap(), expected.data);
-            Ok(())
-        })
-        .unwrap();
+    let (mut runner, seed) = prop_runner(200);
+    let result = runner.run(&(view_strategy(), 0usize..5), |((shape, perm, slices, di, ki), pos)| {
+        let (view, expected) = build_view(dev, &shape, &perm, &slices, PROP_DTYPES[di], ALL_LAYOUTS[ki]);
+        let pos = pos.min(view.rank());
+        let u = view.unsqueeze(pos as isize).unwrap();
+        prop_assert_eq!(u.to_f64_vec().unwrap(), expected.data.clone());
+        prop_assert_eq!(u.squeeze(pos as isize).unwrap().dims().to_vec(), view.dims().to_vec());
+        let sq = u.squeeze_all().unwrap();
+        let kept: Vec<usize> = view.dims().iter().copied().filter(|&d| d != 1).collect();
+        prop_assert_eq!(sq.dims(), kept.as_slice());
+        prop_assert_eq!(sq.to_f64_vec().unwrap(), expected.data);
+        Ok(())
+    });
+    prop_check(seed, result);
 }
 
 backend_tests!(

@@ -126,9 +126,10 @@ const SPECIAL_VALUES: [f64; 8] = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 1e
 /// of 1e38) or in the subnormals a GPU may flush.
 const NONFINITE_VALUES: [f64; 6] = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 65504.0, -65504.0];
 
-/// Mismatches known in `Mode::NonFinite` only, owned by another change: issue 21's pow special cases
-/// (`(-inf)^y` and `(-1)^+-inf` give NaN on the GPU). Remove once that fix is merged.
-pub const KNOWN_NONFINITE_MISMATCHES: &[&str] = &["binary:Pow", "binary_scalar:Pow"];
+/// Mismatches known in the non-finite modes only, owned by another change. Empty: issue 21's pow
+/// special cases (`(-inf)^y` and `(-1)^+-inf`, once NaN on the GPU) are fixed, so every pow
+/// mismatch is asserted again.
+pub const KNOWN_NONFINITE_MISMATCHES: &[&str] = &[];
 
 /// Whether `f` is a known mismatch in `mode` (counted and printed, not asserted).
 pub fn is_known(f: &Finding, mode: Mode) -> bool {
