@@ -533,51 +533,86 @@ impl Model {
                 self.max_context
             )));
         }
-        if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= self.config.vocab_size) {
-            return Err(LlmError::Arg(format!(
-                "token id {bad} is outside the vocabulary ({})",
-                self.config.vocab_size
-            )));
-        }
-        let cfg = &self.config;
-        let (hd, nh, nkv) = (cfg.head_dim, cfg.num_heads, cfg.num_kv_heads);
+        self.check_vocabulary(tokens)?;
         let ids: Vec<i64> = tokens.iter().map(|&x| x as i64).collect();
         let ids = Tensor::from_vec(ids, t, &self.device)?;
-        let mut x = self.embed_tokens(&ids)?; // (t, hidden)
+        let x = self.embed_tokens(&ids)?; // (t, hidden)
         let (cos, sin) = self.rope.rows(offset, t)?;
+        // The fused path takes the kernels with the norm in their prologue at every length.
         let fused = self.fused_path();
-        for (l, (layer, kv)) in self.layers.iter().zip(cache.layers.iter_mut()).enumerate() {
-            let eps = cfg.rms_norm_eps;
-            if !fused {
-                let (q, k, v) = self.qkv_heads(layer, &x.rms_norm(&layer.attn_norm, eps)?, &cos, &sin)?;
-                let (k, v) = kv.append(&k, &v)?;
-                let att = self.attend(l, &q, &k, &v)?.transpose(1, 2)?.reshape((t, nh * hd))?;
-                x = self.attn_residual(layer, &att, &x)?;
-                x = self.mlp_residual(layer, &x)?;
-                continue;
-            }
-            let (q, k, v) = match &layer.qkv {
-                // Stacked: the norm in the product's kernel, rope and the cache append in one more.
-                Fused::One(lin) => {
-                    kv.append_rope(&lin.forward_norm(&x, &layer.attn_norm, eps)?, nh, nkv, &cos, &sin)?
-                }
-                Fused::Apart(_) => {
-                    let (q, k, v) = self.qkv_heads(layer, &x.rms_norm(&layer.attn_norm, eps)?, &cos, &sin)?;
-                    let (k, v) = kv.append(&k, &v)?;
-                    (q, k, v)
-                }
-            };
-            let att = q.sdpa(&k, &v, true, None)?; // (1, nh, t, hd)
-            let att = att.transpose(1, 2)?.reshape((t, nh * hd))?;
-            x = layer.o.forward_add(&att, &x)?;
-            x = match &layer.gate_up {
-                // Stacked: the norm in the gate/up kernel, silu_mul and the residual in the down one.
-                Fused::One(lin) => layer.down.forward_silu_add(&lin.forward_norm(&x, &layer.mlp_norm, eps)?, &x)?,
-                Fused::Apart(_) => self.mlp_residual(layer, &x)?,
-            };
-        }
+        let x = self.decoder(x, fused, |l, layer, x| {
+            let kv = cache.layers.get_mut(l).ok_or_else(|| LlmError::Arg(format!("cache has no layer {l}")))?;
+            self.attention_cached(l, layer, x, kv, (&cos, &sin), fused)
+        })?;
         let x = if all_logits { x } else { x.narrow(0, t - 1, 1)? };
         self.logits(&x)
+    }
+
+    /// An error naming the first token id outside the vocabulary.
+    fn check_vocabulary(&self, tokens: &[u32]) -> Result<()> {
+        match tokens.iter().find(|&&id| id as usize >= self.config.vocab_size) {
+            None => Ok(()),
+            Some(&bad) => {
+                Err(LlmError::Arg(format!("token id {bad} is outside the vocabulary ({})", self.config.vocab_size)))
+            }
+        }
+    }
+
+    /// The decoder layers over the hidden states `x` `(rows, hidden)`, the one layer loop of
+    /// [`Model::forward`] and [`Model::forward_batch`]: each layer's attention block (the caller's
+    /// `attention`: projections, KV store and attention of layer `l` over `x`, giving `(rows, heads *
+    /// head_dim)`), its residual, then the MLP block. `fuse`: the MLP norm runs in the stacked
+    /// gate/up kernel.
+    fn decoder(
+        &self,
+        mut x: Tensor,
+        fuse: bool,
+        mut attention: impl FnMut(usize, &Layer, &Tensor) -> Result<Tensor>,
+    ) -> Result<Tensor> {
+        for (l, layer) in self.layers.iter().enumerate() {
+            let att = attention(l, layer, &x)?;
+            x = self.attn_residual(layer, &att, &x)?;
+            x = self.mlp_block(layer, &x, fuse)?;
+        }
+        Ok(x)
+    }
+
+    /// Layer `l`'s attention block over one sequence's rows `x` `(t, hidden)` with its contiguous
+    /// cache `kv` and the rows' rope tables `(cos, sin)`: `(t, heads * head_dim)`. On the fused path a
+    /// stacked q/k/v takes the norm in the product's kernel and rope plus the cache append in one more.
+    fn attention_cached(
+        &self,
+        l: usize,
+        layer: &Layer,
+        x: &Tensor,
+        kv: &mut KvCache,
+        (cos, sin): (&Tensor, &Tensor),
+        fused: bool,
+    ) -> Result<Tensor> {
+        let cfg = &self.config;
+        let (t, hd, nh, nkv, eps) = (x.dims()[0], cfg.head_dim, cfg.num_heads, cfg.num_kv_heads, cfg.rms_norm_eps);
+        let (q, k, v) = match &layer.qkv {
+            Fused::One(lin) if fused => {
+                kv.append_rope(&lin.forward_norm(x, &layer.attn_norm, eps)?, nh, nkv, cos, sin)?
+            }
+            _ => {
+                let (q, k, v) = self.qkv_heads(layer, &x.rms_norm(&layer.attn_norm, eps)?, cos, sin)?;
+                let (k, v) = kv.append(&k, &v)?;
+                (q, k, v)
+            }
+        };
+        Ok(self.attend(l, &q, &k, &v)?.transpose(1, 2)?.reshape((t, nh * hd))?)
+    }
+
+    /// The MLP block with its residual: `x + down(act(gate(h)) * up(h))`. With `fuse` and a stacked
+    /// gate/up, the norm runs in the gate/up kernel and silu_mul plus the residual in the down one.
+    fn mlp_block(&self, layer: &Layer, x: &Tensor, fuse: bool) -> Result<Tensor> {
+        match &layer.gate_up {
+            Fused::One(lin) if fuse => {
+                layer.down.forward_silu_add(&lin.forward_norm(x, &layer.mlp_norm, self.config.rms_norm_eps)?, x)
+            }
+            _ => self.mlp_residual(layer, x),
+        }
     }
 
     /// Whether every layer is plain Llama (RMSNorm, SwiGLU, `sdpa`): the fused kernels of

@@ -14,7 +14,7 @@
 //! GPU's time shows apart from the host's recording (`forward`) and the transfers (`readback`);
 //! `KILN_SERVE_PROFILE=steps` does that and prints one line per step (rows, phases, compiles).
 
-use crate::metrics::{Metrics, ProfileSnapshot, StepPhase};
+use crate::metrics::{Metrics, ProfileSnapshot, StepPhase, StepProfile};
 use kiln::Tensor;
 use kiln_llm::paged::{PagedPool, PagedSeq};
 use kiln_llm::{BatchSeq, Model, Sampler, SamplingParams, SeqKv};
@@ -431,25 +431,41 @@ impl Worker {
     }
 
     /// One forward pass over the batch; sends each finished prompt's or decode step's next token.
+    /// The phases, each timed into the profile: build the batch, forward, (sync,) read back, sample,
+    /// bookkeeping.
     fn step(&mut self, active: &mut Vec<Seq>) -> kiln_llm::Result<()> {
         let metrics = self.metrics.clone();
-        let prof = &metrics.profile;
         let device = self.model.device().clone();
-        let (counters, compiled) = (device.gpu_counters(), device.compiled_kernels());
-        let started = Instant::now();
-        let mut clock = started;
-        let mut laps = [Duration::ZERO; StepPhase::ALL.len()];
-        let mut lap = |phase: StepPhase| {
-            let now = Instant::now();
-            prof.add(phase, now - clock);
-            laps[phase as usize] += now - clock;
-            clock = now;
-        };
-        // What each sequence feeds this step: every decode token, and prompt chunks in arrival
-        // order while the step's prompt budget lasts (prompts that arrive together share a step).
+        let before =
+            StepStart { counters: device.gpu_counters(), compiled: device.compiled_kernels(), at: Instant::now() };
+        let mut laps = Laps { prof: &metrics.profile, clock: before.at, laps: [Duration::ZERO; StepPhase::ALL.len()] };
+        let (feeds, cut) = self.feeds(active);
+        let (mut batch, rows, counts) = batch_of(active, &feeds);
+        laps.lap(StepPhase::Build);
+        let logits = self.model.forward_batch(&mut batch)?;
+        drop(batch);
+        laps.lap(StepPhase::Forward);
+        if self.sync {
+            device.synchronize()?;
+            laps.lap(StepPhase::Gpu);
+        }
+        let next = next_tokens(&logits, active, &feeds, &rows, &mut laps)?;
+        metrics.steps_total.fetch_add(1, Ordering::Relaxed);
+        metrics.batch_rows_total.fetch_add(rows.len() as u64, Ordering::Relaxed);
+        metrics.last_batch.store(rows.len() as u64, Ordering::Relaxed);
+        self.deliver(active, &feeds, &next);
+        laps.lap(StepPhase::Bookkeeping);
+        self.record(&before, &laps.laps, &feeds, counts, cut);
+        Ok(())
+    }
+
+    /// What each sequence feeds this step: every decode token, and prompt chunks in arrival order
+    /// while the step's prompt budget lasts (prompts that arrive together share a step). Also
+    /// whether the budget cut a prompt short.
+    fn feeds(&self, active: &[Seq]) -> (Vec<Feed>, bool) {
         let mut budget = self.opts.prefill_chunk;
         let mut cut = false;
-        let feeds: Vec<Feed> = active
+        let feeds = active
             .iter()
             .map(|s| {
                 let left = s.req.prompt.len() - s.fed;
@@ -466,67 +482,13 @@ impl Worker {
                 }
             })
             .collect();
-        let mut rows = Vec::new(); // index into `active` of each logits row
-        let (mut decode_rows, mut prefill_rows, mut prefill_tokens) = (0u64, 0u64, 0u64);
-        let mut batch = Vec::with_capacity(active.len());
-        for (i, (s, feed)) in active.iter_mut().zip(&feeds).enumerate() {
-            let Seq { req, kv, out, .. } = s;
-            let tokens: &[u32] = match *feed {
-                Feed::Wait => continue,
-                Feed::Prompt(a, b) => {
-                    prefill_rows += 1;
-                    prefill_tokens += (b - a) as u64;
-                    &req.prompt[a..b]
-                }
-                Feed::Decode => {
-                    decode_rows += 1;
-                    std::slice::from_ref(out.last().expect("a sequence past its prompt has a token"))
-                }
-            };
-            rows.push(i);
-            batch.push(BatchSeq { tokens, kv: kv as &mut dyn SeqKv });
-        }
-        lap(StepPhase::Build);
-        let logits = self.model.forward_batch(&mut batch)?;
-        drop(batch);
-        lap(StepPhase::Forward);
-        if self.sync {
-            device.synchronize()?;
-            lap(StepPhase::Gpu);
-        }
-        // Rows that produce a token now: decode rows and prompts whose last chunk this was.
-        let produces = |i: usize| match feeds[i] {
-            Feed::Decode => true,
-            Feed::Prompt(_, b) => b == active[i].req.prompt.len(),
-            Feed::Wait => false,
-        };
-        let (mut greedy, mut sampled) = (Vec::new(), Vec::new()); // (logits row, active index)
-        for (r, &i) in rows.iter().enumerate() {
-            if produces(i) {
-                if active[i].sampler.is_greedy() {
-                    greedy.push((r, i));
-                } else {
-                    sampled.push((r, i));
-                }
-            }
-        }
-        let greedy_ids = read_argmax(&logits, &greedy, rows.len())?;
-        let sampled_rows = read_rows(&logits, &sampled)?;
-        lap(StepPhase::Readback);
-        let mut next: Vec<Option<u32>> = vec![None; active.len()];
-        for (&(_, i), &id) in greedy.iter().zip(&greedy_ids) {
-            next[i] = Some(id);
-        }
-        for (&(_, i), row) in sampled.iter().zip(sampled_rows) {
-            let s = &mut active[i];
-            let mut history = s.req.prompt.clone();
-            history.extend_from_slice(&s.out);
-            next[i] = Some(s.sampler.sample_host(row, &history)?);
-        }
-        lap(StepPhase::Sample);
-        metrics.steps_total.fetch_add(1, Ordering::Relaxed);
-        metrics.batch_rows_total.fetch_add(rows.len() as u64, Ordering::Relaxed);
-        metrics.last_batch.store(rows.len() as u64, Ordering::Relaxed);
+        (feeds, cut)
+    }
+
+    /// Sends each sequence's new token (and the end of its answer), records the prompt tokens fed,
+    /// and removes the sequences that finished.
+    fn deliver(&self, active: &mut Vec<Seq>, feeds: &[Feed], next: &[Option<u32>]) {
+        let metrics = &self.metrics;
         let mut done = vec![false; active.len()];
         for (i, s) in active.iter_mut().enumerate() {
             if let Feed::Prompt(_, b) = feeds[i] {
@@ -558,27 +520,34 @@ impl Worker {
             i += 1;
             !done[i - 1]
         });
-        lap(StepPhase::Bookkeeping);
+    }
+
+    /// Adds the step's rows, GPU dispatches and submissions and compiled kernels to the profile;
+    /// with `KILN_SERVE_PROFILE=steps`, prints the step's line.
+    fn record(&self, before: &StepStart, laps: &[Duration], feeds: &[Feed], rows: RowCounts, cut: bool) {
+        let prof = &self.metrics.profile;
+        let device = self.model.device();
         let count = |v: u64, c: &std::sync::atomic::AtomicU64| c.fetch_add(v, Ordering::Relaxed);
-        count(decode_rows, &prof.decode_rows);
-        count(prefill_rows, &prof.prefill_rows);
-        count(prefill_tokens, &prof.prefill_tokens);
+        count(rows.decode, &prof.decode_rows);
+        count(rows.prefill, &prof.prefill_rows);
+        count(rows.prefill_tokens, &prof.prefill_tokens);
         count(cut as u64, &prof.budget_full_steps);
-        if let (Some((d0, s0)), Some((d1, s1))) = (counters, device.gpu_counters()) {
+        if let (Some((d0, s0)), Some((d1, s1))) = (before.counters, device.gpu_counters()) {
             count(d1 - d0, &prof.gpu_dispatches);
             count(s1 - s0, &prof.gpu_submits);
         }
-        let new_kernels = device.compiled_kernels().saturating_sub(compiled) as u64;
+        let new_kernels = device.compiled_kernels().saturating_sub(before.compiled) as u64;
         if new_kernels > 0 {
             count(new_kernels, &prof.kernels_compiled);
             count(1, &prof.compile_steps);
-            count(started.elapsed().as_nanos() as u64, &prof.compile_step_nanos);
+            count(before.at.elapsed().as_nanos() as u64, &prof.compile_step_nanos);
         }
         if self.trace {
+            let RowCounts { decode, prefill, prefill_tokens } = rows;
             let mut line = format!(
-                "kiln serve: step {}: {decode_rows} decode + {prefill_rows} prefill rows ({prefill_tokens} prompt \
-                 tokens), {} waiting for budget; ms:",
-                metrics.steps_total.load(Ordering::Relaxed),
+                "kiln serve: step {}: {decode} decode + {prefill} prefill rows ({prefill_tokens} prompt tokens), {} \
+                 waiting for budget; ms:",
+                self.metrics.steps_total.load(Ordering::Relaxed),
                 feeds.iter().filter(|f| matches!(f, Feed::Wait)).count()
             );
             for p in StepPhase::ALL.into_iter().filter(|&p| p != StepPhase::Intake) {
@@ -589,8 +558,107 @@ impl Worker {
             }
             eprintln!("{line}");
         }
-        Ok(())
     }
+}
+
+/// The device's counters when a step began.
+struct StepStart {
+    counters: Option<(u64, u64)>,
+    compiled: usize,
+    at: Instant,
+}
+
+/// A step's phase times: each added to the profile as it ends, and kept for the step's trace line.
+struct Laps<'a> {
+    prof: &'a StepProfile,
+    clock: Instant,
+    laps: [Duration; StepPhase::ALL.len()],
+}
+
+impl Laps<'_> {
+    /// Ends `phase` now.
+    fn lap(&mut self, phase: StepPhase) {
+        let now = Instant::now();
+        self.prof.add(phase, now - self.clock);
+        self.laps[phase as usize] += now - self.clock;
+        self.clock = now;
+    }
+}
+
+/// The rows of one step, by kind.
+struct RowCounts {
+    decode: u64,
+    prefill: u64,
+    prefill_tokens: u64,
+}
+
+/// The step's batch: the tokens each fed sequence brings (its prompt chunk or its last token) with
+/// its KV store, the index into `active` of each logits row, and the rows by kind.
+fn batch_of<'a>(active: &'a mut [Seq], feeds: &[Feed]) -> (Vec<BatchSeq<'a>>, Vec<usize>, RowCounts) {
+    let mut rows = Vec::new();
+    let mut counts = RowCounts { decode: 0, prefill: 0, prefill_tokens: 0 };
+    let mut batch = Vec::with_capacity(active.len());
+    for (i, (s, feed)) in active.iter_mut().zip(feeds).enumerate() {
+        let Seq { req, kv, out, .. } = s;
+        let tokens: &[u32] = match *feed {
+            Feed::Wait => continue,
+            Feed::Prompt(a, b) => {
+                counts.prefill += 1;
+                counts.prefill_tokens += (b - a) as u64;
+                &req.prompt[a..b]
+            }
+            Feed::Decode => {
+                counts.decode += 1;
+                std::slice::from_ref(out.last().expect("a sequence past its prompt has a token"))
+            }
+        };
+        rows.push(i);
+        batch.push(BatchSeq { tokens, kv: kv as &mut dyn SeqKv });
+    }
+    (batch, rows, counts)
+}
+
+/// The next token of each sequence of `active` that produces one now (decode rows and prompts whose
+/// last chunk this was), from the step's `logits` (one row per entry of `rows`): the greedy ones'
+/// argmax on the device in one transfer (the `Readback` phase), the sampled ones from their rows on
+/// the host (`Sample`).
+fn next_tokens(
+    logits: &Tensor,
+    active: &mut [Seq],
+    feeds: &[Feed],
+    rows: &[usize],
+    laps: &mut Laps,
+) -> kiln_llm::Result<Vec<Option<u32>>> {
+    let produces = |i: usize| match feeds[i] {
+        Feed::Decode => true,
+        Feed::Prompt(_, b) => b == active[i].req.prompt.len(),
+        Feed::Wait => false,
+    };
+    let (mut greedy, mut sampled) = (Vec::new(), Vec::new()); // (logits row, active index)
+    for (r, &i) in rows.iter().enumerate() {
+        if produces(i) {
+            if active[i].sampler.is_greedy() {
+                greedy.push((r, i));
+            } else {
+                sampled.push((r, i));
+            }
+        }
+    }
+    let greedy_ids = read_argmax(logits, &greedy, rows.len())?;
+    let sampled_rows = read_rows(logits, &sampled)?;
+    laps.lap(StepPhase::Readback);
+    let mut next: Vec<Option<u32>> = vec![None; active.len()];
+    for (&(_, i), &id) in greedy.iter().zip(&greedy_ids) {
+        next[i] = Some(id);
+    }
+    for (&(_, i), row) in sampled.iter().zip(sampled_rows) {
+        let s = &mut active[i];
+        let mut history = s.req.prompt.clone();
+        history.extend_from_slice(&s.out);
+        next[i] = Some(s.sampler.sample_host(row, &history)?);
+    }
+    laps.lap(StepPhase::Sample);
+    Ok(next)
 }
 
 /// The argmax of rows `rows[..].0` of f32 `logits` `(total, vocab)`, computed on the device and read

@@ -16,7 +16,7 @@
 //! 512 x 3072 product of 8 rows, 170 ms for the 32000-word LM head), and they end at 8 rows.
 //! `KILN_FUSED_ROWS=N` (1 to 8) moves that limit, for A/B runs on other GPUs.
 
-use super::{Fused, Model};
+use super::{Fused, Layer, Model};
 use crate::{LlmError, Result};
 use kiln::{BlockTable, RopeLayout, Tensor};
 
@@ -65,16 +65,53 @@ fn fused_rows() -> usize {
 /// token, like decode rows); longer ones gather their keys and values and take the causal kernel.
 pub const PAGED_CHUNK: usize = 64;
 
+/// Where the rows of a batched pass come from: the tokens of every sequence stacked, the paged
+/// sequences (one pool, chunks of at most [`PAGED_CHUNK`] tokens) first.
+struct Rows {
+    /// Sequence indices in row order: `order[..paged]` attend through the block table.
+    order: Vec<usize>,
+    paged: usize,
+    /// Rows (tokens) of the paged sequences: the first `paged_rows` rows.
+    paged_rows: usize,
+    /// (first row, rows) per sequence, in the caller's order.
+    spans: Vec<(usize, usize)>,
+    /// Every row's token id and position.
+    ids: Vec<i64>,
+    positions: Vec<i64>,
+}
+
 impl Model {
     /// Runs every sequence's tokens through the model in one pass, appending to each sequence's KV
     /// store, and returns f32 logits `(sequences, vocab)`: row `i` for the last token of sequence `i`.
     /// Sequence by sequence the result is [`Model::forward`]'s (up to rounding: the products have
     /// more rows).
     pub fn forward_batch(&self, seqs: &mut [BatchSeq<'_>]) -> Result<Tensor> {
+        self.check_batch(seqs)?;
+        let mut rows = self.stack_rows(seqs);
+        let table = self.block_table(seqs, &rows)?;
+        let total = rows.ids.len();
+        let ids = Tensor::from_vec(std::mem::take(&mut rows.ids), total, &self.device)?;
+        let positions = Tensor::from_vec(std::mem::take(&mut rows.positions), total, &self.device)?;
+        let cos = self.rope.cos.embedding(&positions)?; // (T, head_dim / 2): each row's own position
+        let sin = self.rope.sin.embedding(&positions)?;
+        let x = self.embed_tokens(&ids)?; // (T, hidden)
+                                          // `fused`: the architecture takes the stacked kernels (no q/k norms, post norms or GeGLU);
+                                          // `fuse`: few enough rows for the kernels with the norm in their prologue.
+        let fused = self.fused_path();
+        let fuse = fused && total <= fused_rows();
+        let x = self.decoder(x, fuse, |l, layer, x| {
+            let qkv = self.qkv_rows(layer, x, (&cos, &sin), fused, fuse)?;
+            self.attention_rows(l, qkv, seqs, &rows, table.as_ref())
+        })?;
+        self.last_logits(x, &rows.spans, fused, fuse)
+    }
+
+    /// An error for an empty batch, a sequence without tokens or past the context, or a token id
+    /// outside the vocabulary.
+    fn check_batch(&self, seqs: &[BatchSeq<'_>]) -> Result<()> {
         if seqs.is_empty() {
             return Err(LlmError::Arg("forward_batch: no sequences".into()));
         }
-        let cfg = &self.config;
         for (i, s) in seqs.iter().enumerate() {
             let (t, offset) = (s.tokens.len(), s.kv.len());
             if t == 0 {
@@ -87,16 +124,18 @@ impl Model {
                     self.max_context
                 )));
             }
-            if let Some(&bad) = s.tokens.iter().find(|&&id| id as usize >= cfg.vocab_size) {
-                return Err(LlmError::Arg(format!("token id {bad} is outside the vocabulary ({})", cfg.vocab_size)));
-            }
+            self.check_vocabulary(s.tokens)?;
         }
-        // The paged rows (chunks of up to PAGED_CHUNK tokens, a pool shared with the first of
-        // them) first.
+        Ok(())
+    }
+
+    /// Stacks the sequences' tokens into rows, the paged ones first: chunks of up to
+    /// [`PAGED_CHUNK`] tokens whose pool is the first of them's.
+    fn stack_rows(&self, seqs: &mut [BatchSeq<'_>]) -> Rows {
         let mut first: Option<usize> = None;
         let mut fast = vec![false; seqs.len()];
         // `sdpa_paged` has no soft cap nor window: Gemma 2 gathers every sequence's keys instead.
-        let paged_ok = cfg.gemma2.is_none();
+        let paged_ok = self.config.gemma2.is_none();
         for i in 0..seqs.len() {
             if !paged_ok || seqs[i].tokens.len() > PAGED_CHUNK || seqs[i].kv.paged().is_none() {
                 continue;
@@ -115,12 +154,11 @@ impl Model {
         }
         let order: Vec<usize> =
             (0..seqs.len()).filter(|&i| fast[i]).chain((0..seqs.len()).filter(|&i| !fast[i])).collect();
-        let nfast = fast.iter().filter(|&&f| f).count();
-        // Rows (tokens) of the paged sequences.
-        let nd: usize = order[..nfast].iter().map(|&i| seqs[i].tokens.len()).sum();
+        let paged = fast.iter().filter(|&&f| f).count();
+        let paged_rows = order[..paged].iter().map(|&i| seqs[i].tokens.len()).sum();
         let mut ids = Vec::new();
         let mut positions = Vec::new();
-        let mut spans = vec![(0, 0); seqs.len()]; // (first row, rows) per sequence
+        let mut spans = vec![(0, 0); seqs.len()];
         for &i in &order {
             let s = &seqs[i];
             let (t, offset) = (s.tokens.len(), s.kv.len());
@@ -128,86 +166,101 @@ impl Model {
             ids.extend(s.tokens.iter().map(|&x| x as i64));
             positions.extend((offset..offset + t).map(|p| p as i64));
         }
-        // The paged rows' block tables, for every layer: row j of a sequence at offset o attends
-        // to positions 0..=o + j (its own, new, position last; write_last stores it there).
-        let table = if nd > 0 {
-            let mut tables = Vec::with_capacity(nfast);
-            let mut lens = Vec::with_capacity(nd);
-            let mut bs = 0;
-            for &i in &order[..nfast] {
-                let (t, offset) = (seqs[i].tokens.len(), seqs[i].kv.len());
-                lens.extend((1..=t).map(|j| offset + j));
-                let p = seqs[i].kv.paged().expect("paged");
-                bs = p.pool(0)?.block_size();
-                tables.push((p.block_table().to_vec(), t));
-            }
-            let refs: Vec<&[u32]> = tables.iter().flat_map(|(tb, t)| std::iter::repeat_n(tb.as_slice(), *t)).collect();
-            Some(BlockTable::new(&refs, &lens, bs, &self.device)?)
-        } else {
-            None
-        };
-        let total = ids.len();
-        let (hd, nh, nkv) = (cfg.head_dim, cfg.num_heads, cfg.num_kv_heads);
-        let ids = Tensor::from_vec(ids, total, &self.device)?;
-        let positions = Tensor::from_vec(positions, total, &self.device)?;
-        let cos = self.rope.cos.embedding(&positions)?; // (T, head_dim / 2): each row's own position
-        let sin = self.rope.sin.embedding(&positions)?;
-        let mut x = self.embed_tokens(&ids)?; // (T, hidden)
-        let eps = cfg.rms_norm_eps;
-        // `fused`: the architecture takes the stacked kernels (no q/k norms, post norms or GeGLU);
-        // `fuse`: few enough rows for the kernels with the norm in their prologue.
-        let fused = self.fused_path();
-        let fuse = fused && total <= fused_rows();
-        for (l, layer) in self.layers.iter().enumerate() {
-            let heads = |y: &Tensor, n: usize| -> Result<Tensor> { Ok(y.reshape((1, total, n, hd))?.transpose(1, 2)?) };
-            let rope = |y: Tensor| y.rope_with_tables(&cos, &sin, RopeLayout::HalfSplit);
-            let (q, k, v) = match &layer.qkv {
-                Fused::One(lin) if fused => {
-                    let y = if fuse {
-                        lin.forward_norm(&x, &layer.attn_norm, eps)?
-                    } else {
-                        lin.forward(&x.rms_norm(&layer.attn_norm, eps)?)?
-                    };
-                    let qk = rope(heads(&y.narrow(1, 0, (nh + nkv) * hd)?, nh + nkv)?)?;
-                    let v = heads(&y.narrow(1, (nh + nkv) * hd, nkv * hd)?, nkv)?;
-                    (qk.narrow(1, 0, nh)?, qk.narrow(1, nh, nkv)?, v)
-                }
-                _ => self.qkv_heads(layer, &x.rms_norm(&layer.attn_norm, eps)?, &cos, &sin)?,
-            };
-            let mut outs = Vec::with_capacity(seqs.len());
-            if let Some(table) = &table {
-                // (nd, heads, 1, hd) views of the paged rows.
-                let rows = |y: &Tensor| -> Result<Tensor> { Ok(y.narrow(2, 0, nd)?.permute(&[2, 1, 0, 3])?) };
-                let pool = seqs[order[0]].kv.paged().expect("paged").pool(l)?.clone();
-                pool.write_last(table, &rows(&k)?, &rows(&v)?)?;
-                for &i in &order[..nfast] {
-                    let t = seqs[i].tokens.len();
-                    seqs[i].kv.paged().expect("paged").advance(l, t)?;
-                }
-                let (kp, vp) = pool.tensors();
-                outs.push(rows(&q)?.sdpa_paged(kp, vp, table, None)?.reshape((nd, nh * hd))?);
-            }
-            for &i in &order[nfast..] {
-                let (start, t) = spans[i];
-                let (ks, vs) = seqs[i].kv.append(l, &k.narrow(2, start, t)?, &v.narrow(2, start, t)?)?;
-                let att = self.attend(l, &q.narrow(2, start, t)?, &ks, &vs)?; // (1, nh, t, hd)
-                outs.push(att.transpose(1, 2)?.reshape((t, nh * hd))?);
-            }
-            let att = if outs.len() == 1 {
-                outs.pop().expect("one")
-            } else {
-                Tensor::concat(&outs.iter().collect::<Vec<_>>(), 0)?
-            };
-            x = self.attn_residual(layer, &att, &x)?;
-            x = match &layer.gate_up {
-                // Few rows, stacked: the norm in the gate/up kernel, silu_mul and the residual in the
-                // down one.
-                Fused::One(lin) if fuse => {
-                    layer.down.forward_silu_add(&lin.forward_norm(&x, &layer.mlp_norm, eps)?, &x)?
-                }
-                _ => self.mlp_residual(layer, &x)?,
-            };
+        Rows { order, paged, paged_rows, spans, ids, positions }
+    }
+
+    /// The paged rows' block tables, for every layer (`None` without paged rows): row j of a
+    /// sequence at offset o attends to positions 0..=o + j (its own, new, position last; write_last
+    /// stores it there).
+    fn block_table(&self, seqs: &mut [BatchSeq<'_>], rows: &Rows) -> Result<Option<BlockTable>> {
+        if rows.paged_rows == 0 {
+            return Ok(None);
         }
+        let mut tables = Vec::with_capacity(rows.paged);
+        let mut lens = Vec::with_capacity(rows.paged_rows);
+        let mut bs = 0;
+        for &i in &rows.order[..rows.paged] {
+            let (t, offset) = (seqs[i].tokens.len(), seqs[i].kv.len());
+            lens.extend((1..=t).map(|j| offset + j));
+            let p = seqs[i].kv.paged().expect("paged");
+            bs = p.pool(0)?.block_size();
+            tables.push((p.block_table().to_vec(), t));
+        }
+        let refs: Vec<&[u32]> = tables.iter().flat_map(|(tb, t)| std::iter::repeat_n(tb.as_slice(), *t)).collect();
+        Ok(Some(BlockTable::new(&refs, &lens, bs, &self.device)?))
+    }
+
+    /// The q, k and v heads `(1, heads, T, head_dim)` of every row of `x` `(T, hidden)`, rotated by
+    /// each row's `cos`/`sin`. A stacked q/k/v on the fused path is one product (`fuse`: the norm in
+    /// its kernel) and one rope over q and k together.
+    fn qkv_rows(
+        &self,
+        layer: &Layer,
+        x: &Tensor,
+        (cos, sin): (&Tensor, &Tensor),
+        fused: bool,
+        fuse: bool,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
+        let cfg = &self.config;
+        let (total, hd, nh, nkv, eps) = (x.dims()[0], cfg.head_dim, cfg.num_heads, cfg.num_kv_heads, cfg.rms_norm_eps);
+        let lin = match &layer.qkv {
+            Fused::One(lin) if fused => lin,
+            _ => return self.qkv_heads(layer, &x.rms_norm(&layer.attn_norm, eps)?, cos, sin),
+        };
+        let heads = |y: &Tensor, n: usize| -> Result<Tensor> { Ok(y.reshape((1, total, n, hd))?.transpose(1, 2)?) };
+        let y = if fuse {
+            lin.forward_norm(x, &layer.attn_norm, eps)?
+        } else {
+            lin.forward(&x.rms_norm(&layer.attn_norm, eps)?)?
+        };
+        let qk =
+            heads(&y.narrow(1, 0, (nh + nkv) * hd)?, nh + nkv)?.rope_with_tables(cos, sin, RopeLayout::HalfSplit)?;
+        let v = heads(&y.narrow(1, (nh + nkv) * hd, nkv * hd)?, nkv)?;
+        Ok((qk.narrow(1, 0, nh)?, qk.narrow(1, nh, nkv)?, v))
+    }
+
+    /// Layer `l`'s attention for every row over the rows' `(q, k, v)` heads, `(T, heads * head_dim)`:
+    /// the paged rows store their keys and values with one kernel and attend through the block table
+    /// with one more; every other sequence appends to its own store and attends over it.
+    fn attention_rows(
+        &self,
+        l: usize,
+        (q, k, v): (Tensor, Tensor, Tensor),
+        seqs: &mut [BatchSeq<'_>],
+        rows: &Rows,
+        table: Option<&BlockTable>,
+    ) -> Result<Tensor> {
+        let cfg = &self.config;
+        let (hd, nh, nd) = (cfg.head_dim, cfg.num_heads, rows.paged_rows);
+        let mut outs = Vec::with_capacity(seqs.len());
+        if let Some(table) = table {
+            // (nd, heads, 1, hd) views of the paged rows.
+            let paged = |y: &Tensor| -> Result<Tensor> { Ok(y.narrow(2, 0, nd)?.permute(&[2, 1, 0, 3])?) };
+            let pool = seqs[rows.order[0]].kv.paged().expect("paged").pool(l)?.clone();
+            pool.write_last(table, &paged(&k)?, &paged(&v)?)?;
+            for &i in &rows.order[..rows.paged] {
+                let t = seqs[i].tokens.len();
+                seqs[i].kv.paged().expect("paged").advance(l, t)?;
+            }
+            let (kp, vp) = pool.tensors();
+            outs.push(paged(&q)?.sdpa_paged(kp, vp, table, None)?.reshape((nd, nh * hd))?);
+        }
+        for &i in &rows.order[rows.paged..] {
+            let (start, t) = rows.spans[i];
+            let (ks, vs) = seqs[i].kv.append(l, &k.narrow(2, start, t)?, &v.narrow(2, start, t)?)?;
+            let att = self.attend(l, &q.narrow(2, start, t)?, &ks, &vs)?; // (1, nh, t, hd)
+            outs.push(att.transpose(1, 2)?.reshape((t, nh * hd))?);
+        }
+        if outs.len() == 1 {
+            return Ok(outs.pop().expect("one"));
+        }
+        Ok(Tensor::concat(&outs.iter().collect::<Vec<_>>(), 0)?)
+    }
+
+    /// f32 logits of each sequence's last row of `x` `(T, hidden)`, in the caller's order. Few rows
+    /// (`fuse`) or the composed path put the final norm in the head's kernel (and Gemma 2's soft cap).
+    fn last_logits(&self, x: Tensor, spans: &[(usize, usize)], fused: bool, fuse: bool) -> Result<Tensor> {
+        let total = x.dims()[0];
         let last: Vec<i64> = spans.iter().map(|&(start, t)| (start + t - 1) as i64).collect();
         let x = if last.iter().enumerate().all(|(i, &r)| r == i as i64) && last.len() == total {
             x
@@ -215,9 +268,8 @@ impl Model {
             x.index_select(&Tensor::from_vec(last.clone(), last.len(), &self.device)?, 0)?
         };
         if fuse || !fused {
-            // The norm in the head's kernel (and Gemma 2's final soft cap).
             return self.logits(&x);
         }
-        Ok(self.lm_head.forward(&x.rms_norm(&self.norm, eps)?)?.to_dtype(kiln::DType::F32)?)
+        Ok(self.lm_head.forward(&x.rms_norm(&self.norm, self.config.rms_norm_eps)?)?.to_dtype(kiln::DType::F32)?)
     }
 }
