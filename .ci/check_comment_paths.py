@@ -31,6 +31,7 @@ ELSEWHERE = {
 # Files whose names are of another project's tree.
 FOREIGN = {
     "docs/wgpu30-notes.md": "notes on wgpu's and naga's own sources",
+    "docs/PERFORMANCE.md": "dated measurement records, each naming the files of its day's tree",
 }
 
 

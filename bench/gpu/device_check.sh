@@ -7,7 +7,7 @@
 #
 # Expects release test binaries in $BIN (default .devbin: conformance, gpu_runtime, kiln_lib; built on
 # the x86-64 build machine by bench/gpu/build_devbin.sh) and the Vulkan loader packages in .gl/
-# (shared/device/prepare-vulkan.sh). Environment:
+# (../../../shared/device/prepare-vulkan.sh). Environment:
 #   JOBS=N          processes at once (default: the core count, at most 16)
 #   TEST_TIMEOUT=S  seconds one test may take (default 150)
 #   FILTER=RE       only tests whose name matches this extended regex

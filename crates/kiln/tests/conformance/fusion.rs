@@ -617,7 +617,7 @@ fn row_paths(dev: &Device) {
                 assert_eq!(c.stats().groups, 1, "{ctx}: {:?}", c.stats());
                 // Controls up to 4096 values a row: past that the worst-case bound of a sum of
                 // random-sign terms (n u sum|y|) is larger than the sum itself, so it cannot tell
-                // zeros from the answer (rows.rs and the short rows hold the controls).
+                // zeros from the answer (the short rows hold the controls).
                 if kind == Layouts::Contiguous && d <= 4096 {
                     controls(rmsnorm_ref, &xw, &[0], &format!("rmsnorm {ctx}"));
                     controls(softmax_ref, &xs[..1], &[0], &format!("softmax {ctx}"));

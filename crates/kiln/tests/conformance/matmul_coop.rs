@@ -1,4 +1,4 @@
-//! The cooperative-matrix f16 matmul (`gpu/matmul_coop.rs`) against a plain f64 product: edge tiles
+//! The cooperative-matrix f16 matmul (`gpu/matmul/coop.rs`) against a plain f64 product: edge tiles
 //! (M, N, K not multiples of 16, 32 or 64), batches (also broadcast), transposed, stepped and offset
 //! views of both operands (every staging variant: K or M/N contiguous, 4-wide or element reads), both
 //! tile presets. Tolerance: the dot product's accumulation bound `k u sum|a||b|` (u of f32, the

@@ -2,7 +2,7 @@
 //!
 //! One elementwise kernel reads `x` through its strides (a `(b, t, h, d)` projection viewed as
 //! `(b, h, t, d)` needs no copy first) and the cos/sin tables at their offsets (rows of a cached
-//! table, see `ops/rope.rs`), so a call is one dispatch.
+//! table, see `ops/rotary_embedding.rs`), so a call is one dispatch.
 
 use crate::gpu::pointwise::Elementwise;
 use crate::gpu::runtime::params::params;

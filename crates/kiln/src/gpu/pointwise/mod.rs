@@ -12,7 +12,7 @@ pub(crate) mod vec;
 use crate::cpu::CpuStorage;
 use crate::gpu::runtime::kernels::render;
 use crate::gpu::runtime::params::Block;
-use crate::gpu::runtime::wgsl::{self, ct, loader, store_word, PRELUDE};
+use crate::gpu::runtime::wgsl::{self, bits_loader, ct, loader, store_word, PRELUDE};
 use crate::gpu::runtime::GpuStorage;
 use crate::layout::collapse;
 use crate::{DType, Error, Layout, Result};
@@ -398,16 +398,5 @@ impl Pro {
             Pro::RmsNorm => "rmsnorm",
             Pro::SiluMul => "silumul",
         }
-    }
-}
-
-/// `fn bits{i}(e: u32) -> u32`, the raw 16 bits of f16 element `e` of input `i`, for a body that calls
-/// it: `unpack2x16float` may drop the sign of a NaN (NVIDIA's does), so what needs the bits reads them.
-pub(crate) fn bits_loader(i: usize, buf: &str, dt: DType, body: &str) -> String {
-    let name = format!("bits{i}");
-    if dt == DType::F16 && body.contains(&format!("{name}(")) {
-        loader(&name, buf, DType::U16)
-    } else {
-        String::new()
     }
 }

@@ -92,7 +92,7 @@ pub(crate) fn source_with(
         decls += &format!("@group(0) @binding({binding}) var<storage, read> in{i}: array<{elem}>;\n");
         if !cached {
             loaders += &loader(&format!("ld{i}"), &format!("in{i}"), dt);
-            loaders += &super::bits_loader(i, &format!("in{i}"), dt, body);
+            loaders += &crate::gpu::runtime::wgsl::bits_loader(i, &format!("in{i}"), dt, body);
             let at = if v == 's' {
                 format!("p.offsets[{i}u]")
             } else {
@@ -105,7 +105,7 @@ pub(crate) fn source_with(
         }
         caches += &format!("var<private> c{i}: array<u32, {words}>;\n");
         loaders += &loader(&format!("ld{i}"), &format!("c{i}"), dt);
-        loaders += &super::bits_loader(i, &format!("c{i}"), dt, body);
+        loaders += &crate::gpu::runtime::wgsl::bits_loader(i, &format!("c{i}"), dt, body);
         indexers += &format!("fn at{i}(e: u32) -> u32 {{ return e; }}\n");
         let base = if v == 'c' { format!("p.offsets[{i}u] + e0") } else { format!("strided({i}u, e0)") };
         fill += &format!("let w{i} = ({base}) / {q}u;\n    ");

@@ -73,6 +73,17 @@ pub(crate) fn loader(name: &str, buf: &str, dt: DType) -> String {
     format!("fn {name}(e: u32) -> {} {{ {body} }}\n", ct(dt))
 }
 
+/// `fn bits{i}(e: u32) -> u32`, the raw 16 bits of f16 element `e` of input `i`, for a body that calls
+/// it: `unpack2x16float` may drop the sign of a NaN (NVIDIA's does), so what needs the bits reads them.
+pub(crate) fn bits_loader(i: usize, buf: &str, dt: DType, body: &str) -> String {
+    let name = format!("bits{i}");
+    if dt == DType::F16 && body.contains(&format!("{name}(")) {
+        loader(&name, buf, DType::U16)
+    } else {
+        String::new()
+    }
+}
+
 /// Helper functions every kernel may use.
 pub(crate) const PRELUDE: &str = r#"
 fn nan_f32() -> f32 { return bitcast<f32>(0x7fc00000u); }
