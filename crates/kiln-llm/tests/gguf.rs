@@ -19,7 +19,10 @@ fn load(file: &str, dev: &Device, dtype: DType) -> Model {
 /// Prefill rows, then the continuation through the KV cache: every logit row within `tol` of the f32
 /// transformers reference, the greedy token equal wherever the reference margin exceeds
 /// `margin_floor`. Returns the worst error.
-fn check(src: &str, file: &str, dev: &Device, dtype: DType, tol: f64, margin_floor: f32) -> f64 {
+/// `margin_floor`: the greedy token must match where the reference's top-two margin exceeds it;
+/// `None` where the format's error is too large for any fixture margin to decide the token (then the
+/// token check is the one against llama.cpp on the same file, `llama_cpp_refs` below).
+fn check(src: &str, file: &str, dev: &Device, dtype: DType, tol: f64, margin_floor: Option<f32>) -> f64 {
     let e = expected(src);
     let (prompt, generated, want) = (e.prompt_ids, e.generated, e.logits);
     let model = load(file, dev, dtype);
@@ -37,7 +40,7 @@ fn check(src: &str, file: &str, dev: &Device, dtype: DType, tol: f64, margin_flo
         assert!(err <= tol, "{file} {dev} {dtype}: row {i} relative error {err:.2e} > {tol:.0e}");
         if i + 1 >= t {
             margins.push(margin(&want[i]));
-            if margin(&want[i]) > margin_floor {
+            if margin_floor.is_some_and(|f| margin(&want[i]) > f) {
                 assert_eq!(argmax(row), generated[i + 1 - t], "{file} {dev} {dtype}: greedy token of row {i}");
                 checked += 1;
             }
@@ -45,11 +48,13 @@ fn check(src: &str, file: &str, dev: &Device, dtype: DType, tol: f64, margin_flo
     }
     eprintln!(
         "{file} {dev} {dtype}: worst relative logit error {worst:.2e} (tolerance {tol:.0e}); {checked} of {} \
-         greedy tokens checked (reference margins {margins:.2?}, floor {margin_floor})",
+         greedy tokens checked (reference margins {margins:.2?}, floor {margin_floor:?})",
         margins.len()
     );
     // A floor above every margin would leave the token check silently unused.
-    assert!(checked > 0, "{file} {dev} {dtype}: no reference margin exceeds the floor {margin_floor}: {margins:?}");
+    if let Some(f) = margin_floor {
+        assert!(checked > 0, "{file} {dev} {dtype}: no reference margin exceeds the floor {f}: {margins:?}");
+    }
     worst
 }
 
@@ -59,7 +64,7 @@ fn check(src: &str, file: &str, dev: &Device, dtype: DType, tol: f64, margin_flo
 #[test]
 fn f32_gguf_matches_transformers() {
     for dev in devices() {
-        check("llama", "llama/model-f32.gguf", &dev, DType::F32, 1e-4, 0.0);
+        check("llama", "llama/model-f32.gguf", &dev, DType::F32, 1e-4, Some(0.0));
     }
 }
 
@@ -114,17 +119,19 @@ fn quantized_path_matches_dequantized_weights() {
 #[test]
 fn q8_0_gguf_within_quantization_error() {
     for dev in devices() {
-        check("llama", "llama/model-q8_0.gguf", &dev, DType::F32, 0.1, 0.2);
+        check("llama", "llama/model-q8_0.gguf", &dev, DType::F32, 0.1, Some(0.2));
     }
 }
 
 /// Q4_0 layers (steps of max|w| / 8 per block of 32), f16 embedding, Q8_0 LM head: measured worst
-/// 0.64 of max(1, |row|) (16 levels per block are coarse for these weights); tolerance 0.9, greedy
-/// tokens checked where the reference margin exceeds 1.5.
+/// 0.64 of max(1, |row|) (16 levels per block are coarse for these weights); tolerance 0.9. No greedy
+/// token check against transformers here: an error of 0.64 x max(1, |row|) can swap tokens whose
+/// margin is below ~2 x 0.64 x 7, above every fixture margin (at most 1.19), so a floor would never
+/// fire; the tokens of this file are checked against llama.cpp's runs of it below instead.
 #[test]
 fn q4_0_gguf_within_quantization_error() {
     for dev in devices() {
-        check("llama", "llama/model-q4_0.gguf", &dev, DType::F32, 0.9, 1.5);
+        check("llama", "llama/model-q4_0.gguf", &dev, DType::F32, 0.9, None);
     }
 }
 
@@ -136,7 +143,7 @@ fn qwen2_q8_0_gguf_tied_embeddings() {
     let m = GgufModel::open(fixture("qwen2/model-q8_0.gguf")).unwrap();
     assert!(m.config.tie_word_embeddings && m.config.qkv_bias && !m.config.o_bias);
     for dev in devices() {
-        check("qwen2", "qwen2/model-q8_0.gguf", &dev, DType::F32, 0.17, 0.3);
+        check("qwen2", "qwen2/model-q8_0.gguf", &dev, DType::F32, 0.17, Some(0.3));
     }
 }
 
