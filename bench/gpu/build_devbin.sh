@@ -10,7 +10,7 @@ grep -qx '/.devbin.tar.xz' .git/info/exclude 2>/dev/null || echo '/.devbin.tar.x
 cargo build --release -p kiln-cli
 json=$(cargo test --release -p kiln --lib --test conformance --test gpu_runtime --no-run --message-format=json 2>/dev/null)
 mkdir -p .devbin
-cp target/release/kiln .devbin/kiln
+cp "${CARGO_TARGET_DIR:-target}/release/kiln" .devbin/kiln
 for name in conformance gpu_runtime; do
     exe=$(echo "$json" | python3 -c "import sys,json
 for l in sys.stdin:
