@@ -71,7 +71,7 @@ settings! {
     PROFILE = "KILN_PROFILE", "kiln", default "0",
         "1: the GPU profiler records each kernel's time (`Device::profile`).";
     DUMP_WGSL = "KILN_DUMP_WGSL", "kiln", default "unset",
-        "A folder: every kernel compiled is also written there as `NAME.wgsl`.";
+        "A folder: every kernel compiled is also written there as WGSL text, one file per kernel.";
     SHADER_CHECKS = "KILN_SHADER_CHECKS", "kiln", default "0",
         "1: kiln's kernels keep wgpu's runtime bounds checks (slower).";
     // Autotuning.
@@ -123,9 +123,11 @@ settings! {
     REQUIRE_COOP = "KILN_REQUIRE_COOP", "tests", default "0",
         "1: the cooperative-matrix tests fail instead of skipping where the GPU lacks them.";
     REQUIRE_REAL_MODEL = "KILN_REQUIRE_REAL_MODEL", "tests", default "0",
-        "1: the real-model tests fail instead of skipping when the model or gguf-py is missing.";
+        "1: the real-model tests fail instead of skipping when the model or gguf-py is missing (under CI=true too, unless 0).";
     SMOLLM2_GGUF = "KILN_SMOLLM2_GGUF", "tests", default "unset",
         "The SmolLM2 GGUF file of the real-model tests (else fetched into `KILN_CACHE_DIR`).";
+    PROPTEST_SEED = "KILN_PROPTEST_SEED", "tests", default "random (fixed under CI=true)",
+        "The seed of the conformance suite's property tests (views.rs), to replay a run; printed on failure.";
     TEST_DEVICES = "KILN_TEST_DEVICES", "tests", default "cpu",
         "The devices the server tests run on, comma-separated (`cpu,gpu`).";
     BIN = "KILN_BIN", "tests", default "target/debug/kiln",

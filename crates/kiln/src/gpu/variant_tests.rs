@@ -102,15 +102,17 @@ fn check_ref(got: &Tensor, want: &Tensor, bound: &[f64], what: &str) {
     controls(&w, bound, what);
 }
 
-/// The bound rejects zeros (where some expected value is not zero) and a shift by one element
-/// (where the values are not all equal).
+/// The bound rejects zeros and a shift by one element, wherever it can: where some expected value is
+/// larger than its bound (a worst-case bound of a long sum of random-sign terms, n u sum|y|, can
+/// exceed the sum itself: a full sum of 140002 normals has a bound near 900 and a value near 370),
+/// and where the shift moves some value by more than its bound.
 fn controls(want: &[f64], bound: &[f64], what: &str) {
-    if want.iter().any(|&w| w != 0.0) {
+    if want.iter().zip(bound).any(|(w, b)| w.abs() > *b) {
         assert!(bounded(&vec![0.0; want.len()], want, bound).is_err(), "{what}: an all-zero result passes");
     }
     let mut shifted = want.to_vec();
     shifted.rotate_left(1);
-    let differs = shifted.iter().zip(want).any(|(a, b)| a.to_bits() != b.to_bits());
+    let differs = shifted.iter().zip(want).zip(bound).any(|((&a, &w), &b)| bounded(&[a], &[w], &[b]).is_err());
     if differs {
         assert!(bounded(&shifted, want, bound).is_err(), "{what}: a result shifted by one element passes");
     }
