@@ -41,7 +41,7 @@ UNARY = {
 # The rest of kiln's unary op table (logical_not takes bool, not these float inputs): NumPy's
 # function of the same name (NaN where it is undefined).
 UNARY.update({name: (getattr(np, name), "float", None)
-              for name in kiln.UNARY_OPS if name not in UNARY and name != "logical_not"})
+              for name in kiln._kiln.UNARY_OPS if name not in UNARY and name != "logical_not"})
 
 
 def _stored(values, dtype):
