@@ -12,6 +12,8 @@
 #   TEST_TIMEOUT=S  seconds one test may take (default 150)
 #   FILTER=RE       only tests whose name matches this extended regex
 #   WITH_CPU=1      also the `::cpu` halves (the CPU backend; CI runs them anyway)
+#   TIMES=FILE      a previous run's device_check_times.tsv, to start the longest tests first
+#                   (default bench/gpu/device_check_times.tsv, the H100 run of the last change)
 # Exit status: 0 when every test passed.
 set -u
 OUT=${OUT:-/tmp/kiln-out}
@@ -39,6 +41,14 @@ for b in conformance gpu_runtime kiln_lib; do
         printf '%s\t%s\n' "$b" "$t" >> "$list"
     done
 done
+# Longest first (as timed by the last run, in $TIMES): a long test started last would set the wall
+# time alone. Tests the file does not know go first.
+times=${TIMES:-bench/gpu/device_check_times.tsv}
+if [ -f "$times" ]; then
+    awk -F'\t' 'NR == FNR { t[$2 "\t" $3] = $4; next } { k = $1 "\t" $2; printf "%s\t%s\n", (k in t ? t[k] : 1e9), k }' \
+        "$times" "$list" | sort -t$'\t' -k1,1 -g -r | cut -f2- > "$list.sorted"
+    mv "$list.sorted" "$list"
+fi
 total=$(wc -l < "$list")
 echo "device_check: $total tests, $jobs at a time, ${timeout_s}s each at most"
 # One test: its own process, its wall time, and its output kept when it failed.

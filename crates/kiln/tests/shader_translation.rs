@@ -121,3 +121,44 @@ fn a_broken_kernel_is_caught() {
     let err = translate("broken", "@compute @workgroup_size(1) fn main() { let x: f32 = 1u; }").unwrap_err();
     assert!(err.contains("validate") || err.contains("parse"), "{err}");
 }
+
+/// The workgroup variables of a cooperative kernel whose size is not a multiple of 16 bytes, as
+/// `name (N bytes)`. Drivers order workgroup variables as they like, and NVIDIA's cooperative loads
+/// from rows whose stride is a multiple of 16 bytes assume a 16-byte aligned start: an 8-byte flag
+/// array placed before the staged tiles shifted each of them by 4 halves on an H100 (wrong attention
+/// everywhere, docs/RELIABILITY.md). With every variable a multiple of 16 bytes long, any order keeps
+/// every variable 16-byte aligned. The emulated kernels cannot show this, so it is checked here.
+fn misaligned_workgroup_variables(src: &str) -> Vec<String> {
+    let (module, _) = parse_and_validate(src).expect("kernel validates");
+    module
+        .global_variables
+        .iter()
+        .filter(|(_, v)| v.space == naga::AddressSpace::WorkGroup)
+        .filter_map(|(_, v)| {
+            let size = module.types[v.ty].inner.size(module.to_ctx());
+            (size % 16 != 0).then(|| format!("{} ({size} bytes)", v.name.as_deref().unwrap_or("?")))
+        })
+        .collect()
+}
+
+#[test]
+fn cooperative_kernels_keep_workgroup_variables_16_byte_aligned() {
+    let catalog = kiln::gpu::kernel_catalog();
+    let coop: Vec<_> = catalog.iter().filter(|(_, src)| src.contains(COOP)).collect();
+    assert!(coop.iter().any(|(name, _)| name.contains("attention")), "the catalog holds cooperative attention");
+    let bad: Vec<String> = coop
+        .iter()
+        .filter_map(|(name, src)| {
+            let v = misaligned_workgroup_variables(src);
+            (!v.is_empty()).then(|| format!("{name}: {}", v.join(", ")))
+        })
+        .collect();
+    assert!(bad.is_empty(), "workgroup variables not a multiple of 16 bytes:\n{}", bad.join("\n"));
+    // Negative control: the 8-byte flag array that broke the attention kernel is caught.
+    let flags = format!(
+        "{COOP}\nenable f16;\nvar<workgroup> flags: array<atomic<u32>, 2>;\nvar<workgroup> tile: array<f16, 256>;\n\
+         @compute @workgroup_size(32) fn main() {{\n    atomicStore(&flags[0], 0u);\n    \
+         let a = coopLoad<coop_mat16x16<f16, A>>(&tile[0], 16u);\n}}"
+    );
+    assert_eq!(misaligned_workgroup_variables(&flags), ["flags (8 bytes)"]);
+}

@@ -499,7 +499,7 @@ fn wide(r: &RefArray, seed: u64) -> RefArray {
 /// workgroup-memory layouts and passes) against the f64 reference: f16 and bf16, GQA, causal with
 /// the `tk - tq` offset, query blocks and key tiles cut short, head sizes padded to 16, an odd `dv`
 /// (f32 result), views, NaN in q/k/v (rows that cannot see a NaN value stay finite), wide bf16.
-fn coop_cases(dev: &Device, emulate: Option<u32>, max_head: usize) {
+fn coop_cases(dev: &Device, emulate: Option<u32>, max_head: usize, dtypes: &[DType]) {
     let cases: [Case; 7] = [
         (1, 4, 2, 70, 70, 64, 64, true, None),
         (2, 2, 1, 33, 90, 40, 24, true, Some(0.2)),
@@ -509,7 +509,7 @@ fn coop_cases(dev: &Device, emulate: Option<u32>, max_head: usize) {
         (1, 1, 1, 130, 200, 128, 128, true, None),
         (1, 8, 2, 64, 64, 128, 64, false, None),
     ];
-    for dtype in [DType::F16, DType::BF16] {
+    for &dtype in dtypes {
         for (ci, c) in cases.iter().enumerate() {
             if c.5 > max_head || c.6 > max_head {
                 continue;
@@ -527,7 +527,7 @@ fn coop_cases(dev: &Device, emulate: Option<u32>, max_head: usize) {
         }
     }
     // NaN in a key, a value and a query (as sdpa_nan_rows).
-    for dtype in [DType::F16, DType::BF16] {
+    for &dtype in dtypes {
         let c: Case = (1, 2, 1, 100, 100, 40, 40, true, None);
         let mut inp = inputs(&c, dtype, 1900);
         inp.k.data[70 * 40 + 1] = f64::NAN;
@@ -542,6 +542,9 @@ fn coop_cases(dev: &Device, emulate: Option<u32>, max_head: usize) {
         }
     }
     // bf16 beyond f16's range.
+    if !dtypes.contains(&DType::BF16) {
+        return;
+    }
     let c: Case = (1, 2, 1, 40, 50, 64, 64, true, None);
     let inp = inputs(&c, DType::BF16, 4100);
     let (q, k, v) = (wide(&inp.q, 1), wide(&inp.k, 2), wide(&inp.v, 3));
@@ -562,12 +565,12 @@ fn sdpa_coop_emulated() {
     // Head size 128 needs 48 KiB of workgroup memory: software adapters with 32 KiB skip it.
     let probe = rand_tensor(&[1, 1, 4, 128], DType::F16, 1, &dev);
     let max_head = if sdpa_coop_tensors(&probe, &probe, &probe, false, None, Some(16)).is_some() { 128 } else { 64 };
-    coop_cases(&dev, Some(16), max_head);
+    coop_cases(&dev, Some(16), max_head, &[DType::F16, DType::BF16]);
 }
 
-#[test]
-#[ignore = "needs f16 cooperative matrices (NVIDIA, AMD): run with --include-ignored, KILN_REQUIRE_COOP=1"]
-fn sdpa_coop_on_device() {
+/// The cooperative kernel on the adapter's cooperative matrices, for `dtypes` (one test per dtype, so
+/// that the device run, one process per test, takes them side by side).
+fn coop_on_device(dtypes: &[DType]) {
     let required = std::env::var("KILN_REQUIRE_COOP").is_ok_and(|v| v == "1");
     let Some(dev) = gpu_device() else {
         assert!(!required, "KILN_REQUIRE_COOP=1 but there is no GPU");
@@ -579,5 +582,17 @@ fn sdpa_coop_on_device() {
         eprintln!("cooperative attention skipped on {}", dev.name());
         return;
     }
-    coop_cases(&dev, None, 128);
+    coop_cases(&dev, None, 128, dtypes);
+}
+
+#[test]
+#[ignore = "needs f16 cooperative matrices (NVIDIA, AMD): run with --include-ignored, KILN_REQUIRE_COOP=1"]
+fn sdpa_coop_on_device_f16() {
+    coop_on_device(&[DType::F16]);
+}
+
+#[test]
+#[ignore = "needs f16 cooperative matrices (NVIDIA, AMD): run with --include-ignored, KILN_REQUIRE_COOP=1"]
+fn sdpa_coop_on_device_bf16() {
+    coop_on_device(&[DType::BF16]);
 }

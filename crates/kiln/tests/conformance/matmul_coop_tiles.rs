@@ -9,7 +9,7 @@
 //!
 //! `coop_tiles_emulated` runs the kernels with plain WGSL in place of the cooperative ops (same index
 //! math, same workgroup-memory layout) on any adapter with SHADER_F16, e.g. lavapipe;
-//! `coop_tiles_on_device` and `coop_bf16_on_device` run them on the adapter's cooperative matrices
+//! `coop_tiles_on_device_*` and `coop_bf16_on_device*` run them on the adapter's cooperative matrices
 //! (Vulkan). Both are `#[ignore]`d, so a run without such an adapter (CI's lavapipe) lists them as
 //! ignored instead of passing them silently; the device run takes them with `--include-ignored`,
 //! where `KILN_REQUIRE_COOP=1` makes a missing feature fail. The emulated tests fail under
@@ -162,8 +162,8 @@ fn coop_tiles_emulated() {
         skip_emulation(&dev, "cooperative matmul");
         return;
     }
-    // Software adapters run the emulated products slowly: small tiles with every view, the large
-    // shapes of the sweep on the fast layouts only.
+    // Software adapters run the emulated products slowly: small tiles with every view here, the
+    // production shapes on the fast layouts only (`coop_tiles_emulated_large`).
     let mut seed = 500;
     for spec in [
         "2x2:2x2:32:h1",
@@ -177,8 +177,20 @@ fn coop_tiles_emulated() {
     ] {
         run_spec(&dev, spec, Some(16), &VIEWS, &mut seed);
     }
+}
+
+/// The production tile shapes, emulated where the adapter has the workgroup memory for them.
+#[test]
+fn coop_tiles_emulated_large() {
+    let Some(dev) = gpu_device() else { return };
+    let probe = (rand_tensor(&[2, 2], F16, 1, &dev), rand_tensor(&[2, 2], F16, 2, &dev));
+    if matmul_coop_spec(&probe.0, &probe.1, CoopTile::Small, Some(16), None).is_none() {
+        skip_emulation(&dev, "cooperative matmul");
+        return;
+    }
+    let mut seed = 700;
     // The large tiles need about 45 KiB of workgroup memory: adapters with less (lavapipe: 32 KiB)
-    // decline them (the path answers None); `coop_tiles_on_device` runs them on the real hardware.
+    // decline them (the path answers None); `coop_tiles_on_device_*` run them on the real hardware.
     for spec in ["2x2:4x4:32:h4", "2x4:4x2:32:h4:deep", "4x2:4x4:16:h4:deep", "2x4:4x4:16:h4"] {
         if matmul_coop_spec(&probe.0, &probe.1, CoopTile::Auto, Some(16), CoopSpec::parse(spec)).is_none() {
             eprintln!("spec {spec} skipped: its workgroup memory exceeds {}'s limit", dev.name());
@@ -188,9 +200,10 @@ fn coop_tiles_emulated() {
     }
 }
 
-#[test]
-#[ignore = "needs 16x16 f16 cooperative matrices on Vulkan (NVIDIA): run with --include-ignored, KILN_REQUIRE_COOP=1"]
-fn coop_tiles_on_device() {
+/// The tile specs on the adapter's cooperative matrices (Vulkan, 16x16), each from its own seed. The
+/// specs are split over three tests so that the device run, one process per test, takes them side by
+/// side.
+fn tiles_on_device(specs: &[&str], mut seed: u64) {
     let required = std::env::var("KILN_REQUIRE_COOP").is_ok_and(|v| v == "1");
     let Some(dev) = gpu_device() else {
         assert!(!required, "KILN_REQUIRE_COOP=1 but there is no GPU");
@@ -205,25 +218,35 @@ fn coop_tiles_on_device() {
         eprintln!("cooperative tile tests skipped on {}", dev.name());
         return;
     }
-    let mut seed = 900;
-    for spec in [
-        "2x2:4x4:32:h1",
-        "2x2:4x4:32:h4",
-        "2x2:4x4:32:h4:deep",
-        "2x4:4x2:32:h4:deep",
-        "4x2:4x4:16:h4",
-        "4x2:4x4:16:h4:deep",
-        "2x4:4x4:16:h4:deep",
-        "4x4:2x2:16:h4:deep",
-        "2x2:2x2:32:h1:deep",
+    for spec in specs {
+        run_spec(&dev, spec, None, &VIEWS, &mut seed);
+    }
+}
+
+#[test]
+#[ignore = "needs 16x16 f16 cooperative matrices on Vulkan (NVIDIA): run with --include-ignored, KILN_REQUIRE_COOP=1"]
+fn coop_tiles_on_device_bk32() {
+    let specs = ["2x2:4x4:32:h1", "2x2:4x4:32:h4", "2x2:4x4:32:h4:deep", "2x4:4x2:32:h4:deep", "2x2:2x2:32:h1:deep"];
+    tiles_on_device(&specs, 900);
+}
+
+#[test]
+#[ignore = "needs 16x16 f16 cooperative matrices on Vulkan (NVIDIA): run with --include-ignored, KILN_REQUIRE_COOP=1"]
+fn coop_tiles_on_device_bk16() {
+    tiles_on_device(&["4x2:4x4:16:h4", "4x2:4x4:16:h4:deep", "2x4:4x4:16:h4:deep", "4x4:2x2:16:h4:deep"], 1300);
+}
+
+#[test]
+#[ignore = "needs 16x16 f16 cooperative matrices on Vulkan (NVIDIA): run with --include-ignored, KILN_REQUIRE_COOP=1"]
+fn coop_tiles_on_device_fast() {
+    let specs = [
         "4x2:4x4:16:h4:deep:fast",
         "2x4:4x4:16:h4:a3:fast",
         "2x4:4x4:16:h4:a4:fast",
         "2x2:4x4:32:h4:deep:fast",
         "2x4:4x2:32:h4:a3:fast",
-    ] {
-        run_spec(&dev, spec, None, &VIEWS, &mut seed);
-    }
+    ];
+    tiles_on_device(&specs, 1600);
 }
 
 /// bf16 values over 1e-6..1e4 in magnitude, both signs, and in every 7th line (row of a row-major
@@ -350,24 +373,38 @@ fn coop_bf16_emulated() {
 
 /// bf16 on the adapter's cooperative matrices, through specs and through `matmul`/`linear` (the
 /// automatic choice), where the adapter has them.
-#[test]
-#[ignore = "needs 16x16 cooperative matrices (NVIDIA): run with --include-ignored, KILN_REQUIRE_COOP=1"]
-fn coop_bf16_on_device() {
+/// The bf16 device runs: the device, or `None` where the test is skipped.
+fn bf16_device() -> Option<Device> {
     let required = std::env::var("KILN_REQUIRE_COOP").is_ok_and(|v| v == "1");
     let Some(dev) = gpu_device() else {
         assert!(!required, "KILN_REQUIRE_COOP=1 but there is no GPU");
-        return;
+        return None;
     };
     let (_, size) = coop_matmul_support(&dev);
     if size != Some(16) {
         assert!(!required, "KILN_REQUIRE_COOP=1 but {} has no 16x16 cooperative matrices", dev.name());
         eprintln!("cooperative bf16 tests skipped on {}", dev.name());
-        return;
+        return None;
     }
+    Some(dev)
+}
+
+#[test]
+#[ignore = "needs 16x16 cooperative matrices (NVIDIA): run with --include-ignored, KILN_REQUIRE_COOP=1"]
+fn coop_bf16_on_device() {
+    let Some(dev) = bf16_device() else { return };
     let mut seed = 1900;
     for spec in ["2x2:4x4:32:h4", "4x2:4x4:16:h4:deep", "2x4:4x4:16:h4:a4:fast", "2x2:4x4:32:h4:deep:fast"] {
         run_bf16(&dev, spec, None, &VIEWS, &mut seed);
     }
+}
+
+/// The automatic choice on bf16 shapes of every size class (the specs are `coop_bf16_on_device`).
+#[test]
+#[ignore = "needs 16x16 cooperative matrices (NVIDIA): run with --include-ignored, KILN_REQUIRE_COOP=1"]
+fn coop_bf16_on_device_auto() {
+    let Some(dev) = bf16_device() else { return };
+    let mut seed = 1950;
     for (m, k, n) in [(300, 257, 514), (513, 96, 1000), (64, 4096, 129)] {
         seed += 2;
         check_bf16(&dev, None, None, &[], (m, k, n), (View::Plain, View::Transposed), false, false, seed);

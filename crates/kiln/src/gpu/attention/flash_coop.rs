@@ -60,7 +60,7 @@ impl Config {
     /// Bytes of workgroup memory.
     pub(crate) fn workgroup_bytes(&self) -> u32 {
         let (lq, lv, lp) = self.strides();
-        2 * (self.bq() * lq + BK * lq + BK * lv + NSG * self.s * lp) + 4 * NSG * self.s * self.ls + 8
+        2 * (self.bq() * lq + BK * lq + BK * lv + NSG * self.s * lp) + 4 * NSG * self.s * self.ls + 16
     }
     pub(crate) fn key(&self) -> String {
         format!(
@@ -460,8 +460,9 @@ pub(crate) fn config(ctx: &GpuContext, bf16: bool, d: usize, dv: usize, emulate:
         .find(|c| c.workgroup_bytes() <= limit && NSG * c.sg <= ctx.limits.max_compute_invocations_per_workgroup)
 }
 
-/// The automatic path takes this kernel only with `KILN_COOP_ATTN=1`: on an H100 (session 7, three
-/// runs) it gave wrong results that the emulated kernel does not show (docs/PERFORMANCE.md).
+/// The automatic path takes this kernel only with `KILN_COOP_ATTN=1`: it is right on an H100 since
+/// its workgroup variables are 16-byte multiples (`flash_coop.wgsl`), but no faster there than the
+/// plain flash kernel (0.95-1.2x; docs/PERFORMANCE.md).
 fn disabled_by_env() -> bool {
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *OFF.get_or_init(|| !crate::settings::COOP_ATTN.is_one())

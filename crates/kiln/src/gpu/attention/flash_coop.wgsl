@@ -47,8 +47,12 @@ var<workgroup> sk: array<{{SE}}, {{SK_N}}>;
 var<workgroup> sv: array<{{SE}}, {{SV_N}}>;
 var<workgroup> sp: array<{{SE}}, {{SP_N}}>;
 var<workgroup> ss: array<f32, {{SS_N}}>;
-// Whether the value tile of an even / odd step holds a value that is not finite.
-var<workgroup> vbad: array<atomic<u32>, 2>;
+// Whether the value tile of an even / odd step holds a value that is not finite (words 0 and 1).
+// Four words, not two: every workgroup variable of a cooperative kernel is a multiple of 16 bytes
+// long. The driver orders workgroup variables as it likes, and NVIDIA's cooperative loads from rows
+// whose stride is a multiple of 16 bytes assume a 16-byte aligned start: an 8-byte variable placed
+// first shifted every staged tile by 8 bytes (4 halves) on the H100 (docs/RELIABILITY.md).
+var<workgroup> vbad: array<atomic<u32>, 4>;
 
 {{PRELUDE}}
 {{EXTRA}}

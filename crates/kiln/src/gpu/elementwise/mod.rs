@@ -231,9 +231,10 @@ fn divmod_(a: f32, b: f32) -> vec2<f32> {
     if (!(m == 0.0)) {
         if ((b < 0.0) != (m < 0.0)) { m += b; div -= 1.0; }
     } else {
-        // The divisor's sign on a zero remainder, as bits: NVIDIA gave 0 % 3 = -0 from the select of
-        // two float constants.
-        m = bitcast<f32>(select(0u, 0x80000000u, b < 0.0));
+        // The divisor's sign on a zero remainder, copied from its bits. Not a select of two zeros,
+        // not even as bits: NVIDIA's compiler (no signed-zero preservation in naga's SPIR-V) turned
+        // `bitcast<f32>(select(0u, 0x80000000u, b < 0.0))` into -0 for every b (0 % 3 gave -0).
+        m = bitcast<f32>(bitcast<u32>(b) & 0x80000000u);
     }
     var fd = bitcast<f32>(sign_xor_(a, b));
     if (!(div == 0.0)) {
