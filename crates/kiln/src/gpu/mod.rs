@@ -33,8 +33,6 @@ mod tests;
 #[cfg(test)]
 mod variant_tests;
 
-#[doc(hidden)]
-pub use attention::sdpa_coop_tensors;
 pub use catalog::kernel_catalog;
 pub use matmul::coop as matmul_coop;
 pub use runtime::bandwidth::copy_bandwidth;
