@@ -1,56 +1,23 @@
-//! Quantized weights on the GPU (kiln's planar layout, `quant/mod.rs`): dequantisation to a float
-//! dtype (`dequant.wgsl`, `dequant_units.wgsl`) and the few-row matrix product that reads the packed
-//! weight directly (`matvec.wgsl`); they read blocks through `formats.wgsl` or the units of
-//! `units.wgsl` (16-byte loads) and `word_units.wgsl` (formats read by words).
+//! The quantized few-row product `x (m, k) @ w^T` that reads kiln's planar quantized weight
+//! directly and dequantises it in registers (`quant.wgsl`, through the units of
+//! `kit/quant_units.rs`), with the same prologues (RMSNorm, silu_mul) and addend as the dense one.
 
+use super::emit::{lane_sum, norm_scale, rows_setup, sg_args, stores, sum_name, AddRead};
+use crate::gpu::kit::quant_units::{doff, fname, is_more, units};
 use crate::gpu::pointwise::Pro;
 use crate::gpu::runtime::kernels::render;
 use crate::gpu::runtime::params::params;
 use crate::gpu::runtime::storage::At;
-use crate::gpu::runtime::wgsl::{self, store_word, PRELUDE};
+use crate::gpu::runtime::wgsl::PRELUDE;
 use crate::gpu::runtime::GpuStorage;
 use crate::quant::QuantType;
 use crate::{DType, Error, Result};
 use std::fmt::Write;
 
-const FORMATS: &str = include_str!("formats.wgsl");
-const DEQUANT: &str = include_str!("dequant.wgsl");
-const MATVEC: &str = include_str!("matvec.wgsl");
-const UNITS: &str = include_str!("units.wgsl");
-/// Units of the formats beyond Q8_0/Q4_0/Q4_K/Q6_K, and their dequantisation through them.
-const WORD_UNITS: &str = include_str!("word_units.wgsl");
-const DEQUANT_UNITS: &str = include_str!("dequant_units.wgsl");
+const MATVEC: &str = include_str!("quant.wgsl");
 
 /// Rows of x per matvec workgroup.
 const ROWS: [u32; 4] = [1, 2, 4, 8];
-
-/// The suffix of the format's WGSL functions.
-fn fname(qt: QuantType) -> &'static str {
-    match qt {
-        QuantType::Q8_0 => "q8_0",
-        QuantType::Q4_0 => "q4_0",
-        QuantType::Q4K => "q4_k",
-        QuantType::Q6K => "q6_k",
-        QuantType::Q4_1 => "q4_1",
-        QuantType::Q5_0 => "q5_0",
-        QuantType::Q5_1 => "q5_1",
-        QuantType::Q2K => "q2_k",
-        QuantType::Q3K => "q3_k",
-        QuantType::Q5K => "q5_k",
-        QuantType::IQ4NL => "iq4_nl",
-        QuantType::IQ4XS => "iq4_xs",
-    }
-}
-
-/// Formats whose units are in `word_units.wgsl` (dequantised through them).
-fn is_more(qt: QuantType) -> bool {
-    !matches!(qt, QuantType::Q8_0 | QuantType::Q4_0 | QuantType::Q4K | QuantType::Q6K)
-}
-
-params! {
-    /// Dequantisation: values, and the word offset of the scale section (doff).
-    struct DequantParams { n: u32, doff: u32 }
-}
 
 params! {
     /// The quantized product's parameters: m, n, k, the scales' word offset (doff), x's offset in
@@ -72,48 +39,10 @@ params! {
     }
 }
 
-/// Word offset of the scale section (0 for Q4_K, which has none).
-fn doff(qt: QuantType, blocks: usize) -> u32 {
-    (blocks * qt.body_bytes() / 4) as u32
-}
-
-/// The dequantisation kernel of `qt` into `out` (f32, f16 or bf16).
-pub(crate) fn dequant_source(qt: QuantType, out: DType) -> String {
-    let (store, _) = store_word(out, 0);
-    if is_more(qt) {
-        let units = format!("{UNITS}\n{WORD_UNITS}");
-        return render(
-            DEQUANT_UNITS,
-            &[
-                ("QT", qt.name()),
-                ("OUT", out.as_str()),
-                ("PARAMS", &DequantParams::wgsl()),
-                ("PRELUDE", PRELUDE),
-                ("UNITS", &units),
-                ("F", fname(qt)),
-                ("STORE", &store),
-            ],
-        );
-    }
-    render(
-        DEQUANT,
-        &[
-            ("QT", qt.name()),
-            ("OUT", out.as_str()),
-            ("PARAMS", &DequantParams::wgsl()),
-            ("PRELUDE", PRELUDE),
-            ("FORMATS", FORMATS),
-            ("BS", &qt.block_elems().to_string()),
-            ("F", fname(qt)),
-            ("STORE", &store),
-        ],
-    )
-}
-
 /// One matrix-vector kernel: format, x dtype, output in x's dtype (else f32), rows of x per
 /// workgroup, weight rows per lane set and lanes per set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Matvec {
+pub(crate) struct QuantMatvec {
     pub(crate) qt: QuantType,
     pub(crate) xdt: DType,
     pub(crate) out16: bool,
@@ -125,11 +54,11 @@ pub(crate) struct Matvec {
     /// Adds a bias or residual (the last binding, in the output's dtype) before the store.
     pub(crate) add: bool,
     /// What the kernel does to x first (RMSNorm with the norm weight at binding 3, or silu_mul of
-    /// the row's two halves; `decode/mod.rs`).
+    /// the row's two halves; as `dense.rs`).
     pub(crate) pro: Pro,
 }
 
-/// Values per unit (one lane's step, `units.wgsl`) and runs of 16 values in it.
+/// Values per unit (one lane's step, `kit/quant_units.wgsl`) and runs of 16 values in it.
 fn unit_shape(qt: QuantType) -> (u32, u32) {
     match qt {
         QuantType::Q4K | QuantType::Q6K => (64, 4),
@@ -157,12 +86,19 @@ fn overrides() -> &'static Overrides {
     })
 }
 
-impl Matvec {
+impl QuantMatvec {
     /// The kernel for an `(n, k)` weight and `m` rows of `xdt` input. Weight rows per set: 2 or 4
     /// (fewer as rows of x add accumulators); lanes per set: at most 4 units per lane, then more
     /// lanes (and fewer sets) while the grid has under ~2 workgroups per SM of a large GPU and
     /// every lane keeps a unit.
-    pub(crate) fn for_problem(qt: QuantType, xdt: DType, n: usize, k: usize, m: usize, sg_max: Option<u32>) -> Matvec {
+    pub(crate) fn for_problem(
+        qt: QuantType,
+        xdt: DType,
+        n: usize,
+        k: usize,
+        m: usize,
+        sg_max: Option<u32>,
+    ) -> QuantMatvec {
         let mt = (m.next_power_of_two() as u32).min(8);
         // Measured on an H100 at M = 1 (docs/PERFORMANCE.md, session 5): 4 rows for Q8_0 and
         // Q4_0, 2 for the k-quants, whose larger units (64 values) with 4 rows per lane cost
@@ -181,7 +117,7 @@ impl Matvec {
         let ln = overrides().ln.map_or(ln as u32, |v| v.clamp(32, 256));
         let out16 = xdt != DType::F32 && n.is_multiple_of(2);
         let sg = sg_max.is_some_and(|s| s <= ln) && overrides().sg;
-        Matvec { qt, xdt, out16, mt, c, ln, sg, add: false, pro: Pro::Plain }
+        QuantMatvec { qt, xdt, out16, mt, c, ln, sg, add: false, pro: Pro::Plain }
     }
 
     pub(crate) fn key(&self) -> String {
@@ -199,46 +135,75 @@ impl Matvec {
 
     pub(crate) fn source(&self) -> String {
         let (mt, c, f) = (self.mt, self.c, fname(self.qt));
-        let (uv, runs) = unit_shape(self.qt);
-        let mins =
-            matches!(self.qt, QuantType::Q4K | QuantType::Q4_1 | QuantType::Q5_1 | QuantType::Q2K | QuantType::Q5K);
-        let (mut setup, mut body, mut reduce, mut finish) =
-            (String::new(), String::new(), String::new(), String::new());
+        let (uv, _) = unit_shape(self.qt);
+        let mut setup = String::new();
         for j in 0..c {
             writeln!(setup, "    let row{j} = min(col0 + {j}u, n - 1u);").unwrap();
-            writeln!(body, "        let w{j} = load_{f}(row{j}, u, units, doff);").unwrap();
         }
-        for r in 0..mt {
-            writeln!(setup, "    let xb{r} = p.x_off + min(m0 + {r}u, m - 1u) * p.x_stride;").unwrap();
-            for j in 0..c {
-                writeln!(setup, "    var acc{j}_{r} = 0.0;").unwrap();
-            }
-        }
+        rows_setup(&mut setup, mt, c);
         if self.pro == Pro::RmsNorm {
-            // Each workgroup takes the sum of squares of its rows itself (k values from cache).
-            for r in 0..mt {
-                writeln!(setup, "    var ss{r} = 0.0;").unwrap();
-            }
-            setup += "    for (var e = tid * 16u; e < k; e += 4096u) {\n";
+            let mut sum = String::from("    for (var e = tid * 16u; e < k; e += 4096u) {\n");
             for r in 0..mt {
                 for v in 0..4 {
-                    writeln!(setup, "        let s{r}_{v} = xv(xb{r} + e, {v}u); ss{r} += dot(s{r}_{v}, s{r}_{v});")
+                    writeln!(sum, "        let s{r}_{v} = xv(xb{r} + e, {v}u); ss{r} += dot(s{r}_{v}, s{r}_{v});")
                         .unwrap();
                 }
             }
-            setup += "    }\n";
-            for r in 0..mt {
-                writeln!(setup, "    red[{r}u * 256u + tid] = ss{r};").unwrap();
-            }
-            setup += "    workgroupBarrier();\n    for (var s = 128u; s > 0u; s >>= 1u) {\n        if (tid < s) {\n";
-            for r in 0..mt {
-                writeln!(setup, "            red[{r}u * 256u + tid] += red[{r}u * 256u + tid + s];").unwrap();
-            }
-            setup += "        }\n        workgroupBarrier();\n    }\n";
-            for r in 0..mt {
-                writeln!(setup, "    let scale{r} = inverseSqrt(red[{r}u * 256u] / f32(k) + p.eps);").unwrap();
-            }
-            setup += "    workgroupBarrier();\n";
+            sum += "    }\n";
+            norm_scale(&mut setup, mt, &sum);
+        }
+        let add = if self.add { AddRead::F32 } else { AddRead::None };
+        let finish = stores(mt, c, self.pro == Pro::RmsNorm, self.out16.then_some(self.xdt), add);
+        let mut extra = String::new();
+        if self.pro == Pro::RmsNorm {
+            extra += "@group(0) @binding(3) var<storage, read> nw: array<vec4<u32>>;\n";
+        }
+        if self.add {
+            let b = 3 + (self.pro == Pro::RmsNorm) as u32;
+            let elem = if self.out16 { "u32" } else { "f32" };
+            writeln!(extra, "@group(0) @binding({b}) var<storage, read> addend: array<{elem}>;").unwrap();
+        }
+        let odt = if self.out16 { self.xdt } else { DType::F32 };
+        render(
+            MATVEC,
+            &[
+                ("PARAMS", &QuantMatvecParams::wgsl()),
+                ("QT", self.qt.name()),
+                ("XDT", self.xdt.as_str()),
+                ("ODT", odt.as_str()),
+                ("MT", &mt.to_string()),
+                ("C", &c.to_string()),
+                ("LN", &self.ln.to_string()),
+                ("SETS", &(256 / self.ln).to_string()),
+                ("UV", &uv.to_string()),
+                ("DST_ELEM", if self.out16 { "u32" } else { "f32" }),
+                ("ADDEND", &extra),
+                ("PRELUDE", PRELUDE),
+                ("UNITS", &units()),
+                ("RED", &(256 * c * mt).to_string()),
+                ("XLOAD", &self.x_loaders()),
+                ("F", f),
+                ("SETUP", &setup),
+                ("BODY", &self.body()),
+                ("REDUCE", &lane_sum(mt, c, self.ln, self.sg)),
+                ("FINISH", &finish),
+                ("SUM", sum_name(self.sg)),
+                ("SG_ARGS", sg_args(self.sg)),
+            ],
+        )
+    }
+
+    /// One step of a lane: each weight row's unit, then per run of 16 values x (through the
+    /// prologue), the row's integer values and the dot products, less the minima where the format
+    /// has them.
+    fn body(&self) -> String {
+        let (mt, c, f) = (self.mt, self.c, fname(self.qt));
+        let (_, runs) = unit_shape(self.qt);
+        let mins =
+            matches!(self.qt, QuantType::Q4K | QuantType::Q4_1 | QuantType::Q5_1 | QuantType::Q2K | QuantType::Q5K);
+        let mut body = String::new();
+        for j in 0..c {
+            writeln!(body, "        let w{j} = load_{f}(row{j}, u, units, doff);").unwrap();
         }
         for i in 0..runs {
             for r in 0..mt {
@@ -265,84 +230,11 @@ impl Matvec {
                 }
             }
         }
-        // The set's lanes summed into t{slot} of its lane 0.
-        let slots = (0..c * mt).collect::<Vec<_>>();
-        let acc = |slot: u32| format!("acc{}_{}", slot / mt, slot % mt);
-        if self.sg {
-            for &sl in &slots {
-                writeln!(reduce, "    var t{sl} = subgroupAdd({});", acc(sl)).unwrap();
-            }
-            writeln!(reduce, "    if (sgi == 0u) {{").unwrap();
-            for &sl in &slots {
-                writeln!(reduce, "        red[{sl}u * 256u + tid] = t{sl};").unwrap();
-            }
-            writeln!(reduce, "    }}\n    workgroupBarrier();\n    if (lane == 0u) {{").unwrap();
-            writeln!(reduce, "        for (var i = sgs; i < {}u; i += sgs) {{", self.ln).unwrap();
-            for &sl in &slots {
-                writeln!(reduce, "            t{sl} += red[{sl}u * 256u + tid + i];").unwrap();
-            }
-            writeln!(reduce, "        }}\n    }}").unwrap();
-        } else {
-            for &sl in &slots {
-                writeln!(reduce, "    red[{sl}u * 256u + tid] = {};", acc(sl)).unwrap();
-            }
-            writeln!(
-                reduce,
-                "    workgroupBarrier();\n    for (var h = {}u; h > 0u; h >>= 1u) {{\n        if (lane < h) {{",
-                self.ln / 2
-            )
-            .unwrap();
-            for &sl in &slots {
-                writeln!(reduce, "            red[{sl}u * 256u + tid] += red[{sl}u * 256u + tid + h];").unwrap();
-            }
-            writeln!(reduce, "        }}\n        workgroupBarrier();\n    }}").unwrap();
-            for &sl in &slots {
-                writeln!(reduce, "    let t{sl} = red[{sl}u * 256u + tid];").unwrap();
-            }
-        }
-        // The addend of output (m0 + r, col0 + j): element p.add_off + (m0 + r) * p.add_stride + col0 + j.
-        let at = |r: u32, j: u32| format!("p.add_off + (m0 + {r}u) * p.add_stride + col0 + {j}u");
-        let tv = |s: u32, r: u32| if self.pro == Pro::RmsNorm { format!("t{s} * scale{r}") } else { format!("t{s}") };
-        for r in 0..mt {
-            if self.out16 {
-                let pack = if self.xdt == DType::F16 {
-                    "pack2x16float(vec2<f32>(a, b))"
-                } else {
-                    "bf16_bits(a) | (bf16_bits(b) << 16u)"
-                };
-                for j in (0..c).step_by(2) {
-                    let (s0, s1) = (j * mt + r, (j + 1) * mt + r);
-                    let add = if !self.add {
-                        String::new()
-                    } else if self.xdt == DType::F16 {
-                        format!("let e = unpack2x16float(addend[({}) / 2u]); a += e.x; b += e.y; ", at(r, j))
-                    } else {
-                        format!(
-                            "let e = addend[({}) / 2u]; a += bitcast<f32>(e << 16u); b += bitcast<f32>(e & 0xffff0000u); ",
-                            at(r, j)
-                        )
-                    };
-                    writeln!(
-                        finish,
-                        "        if (col0 + {j}u < n && m0 + {r}u < m) {{ var a = {}; var b = {}; {add}\
-                         dst[((m0 + {r}u) * n + col0 + {j}u) / 2u] = {pack}; }}",
-                        tv(s0, r),
-                        tv(s1, r)
-                    )
-                    .unwrap();
-                }
-            } else {
-                for j in 0..c {
-                    let add = if self.add { format!(" + addend[{}]", at(r, j)) } else { String::new() };
-                    writeln!(
-                        finish,
-                        "        if (col0 + {j}u < n && m0 + {r}u < m) {{ dst[(m0 + {r}u) * n + col0 + {j}u] = {}{add}; }}",
-                        tv(j * mt + r, r)
-                    )
-                    .unwrap();
-                }
-            }
-        }
+        body
+    }
+
+    /// `xv` (4 values of x as f32) for x's dtype and `xin` (the same through the prologue).
+    fn x_loaders(&self) -> String {
         let xload = match self.xdt {
             DType::F32 => "fn xv(e: u32, i: u32) -> vec4<f32> { return bitcast<vec4<f32>>(x[e / 4u + i]); }",
             DType::F16 => "fn xv(e: u32, i: u32) -> vec4<f32> { let v = x[e / 8u + i / 2u]; let o = (i & 1u) * 2u; \
@@ -365,60 +257,13 @@ impl Matvec {
                 )
             }
         };
-        let xload = format!("{xload}\n{xin}");
-        let mut extra = String::new();
-        if self.pro == Pro::RmsNorm {
-            extra += "@group(0) @binding(3) var<storage, read> nw: array<vec4<u32>>;\n";
-        }
-        if self.add {
-            let b = 3 + (self.pro == Pro::RmsNorm) as u32;
-            let elem = if self.out16 { "u32" } else { "f32" };
-            writeln!(extra, "@group(0) @binding({b}) var<storage, read> addend: array<{elem}>;").unwrap();
-        }
-        let odt = if self.out16 { self.xdt } else { DType::F32 };
-        render(
-            MATVEC,
-            &[
-                ("PARAMS", &QuantMatvecParams::wgsl()),
-                ("QT", self.qt.name()),
-                ("XDT", self.xdt.as_str()),
-                ("ODT", odt.as_str()),
-                ("MT", &mt.to_string()),
-                ("C", &c.to_string()),
-                ("LN", &self.ln.to_string()),
-                ("SETS", &(256 / self.ln).to_string()),
-                ("UV", &uv.to_string()),
-                ("DST_ELEM", if self.out16 { "u32" } else { "f32" }),
-                ("ADDEND", &extra),
-                ("PRELUDE", PRELUDE),
-                ("UNITS", &format!("{UNITS}\n{WORD_UNITS}")),
-                ("RED", &(256 * c * mt).to_string()),
-                ("XLOAD", &xload),
-                ("F", f),
-                ("SETUP", &setup),
-                ("BODY", &body),
-                ("REDUCE", &reduce),
-                ("FINISH", &finish),
-                ("SUM", if self.sg { "subgroupAdd, then workgroup memory" } else { "a tree in workgroup memory" }),
-                (
-                    "SG_ARGS",
-                    if self.sg {
-                        ",\n        @builtin(subgroup_invocation_id) sgi: u32, @builtin(subgroup_size) sgs: u32"
-                    } else {
-                        ""
-                    },
-                ),
-            ],
-        )
+        format!("{xload}\n{xin}")
     }
 }
 
-/// Every quant kernel variant, for the catalog.
+/// Every quantized matvec variant, for the catalog.
 pub(crate) fn catalog(push: &mut impl FnMut(String, String)) {
     for qt in QuantType::ALL {
-        for out in [DType::F32, DType::F16, DType::BF16] {
-            push(format!("quant_dequant:{qt}:{out}"), dequant_source(qt, out));
-        }
         for xdt in [DType::F32, DType::F16, DType::BF16] {
             for (mt, n) in ROWS.into_iter().flat_map(|mt| [(mt, 4096), (mt, 13)]) {
                 // The newer formats share the kernel's code paths: their units at 1 and 8 rows.
@@ -426,11 +271,11 @@ pub(crate) fn catalog(push: &mut impl FnMut(String, String)) {
                     continue;
                 }
                 for (sg, add) in [(None, false), (Some(32), false), (Some(32), true)] {
-                    let mv = Matvec { add, ..Matvec::for_problem(qt, xdt, n, 4096, mt as usize, sg) };
+                    let mv = QuantMatvec { add, ..QuantMatvec::for_problem(qt, xdt, n, 4096, mt as usize, sg) };
                     push(mv.key(), mv.source());
                     if mt <= 2 && n == 4096 {
                         for pro in [Pro::RmsNorm, Pro::SiluMul] {
-                            let mv = Matvec { pro, ..mv };
+                            let mv = QuantMatvec { pro, ..mv };
                             push(mv.key(), mv.source());
                         }
                     }
@@ -438,29 +283,6 @@ pub(crate) fn catalog(push: &mut impl FnMut(String, String)) {
             }
         }
     }
-}
-
-/// Dequantises the planar words `q` (`blocks` blocks of `qt`) into a fresh `out` buffer.
-pub(crate) fn dequantize(q: &GpuStorage, qt: QuantType, blocks: usize, out: DType) -> Result<GpuStorage> {
-    let ctx = q.ctx.clone();
-    let n = blocks * qt.block_elems();
-    if n > u32::MAX as usize || q.len > u32::MAX as usize {
-        return Err(Error::Gpu { op: "dequantize", msg: format!("{n} values exceed the 32-bit index range") });
-    }
-    let dst = GpuStorage::alloc(&ctx, out, n)?;
-    let key = format!("quant_dequant:{qt}:{out}");
-    let kernel = ctx.pipelines.get(&ctx, &key, 1, || dequant_source(qt, out))?;
-    let threads = n.div_ceil(wgsl::per_word(out));
-    let groups = wgsl::grid(threads, 256, ctx.limits.max_compute_workgroups_per_dimension);
-    let params = DequantParams { n: n as u32, doff: doff(qt, blocks) }.words();
-    ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(
-        &ctx,
-        &kernel,
-        &[dst.buffer.raw(), q.buffer.raw()],
-        &params,
-        groups,
-    )?;
-    Ok(dst)
 }
 
 /// An addend of a quantized product: `(n,)` (a bias, `row_stride` 0) or `(m, n)` rows `row_stride`
@@ -518,7 +340,7 @@ pub(crate) fn qmatmul_fused(
         return Err(Error::Gpu { op, msg: format!("a ({n}, {k}) weight exceeds the 32-bit index range") });
     }
     let sg_max = crate::gpu::runtime::subgroups::use_subgroups(&ctx).then_some(ctx.summary.subgroup_size.1);
-    let mut mv = Matvec::for_problem(qt, x.dtype, n, k, m, sg_max);
+    let mut mv = QuantMatvec::for_problem(qt, x.dtype, n, k, m, sg_max);
     if let Some(a) = &add {
         let fits = if mv.out16 { a.offset % 2 == 0 && a.row_stride % 2 == 0 } else { x.dtype == DType::F32 };
         if !fits || a.buf.dtype != x.dtype || a.offset + m * a.row_stride + n > u32::MAX as usize {
