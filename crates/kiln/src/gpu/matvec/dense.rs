@@ -3,7 +3,7 @@
 //! the residual before its store and writes the model's dtype (`dense.wgsl`), so a decoder layer's
 //! norms, casts, activations and skip connections cost no dispatch of their own.
 
-use super::emit::{lane_sum, norm_scale, rows_setup, sg_args, stores, sum_name, AddRead};
+use super::emit::{lane_sum, lanes, norm_scale, rows_setup, sg_args, stores, sum_name, AddRead};
 use crate::gpu::pointwise::Pro;
 use crate::gpu::runtime::kernels::render;
 use crate::gpu::runtime::params::params;
@@ -78,13 +78,7 @@ impl DenseMatvec {
     ) -> Self {
         let mt = (m.next_power_of_two() as u32).min(MAX_ROWS as u32);
         let c = if mt <= 2 { 4 } else { 2 };
-        let units = k / unit_values(dt);
-        let wgs = |ln: usize| n.div_ceil(256 / ln * c as usize);
-        let mut ln = (units / 8).max(1).next_power_of_two().clamp(32, 256);
-        while ln < 256 && 2 * ln <= units && wgs(ln) < 264 {
-            ln *= 2;
-        }
-        let ln = ln as u32;
+        let ln = lanes(k / unit_values(dt), 8, n, c);
         let sg = sg_max.is_some_and(|s| s <= ln);
         DenseMatvec { dt, pro, add, mt, c, ln, u: 2, sg }
     }

@@ -1,9 +1,21 @@
-//! The emitter pieces both few-row products share (`dense.rs`, `quant.rs`): where each row of x
-//! starts and its accumulators, RMSNorm's per-row scale, the sum over a lane set, and the stores of
-//! the outputs with the addend.
+//! What both few-row products share (`dense.rs`, `quant.rs`): the lanes per set, and the emitter
+//! pieces: where each row of x starts and its accumulators, RMSNorm's per-row scale, the sum over a
+//! lane set, and the stores of the outputs with the addend.
 
 use crate::DType;
 use std::fmt::Write;
+
+/// Lanes per set (32 to 256) for rows of `units` units and `c` weight rows a set: a lane takes
+/// about `per_lane` units, then lanes double (fewer sets, more workgroups) while the grid over `n`
+/// weight rows has under ~2 workgroups per SM of a large GPU and every lane keeps a unit.
+pub(super) fn lanes(units: usize, per_lane: usize, n: usize, c: u32) -> u32 {
+    let wgs = |ln: usize| n.div_ceil(256 / ln * c as usize);
+    let mut ln = (units / per_lane).max(1).next_power_of_two().clamp(32, 256);
+    while ln < 256 && 2 * ln <= units && wgs(ln) < 264 {
+        ln *= 2;
+    }
+    ln as u32
+}
 
 /// Per row `r` of x its first unit `xb{r}`, and an accumulator `acc{j}_{r}` per weight row `j`.
 pub(super) fn rows_setup(setup: &mut String, mt: u32, c: u32) {

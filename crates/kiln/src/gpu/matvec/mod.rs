@@ -6,7 +6,7 @@
 //!   through the units of `kit/quant_units.rs` (`Tensor::qlinear`, `qlinear_fused`).
 //!
 //! Both may normalise (RMSNorm) or gate (`silu_mul`) their own input rows first (`Pro`) and add a
-//! bias or residual before the store; `emit.rs` holds the emitter pieces they share.
+//! bias or residual before the store; `emit.rs` holds what they share.
 
 pub(crate) mod dense;
 mod emit;

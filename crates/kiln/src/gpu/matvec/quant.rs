@@ -2,7 +2,7 @@
 //! directly and dequantises it in registers (`quant.wgsl`, through the units of
 //! `kit/quant_units.rs`), with the same prologues (RMSNorm, silu_mul) and addend as the dense one.
 
-use super::emit::{lane_sum, norm_scale, rows_setup, sg_args, stores, sum_name, AddRead};
+use super::emit::{lane_sum, lanes, norm_scale, rows_setup, sg_args, stores, sum_name, AddRead};
 use crate::gpu::kit::quant_units::{doff, fname, is_more, units};
 use crate::gpu::pointwise::Pro;
 use crate::gpu::runtime::kernels::render;
@@ -108,13 +108,8 @@ impl QuantMatvec {
             _ => 4,
         };
         let c = overrides().c.unwrap_or(base).min(16 / mt).max(2);
-        let units = k / unit_shape(qt).0 as usize;
-        let wgs = |ln: usize| n.div_ceil(256 / ln * c as usize);
-        let mut ln = (units / 4).max(1).next_power_of_two().clamp(32, 256);
-        while ln < 256 && 2 * ln <= units && wgs(ln) < 264 {
-            ln *= 2;
-        }
-        let ln = overrides().ln.map_or(ln as u32, |v| v.clamp(32, 256));
+        let ln = lanes(k / unit_shape(qt).0 as usize, 4, n, c);
+        let ln = overrides().ln.map_or(ln, |v| v.clamp(32, 256));
         let out16 = xdt != DType::F32 && n.is_multiple_of(2);
         let sg = sg_max.is_some_and(|s| s <= ln) && overrides().sg;
         QuantMatvec { qt, xdt, out16, mt, c, ln, sg, add: false, pro: Pro::Plain }
