@@ -7,7 +7,7 @@
 //!
 //! Run: `cargo run --release -p kiln --example coop_attention`.
 
-use kiln::gpu::sdpa_coop_tensors;
+use kiln::gpu_probes::sdpa_coop_tensors;
 use kiln::{DType, Device, Result, Tensor};
 
 const RUNS: usize = 15;

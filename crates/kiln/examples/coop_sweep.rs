@@ -9,7 +9,7 @@
 //! results are wrong by design and marked so); `KILN_SWEEP_CASES=sq4096,lin512x11008` picks cases;
 //! `KILN_SWEEP_DTYPE=bf16` runs bf16 operands (converted to scaled f16 as they are staged) instead of f16.
 
-use kiln::gpu::matmul_coop::{matmul_coop_spec, CoopSpec, CoopTile};
+use kiln::gpu_probes::{matmul_coop_spec, CoopSpec, CoopTile};
 use kiln::{DType, Device, Result, Tensor};
 
 const RUNS: usize = 15;

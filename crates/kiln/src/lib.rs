@@ -20,6 +20,8 @@ mod dtype;
 mod error;
 mod fusion;
 pub mod gpu;
+#[doc(hidden)]
+pub mod gpu_probes;
 mod kv_cache;
 mod kv_pool;
 pub mod layout;

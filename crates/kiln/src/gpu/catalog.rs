@@ -182,8 +182,9 @@ pub fn kernel_catalog() -> Vec<(String, String)> {
     push("fill".into(), storage::fill_source());
     push("bandwidth:copy".into(), super::runtime::bandwidth::source());
     push("matmul_splitk".into(), matmul::splitk_source());
-    super::quant::catalog(&mut push);
-    super::decode::catalog(&mut push);
+    super::dequant::catalog(&mut push);
+    super::matvec::catalog(&mut push);
+    super::kv::catalog(&mut push);
     out.extend(attention::catalog());
     out.extend(attention::paged_decode::catalog());
     out.extend(attention::paged_write::catalog());

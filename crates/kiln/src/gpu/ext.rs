@@ -1,13 +1,16 @@
 //! The GPU face of the extension ops: `impl ExtOps for GpuStorage` decides, per call, whether a
 //! family kernel takes the operands (row counts, alignment, layouts) and forwards to the family's
-//! launcher (`decode/`, `quant/`, `attention/`, `fused/`); where none does it declines, and the
+//! launcher (`matvec/`, `dequant/`, `kv/`, `attention/`, `fused/`); where none does it declines, and the
 //! tensor layer runs the composed ops.
 
 use super::attention::paged_decode::{self, PagedArgs};
 use super::attention::paged_write;
-use super::decode::rope_kv::{rope_kv, RopeKv};
-use super::decode::{self, At, MatvecArgs, Pro};
-use super::quant::{self as qk, Addend};
+use super::dequant::dequantize;
+use super::kv::{rope_kv, RopeKv};
+use super::matvec::dense::{self, MatvecArgs};
+use super::matvec::quant::{self as qk, Addend};
+use super::pointwise::Pro;
+use super::runtime::storage::At;
 use super::{fused, fused_exprs, GpuStorage};
 use crate::backend::{ExtOps, Paged, Prologue, RopeAppend, View};
 use crate::fusion::plan::Group;
@@ -23,7 +26,7 @@ fn rows(l: &Layout) -> (usize, usize) {
 impl ExtOps for GpuStorage {
     const NAME: &'static str = "gpu";
 
-    /// One `decode/` kernel for up to `decode::MAX_ROWS` rows whose operands lie in whole 16-byte
+    /// One `matvec/dense.rs` kernel for up to `dense::MAX_ROWS` rows whose operands lie in whole 16-byte
     /// units (x is copied when it does not), with an even 16-bit output row.
     fn linear_fused(
         &self,
@@ -34,10 +37,10 @@ impl ExtOps for GpuStorage {
     ) -> Result<Option<Self>> {
         let (n, k) = (wl.dims()[0], wl.dims()[1]);
         let (m, kin) = rows(l);
-        if m == 0 || m > decode::MAX_ROWS || n == 0 || k == 0 {
+        if m == 0 || m > dense::MAX_ROWS || n == 0 || k == 0 {
             return Ok(None);
         }
-        let vals = decode::unit_values(self.dtype);
+        let vals = dense::unit_values(self.dtype);
         let unit = |l: &Layout| l.is_contiguous() && l.offset().is_multiple_of(vals);
         let wide = self.dtype != DType::F32;
         let norm_ok = match pro {
@@ -59,7 +62,7 @@ impl ExtOps for GpuStorage {
             Prologue::RmsNorm((g, gl), eps) => Some((At { buf: g, offset: gl.offset() }, eps)),
             _ => None,
         };
-        let dst = decode::matvec(&MatvecArgs {
+        let dst = dense::matvec(&MatvecArgs {
             x,
             x_stride: kin,
             w: At { buf: w, offset: wl.offset() },
@@ -74,7 +77,7 @@ impl ExtOps for GpuStorage {
     }
 
     fn dequantize(&self, qt: QuantType, blocks: usize, dtype: DType) -> Result<Self> {
-        qk::dequantize(self, qt, blocks, dtype)
+        dequantize(self, qt, blocks, dtype)
     }
 
     /// The `quant/` matvec on x made contiguous, adding a contiguous addend where the kernel can.
@@ -169,7 +172,7 @@ impl ExtOps for GpuStorage {
         Ok(true)
     }
 
-    /// The `decode/` rope + append kernel: float dtypes, `d` a multiple of 4, the product and the
+    /// The `kv/` rope + append kernel: float dtypes, `d` a multiple of 4, the product and the
     /// tables contiguous.
     fn rope_append(
         a: &RopeAppend<Self>,

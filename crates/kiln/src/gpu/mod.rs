@@ -1,13 +1,14 @@
 //! The GPU backend on wgpu: Metal on Apple GPUs, Vulkan and DX12 elsewhere.
 //!
-//! Three layers, each using only those below it:
+//! Four layers, each using only those below it:
 //! - `runtime/`: adapters, the device context, buffers (`GpuStorage`), batched dispatch, transfers,
-//!   the pipeline cache, profiling; it knows no kernel family;
-//! - `pointwise/`: the strided per-element launcher, copies and casts: the one piece the families
-//!   share;
+//!   the pipeline cache, typed kernel parameters, profiling; it knows no kernel family;
+//! - `pointwise/`: the strided per-element launcher, copies and casts;
+//! - `kit/`: kernel pieces several families build on (the quantized formats' units);
 //! - the kernel families, one folder each with its launchers and `.wgsl` files: `elementwise/`
 //!   (unary, binary, compare, rope), `index/`, `reduce/`, `rowwise/` (softmax, norms), `matmul/`,
-//!   `attention/`, `quant/`, and `custom.rs` (user WGSL). No family imports another.
+//!   `matvec/` (few-row dense and quantized products), `dequant/`, `kv/` (rope + KV append),
+//!   `attention/`, `fused/`, and `custom.rs` (user WGSL). No family imports another.
 //!
 //! This file is the face on top: `impl BackendStorage for GpuStorage` forwards each op to its family,
 //! and `ext.rs` does the same for the extension ops (`impl ExtOps`: fused, quantized, paged);
@@ -16,14 +17,16 @@
 pub(crate) mod attention;
 mod catalog;
 mod custom;
-pub(crate) mod decode;
+mod dequant;
 mod elementwise;
 mod ext;
 pub(crate) mod fused;
 mod index;
+mod kit;
+mod kv;
 mod matmul;
+mod matvec;
 mod pointwise;
-pub(crate) mod quant;
 mod reduce;
 mod rowwise;
 pub(crate) mod runtime;
@@ -33,8 +36,6 @@ mod tests;
 #[cfg(test)]
 mod variant_tests;
 
-#[doc(hidden)]
-pub use attention::sdpa_coop_tensors;
 pub use catalog::kernel_catalog;
 pub use matmul::coop as matmul_coop;
 pub use runtime::bandwidth::copy_bandwidth;

@@ -1,5 +1,5 @@
 //! `Tensor::qlinear_fused`: `linear_fused` (`ops/decode.rs`) for a quantized weight. On the GPU the
-//! matrix-vector kernel (`gpu/quant/`) normalises (RMSNorm) or gates (`silu_mul`) its input row
+//! matrix-vector kernel (`gpu/matvec/quant.rs`) normalises (RMSNorm) or gates (`silu_mul`) its input row
 //! itself and adds the residual before its store (`ExtOps::qmatmul_fused`); where the backend
 //! declines, the composed ops.
 

@@ -22,7 +22,6 @@ pub(crate) mod cpu;
 #[cfg(target_arch = "x86_64")]
 mod cpu_x86;
 mod formats;
-mod formats_more;
 mod fused;
 mod ops;
 

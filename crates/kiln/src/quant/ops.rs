@@ -2,7 +2,7 @@
 //!
 //! Up to `MAX_SKINNY_ROWS` rows of `x` (decode and small batches) run a kernel that reads the
 //! packed weight once per block of up to 8 rows and dequantises in registers (`quant/cpu.rs`,
-//! `gpu/quant/`, through `ExtOps::qmatmul`). More rows (prefill) dequantise the weight to `x`'s
+//! `gpu/matvec/quant.rs`, through `ExtOps::qmatmul`). More rows (prefill) dequantise the weight to `x`'s
 //! dtype and use
 //! kiln's matmul: a choice made without measurements, simple and already fast where matmul is
 //! compute bound; the dequantised copy is temporary.

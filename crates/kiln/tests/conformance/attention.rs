@@ -13,7 +13,7 @@
 use crate::backend_tests;
 use crate::bounds::*;
 use crate::common::*;
-use kiln::gpu::sdpa_coop_tensors;
+use kiln::gpu_probes::sdpa_coop_tensors;
 use kiln::{composed, DType, Device, KvCache, Tensor};
 
 /// Reference attention: for each query, the softmax of the scaled scores of its visible keys, then

@@ -1,4 +1,4 @@
-//! The cooperative-matrix f16 matmul (`gpu/matmul/coop.rs`) against a plain f64 product: edge tiles
+//! The cooperative-matrix f16 matmul (`gpu/matmul/coop/`) against a plain f64 product: edge tiles
 //! (M, N, K not multiples of 16, 32 or 64), batches (also broadcast), transposed, stepped and offset
 //! views of both operands (every staging variant: K or M/N contiguous, 4-wide or element reads), both
 //! tile presets. Tolerance: the dot product's accumulation bound `k u sum|a||b|` (u of f32, the
@@ -13,7 +13,7 @@
 //! `KILN_REQUIRE_GPU=1` when the adapter lacks SHADER_F16.
 use crate::bounds::{assert_bounded, assert_catches_wrong, sum_bound};
 use crate::common::*;
-use kiln::gpu::matmul_coop::{coop_matmul_support, matmul_coop_tensors, CoopTile};
+use kiln::gpu_probes::{coop_matmul_support, matmul_coop_tensors, CoopTile};
 use kiln::{DType, Device, Tensor};
 
 const F16: DType = DType::F16;

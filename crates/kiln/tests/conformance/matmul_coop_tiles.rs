@@ -16,7 +16,7 @@
 //! `KILN_REQUIRE_GPU=1` when the adapter lacks SHADER_F16.
 use crate::bounds::{assert_bounded, assert_catches_wrong, sum_bound};
 use crate::common::*;
-use kiln::gpu::matmul_coop::{coop_matmul_support, matmul_coop_spec, CoopSpec, CoopTile};
+use kiln::gpu_probes::{coop_matmul_support, matmul_coop_spec, CoopSpec, CoopTile};
 use kiln::{DType, Device, Tensor};
 
 const F16: DType = DType::F16;

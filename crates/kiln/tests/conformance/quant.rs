@@ -178,7 +178,7 @@ fn dequantize_matches_ggml(dev: &Device) {
 }
 
 /// The largest error a value of a block with largest magnitude `amax` may get from `qt`'s
-/// quantisation (see `quant/formats.rs`: rounding to the grid, scales rounded up to cover it).
+/// quantisation (see `quant/formats/kquants.rs`: rounding to the grid, scales rounded up to cover it).
 fn error_bound(qt: QuantType, amax: f32) -> f32 {
     match qt {
         // Half a step of amax / 127, plus the f16 rounding of d over 127 steps.

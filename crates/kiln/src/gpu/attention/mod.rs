@@ -600,32 +600,6 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
     out
 }
 
-/// For tests and benchmarks: `q.sdpa(k, v)` of f16/bf16 GPU tensors through the cooperative prefill
-/// kernel whatever the number of workgroups; `emulate: Some(s)` runs it with plain WGSL in place of
-/// the cooperative ops on any adapter with SHADER_F16. `None` when the kernel does not apply.
-#[doc(hidden)]
-pub fn sdpa_coop_tensors(
-    q: &crate::Tensor,
-    k: &crate::Tensor,
-    v: &crate::Tensor,
-    causal: bool,
-    scale: Option<f64>,
-    emulate: Option<u32>,
-) -> Option<Result<crate::Tensor>> {
-    use crate::storage::Storage;
-    if q.rank() != 4 || k.rank() != 4 || v.rank() != 4 {
-        return None;
-    }
-    let d = q.dims()[3];
-    let scale = scale.unwrap_or(1.0 / (d.max(1) as f64).sqrt());
-    let (sq, sk, sv) = (q.storage(), k.storage(), v.storage());
-    let (Storage::Gpu(gq), Storage::Gpu(gk), Storage::Gpu(gv)) = (&*sq, &*sk, &*sv) else { return None };
-    let p = AttentionParams { scale, causal };
-    let out = flash_coop::try_flash_coop(gq, q.layout(), gk, k.layout(), gv, v.layout(), p, emulate, true)?;
-    let dims = vec![q.dims()[0], q.dims()[1], q.dims()[2], v.dims()[3]];
-    Some(out.map(|s| crate::Tensor::from_storage(Storage::Gpu(s), dims, q.device())))
-}
-
 /// Whether a view can be read in aligned 4-element granules (`granule_loaders`).
 fn granular(s: &GpuStorage, l: &Layout) -> bool {
     let st = l.strides();

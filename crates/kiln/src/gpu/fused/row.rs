@@ -250,7 +250,67 @@ fn word(dt: DType, x: &str) -> String {
 
 /// The WGSL of `spec` as a row kernel of plan `rp` (`ex`: the elementwise op expressions).
 pub(crate) fn source(spec: &Spec, ex: Exprs, rp: &RowPlan) -> String {
-    let (wg, np) = (rp.wg, rp.np);
+    let wg = rp.wg;
+    let leaves = leaf_code(spec, rp);
+    // Values of a row read leaves constant along it (`rz`); values of an element read lane `c` of
+    // the pack arguments `l{i}`.
+    let leaf = |i: usize, e: &str| if e == "row" { format!("rz{i}") } else { format!("l{i}[c]") };
+    let mut g = Gen { spec, ex, helpers: String::new(), leaf: &leaf };
+    let packs = Packs { spec, np: rp.np, cached: cached(spec, &rp.leaves) };
+    let sg_args = if rp.sg {
+        ",\n        @builtin(subgroup_invocation_id) sgi: u32, @builtin(subgroup_size) sgs: u32,\n        @builtin(subgroup_id) sid: u32"
+    } else {
+        ""
+    };
+    let mut funcs = String::new();
+    let mut body = packs.prefetch(wg);
+    reductions(&mut g, &packs, rp, &mut body, &mut funcs);
+    output_pass(&mut g, &packs, rp, &mut body, &mut funcs);
+    let mut row_stores = String::new();
+    for (k, &o) in spec.outputs.iter().enumerate() {
+        if spec.vals[o].row {
+            let _ = writeln!(row_stores, "        out{k}[row] = {};", word(spec.vals[o].dtype, &format!("rv{o}")));
+        }
+    }
+    let red_words = if rp.sg { (wg / 4).max(1) } else { wg };
+    let helpers = std::mem::take(&mut g.helpers);
+    let idx: Vec<char> = rp.leaves.iter().map(|&(i, _)| i).collect();
+    finish(
+        render(
+            ROW,
+            &[
+                ("WG", &wg.to_string()),
+                ("DECLS", &leaves.decls),
+                ("PARAMS", &FusedParams::wgsl()),
+                ("PRELUDE", PRELUDE),
+                ("LOADERS", &leaves.loaders),
+                ("INDEXERS", "//@IDX@"),
+                ("FUNCS", ex.funcs),
+                ("HELPERS", &helpers),
+                ("RED", &red_words.to_string()),
+                ("PRIVATES", &leaves.privs),
+                ("ROWFUNCS", &funcs),
+                ("SG_ARGS", sg_args),
+                ("BASES", &leaves.bases),
+                ("BODY", &body),
+                ("ROWSTORES", &row_stores),
+            ],
+        ),
+        &idx,
+    )
+}
+
+/// How a row kernel binds and reads its outputs and leaves: the bindings (`decls`), each leaf's
+/// pack loader `lp{i}` (`loaders`), the private bases and row values (`privs`) and their
+/// assignments at the row's start (`bases`).
+struct LeafCode {
+    decls: String,
+    loaders: String,
+    privs: String,
+    bases: String,
+}
+
+fn leaf_code(spec: &Spec, rp: &RowPlan) -> LeafCode {
     let nl = spec.leaves.len();
     let mut decls = String::new();
     for (k, s) in rp.stores.iter().enumerate() {
@@ -314,47 +374,63 @@ pub(crate) fn source(spec: &Spec, ex: Exprs, rp: &RowPlan) -> String {
             let _ = writeln!(privs, "var<private> rv{i}: {};", ct(v.dtype));
         }
     }
-    // Values of a row read leaves constant along it (`rz`); values of an element read lane `c` of
-    // the pack arguments `l{i}`.
-    let leaf = |i: usize, e: &str| if e == "row" { format!("rz{i}") } else { format!("l{i}[c]") };
-    let mut g = Gen { spec, ex, helpers: String::new(), leaf: &leaf };
-    let params =
-        |ls: &[usize]| -> String { ls.iter().map(|&l| format!(", l{l}: vec4<{}>", ct(spec.leaves[l]))).collect() };
-    let cached = cached(spec, &rp.leaves);
-    // Argument `l` of a pack call for slot `u` (or the loop's pack when `u` is None).
-    let arg = |l: usize, u: Option<usize>| match u {
-        Some(u) if cached[l] => format!("x{l}_{u}"),
-        Some(u) => format!("lp{l}(q{u})"),
-        None => format!("lp{l}(q)"),
-    };
-    let args = |ls: &[usize], u: Option<usize>| -> String { ls.iter().map(|&l| format!(", {}", arg(l, u))).collect() };
-    let q = |u: Option<usize>| u.map_or("q".to_string(), |u| format!("q{u}"));
+    LeafCode { decls, loaders, privs, bases }
+}
 
-    let (ids, sg_args) = if rp.sg {
-        (
-            ", lid, sgi, sgs, sid",
-            ",\n        @builtin(subgroup_invocation_id) sgi: u32, @builtin(subgroup_size) sgs: u32,\n        @builtin(subgroup_id) sid: u32",
-        )
-    } else {
-        (", lid", "")
-    };
-    let mut funcs = String::new();
-    let mut body = String::new();
-    if np > 0 {
-        for u in 0..np {
+/// How the packs of a row are spelled: `np` packs per invocation held as `q{u}` (0: a loop over
+/// `q`), the `cached` leaves' packs read once into `x{l}_{u}`.
+struct Packs<'a> {
+    spec: &'a Spec,
+    np: usize,
+    cached: Vec<bool>,
+}
+
+impl Packs<'_> {
+    /// Parameters `l{l}` of a pack function over leaves `ls`.
+    fn params(&self, ls: &[usize]) -> String {
+        ls.iter().map(|&l| format!(", l{l}: vec4<{}>", ct(self.spec.leaves[l]))).collect()
+    }
+
+    /// Argument `l` of a pack call for slot `u` (or the loop's pack when `u` is None).
+    fn arg(&self, l: usize, u: Option<usize>) -> String {
+        match u {
+            Some(u) if self.cached[l] => format!("x{l}_{u}"),
+            Some(u) => format!("lp{l}(q{u})"),
+            None => format!("lp{l}(q)"),
+        }
+    }
+
+    fn args(&self, ls: &[usize], u: Option<usize>) -> String {
+        ls.iter().map(|&l| format!(", {}", self.arg(l, u))).collect()
+    }
+
+    /// The pack index of slot `u`, or the loop's.
+    fn q(u: Option<usize>) -> String {
+        u.map_or("q".to_string(), |u| format!("q{u}"))
+    }
+
+    /// The body's start: each slot's pack index and the cached leaves' packs.
+    fn prefetch(&self, wg: usize) -> String {
+        let mut body = String::new();
+        for u in 0..self.np {
             let _ = writeln!(body, "    let q{u} = lid + {}u;", u * wg);
-            for l in (0..nl).filter(|&l| cached[l]) {
-                let t = ct(spec.leaves[l]);
+            for l in (0..self.spec.leaves.len()).filter(|&l| self.cached[l]) {
+                let t = ct(self.spec.leaves[l]);
                 let _ = writeln!(
                     body,
                     "    var x{l}_{u} = vec4<{t}>();\n    if (q{u} < packs) {{ x{l}_{u} = lp{l}(q{u}); }}"
                 );
             }
         }
+        body
     }
-    // Row values: those computable now, then after each reduction those it made computable.
-    let mut done: Vec<bool> = spec.vals.iter().map(|v| !v.row).collect();
-    let emit_rows = |g: &mut Gen, done: &mut Vec<bool>, out: &mut String| loop {
+}
+
+/// Row values not yet `done` whose operands are ready, assigned until none is left (reductions
+/// excepted).
+fn emit_rows(g: &mut Gen, done: &mut [bool], out: &mut String) {
+    let spec = g.spec;
+    loop {
         let mut progress = false;
         for i in 0..spec.vals.len() {
             let v = &spec.vals[i];
@@ -369,8 +445,17 @@ pub(crate) fn source(spec: &Spec, ex: Exprs, rp: &RowPlan) -> String {
         if !progress {
             break;
         }
-    };
-    emit_rows(&mut g, &mut done, &mut body);
+    }
+}
+
+/// Row values: those computable now, then each reduction (a pack function `pk{i}`, the
+/// invocation's packs, the workgroup's combination `wred{i}`) and the values it made computable.
+fn reductions(g: &mut Gen, packs: &Packs, rp: &RowPlan, body: &mut String, funcs: &mut String) {
+    let spec = g.spec;
+    let (wg, np) = (rp.wg, rp.np);
+    let ids = if rp.sg { ", lid, sgi, sgs, sid" } else { ", lid" };
+    let mut done: Vec<bool> = spec.vals.iter().map(|v| !v.row).collect();
+    emit_rows(g, &mut done, body);
     for i in 0..spec.vals.len() {
         let Op::Reduce(op) = spec.vals[i].op else { continue };
         let src = spec.vals[i].args[0];
@@ -390,13 +475,13 @@ pub(crate) fn source(spec: &Spec, ex: Exprs, rp: &RowPlan) -> String {
             funcs,
             "fn pk{i}(q: u32{}) -> {acc_t} {{\n    var acc: {acc_t} = {ident};\n    for (var c = 0u; c < 4u; c++) {{\n        \
              if (4u * q + c < p.len) {{\n{}            acc = {};\n        }}\n    }}\n    return acc;\n}}",
-            params(&ls),
+            packs.params(&ls),
             indent(&lets, "        "),
             c("acc", &x)
         );
-        funcs += &reducer(i, acc_t, comb, op, rp);
+        *funcs += &reducer(i, acc_t, comb, op, rp);
         let _ = writeln!(body, "    {{\n        var acc: {acc_t} = {ident};");
-        let call = |u: Option<usize>| c("acc", &format!("pk{i}({}{})", q(u), args(&ls, u)));
+        let call = |u: Option<usize>| c("acc", &format!("pk{i}({}{})", Packs::q(u), packs.args(&ls, u)));
         if np > 0 {
             for u in 0..np {
                 let _ = writeln!(body, "        if (q{u} < packs) {{ acc = {}; }}", call(Some(u)));
@@ -406,69 +491,44 @@ pub(crate) fn source(spec: &Spec, ex: Exprs, rp: &RowPlan) -> String {
         }
         let _ = writeln!(body, "        rv{i} = {};\n    }}", round(dt, &format!("wred{i}(acc{ids})")));
         done[i] = true;
-        emit_rows(&mut g, &mut done, &mut body);
+        emit_rows(g, &mut done, body);
     }
-    // The output pass.
+}
+
+/// The output pass: `fn st` computes and stores the full (non-row) outputs of one pack, called for
+/// each of the invocation's packs.
+fn output_pass(g: &mut Gen, packs: &Packs, rp: &RowPlan, body: &mut String, funcs: &mut String) {
+    let spec = g.spec;
+    let (wg, np) = (rp.wg, rp.np);
     let full: Vec<(usize, usize)> =
         spec.outputs.iter().enumerate().filter(|(_, &o)| !spec.vals[o].row).map(|(k, &o)| (k, o)).collect();
-    if !full.is_empty() {
-        let want: Vec<usize> = full.iter().map(|&(_, o)| o).collect();
-        let ls = leaves_of(spec, &want);
-        let mut st = format!("fn st(q: u32{}) {{\n", params(&ls));
-        for &(k, o) in &full {
-            let _ = writeln!(st, "    var o{k}: vec4<{}>;", ct(spec.vals[o].dtype));
-        }
-        let lets = g.lets(&want, "c");
-        let _ = write!(st, "    for (var c = 0u; c < 4u; c++) {{\n{}", indent(&lets, "    "));
-        for &(k, o) in &full {
-            let _ = writeln!(st, "        o{k}[c] = v{o};");
-        }
-        st += "    }\n";
-        for &(k, o) in &full {
-            st += &store_pack(k, spec.vals[o].dtype, rp.stores[k]);
-        }
-        st += "}\n";
-        funcs += &st;
-        if np > 0 {
-            for u in 0..np {
-                let _ = writeln!(body, "    if (q{u} < packs) {{ st(q{u}{}); }}", args(&ls, Some(u)));
-            }
-        } else {
-            let _ = writeln!(body, "    for (var q = lid; q < packs; q += {wg}u) {{ st(q{}); }}", args(&ls, None));
-        }
+    if full.is_empty() {
+        return;
     }
-    let mut row_stores = String::new();
-    for (k, &o) in spec.outputs.iter().enumerate() {
-        if spec.vals[o].row {
-            let _ = writeln!(row_stores, "        out{k}[row] = {};", word(spec.vals[o].dtype, &format!("rv{o}")));
-        }
+    let want: Vec<usize> = full.iter().map(|&(_, o)| o).collect();
+    let ls = leaves_of(spec, &want);
+    let mut st = format!("fn st(q: u32{}) {{\n", packs.params(&ls));
+    for &(k, o) in &full {
+        let _ = writeln!(st, "    var o{k}: vec4<{}>;", ct(spec.vals[o].dtype));
     }
-    let red_words = if rp.sg { (wg / 4).max(1) } else { wg };
-    let helpers = std::mem::take(&mut g.helpers);
-    let idx: Vec<char> = rp.leaves.iter().map(|&(i, _)| i).collect();
-    finish(
-        render(
-            ROW,
-            &[
-                ("WG", &wg.to_string()),
-                ("DECLS", &decls),
-                ("PARAMS", &FusedParams::wgsl()),
-                ("PRELUDE", PRELUDE),
-                ("LOADERS", &loaders),
-                ("INDEXERS", "//@IDX@"),
-                ("FUNCS", ex.funcs),
-                ("HELPERS", &helpers),
-                ("RED", &red_words.to_string()),
-                ("PRIVATES", &privs),
-                ("ROWFUNCS", &funcs),
-                ("SG_ARGS", sg_args),
-                ("BASES", &bases),
-                ("BODY", &body),
-                ("ROWSTORES", &row_stores),
-            ],
-        ),
-        &idx,
-    )
+    let lets = g.lets(&want, "c");
+    let _ = write!(st, "    for (var c = 0u; c < 4u; c++) {{\n{}", indent(&lets, "    "));
+    for &(k, o) in &full {
+        let _ = writeln!(st, "        o{k}[c] = v{o};");
+    }
+    st += "    }\n";
+    for &(k, o) in &full {
+        st += &store_pack(k, spec.vals[o].dtype, rp.stores[k]);
+    }
+    st += "}\n";
+    *funcs += &st;
+    if np > 0 {
+        for u in 0..np {
+            let _ = writeln!(body, "    if (q{u} < packs) {{ st(q{u}{}); }}", packs.args(&ls, Some(u)));
+        }
+    } else {
+        let _ = writeln!(body, "    for (var q = lid; q < packs; q += {wg}u) {{ st(q{}); }}", packs.args(&ls, None));
+    }
 }
 
 /// `wred{i}`: the workgroup-wide combination of each invocation's `x` (`comb` of `A` and `B`):

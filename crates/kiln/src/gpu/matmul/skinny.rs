@@ -106,26 +106,35 @@ fn wide_enabled() -> bool {
     *ON.get_or_init(|| crate::settings::SKINNY_WIDE.is_not_zero())
 }
 
+/// The pieces of a skinny kernel that its two forms fill: helper functions, the setup before the
+/// K loop, the loop's body, and the reduction and stores after it.
+#[derive(Default)]
+struct Parts {
+    loaders: String,
+    setup: String,
+    body: String,
+    finish: String,
+}
+
 /// The WGSL of variant `s`.
 pub(crate) fn source(s: &Skinny) -> String {
     let dt = s.dt;
-    let mut loaders = loader("ld0", "in0", dt);
+    let mut p = Parts { loaders: loader("ld0", "in0", dt), ..Parts::default() };
     if s.a_vec {
-        loaders = vec_loader("lv0", "in0", dt);
+        p.loaders = vec_loader("lv0", "in0", dt);
     }
     if s.b_vec {
-        loaders += &vec_loader("lv1", "in1", dt);
+        p.loaders += &vec_loader("lv1", "in1", dt);
     } else {
-        loaders += &loader("ld1", "in1", dt);
+        p.loaders += &loader("ld1", "in1", dt);
     }
-    let (mut setup, mut body, mut finish) = (String::new(), String::new(), String::new());
     let rows = s.rows;
     for i in 0..rows {
-        writeln!(setup, "    let ar{i} = base.x + min(m0 + {i}u, m - 1u) * sam;").unwrap();
+        writeln!(p.setup, "    let ar{i} = base.x + min(m0 + {i}u, m - 1u) * sam;").unwrap();
     }
     let b_elem = if s.b_vec { Mode::O4.elem(dt) } else { "u32" };
     let a_elem = if s.a_vec { Mode::K4.elem(dt) } else { "u32" };
-    loaders += &if s.a_vec {
+    p.loaders += &if s.a_vec {
         "fn lda(e: u32, k: u32, sak: u32) -> vec4<f32> { return lv0(e + k); }\n".to_string()
     } else {
         "fn lda(e: u32, k: u32, sak: u32) -> vec4<f32> { return vec4<f32>(ld0(e + k * sak), \
@@ -133,86 +142,10 @@ pub(crate) fn source(s: &Skinny) -> String {
             .to_string()
     };
     let template = if s.along_k {
-        loaders += &if s.b_vec {
-            "fn ldb(e: u32, k: u32, sbk: u32) -> vec4<f32> { return lv1(e + k); }\n".to_string()
-        } else {
-            "fn ldb(e: u32, k: u32, sbk: u32) -> vec4<f32> { return vec4<f32>(ld1(e + k * sbk), \
-             ld1(e + (k + 1u) * sbk), ld1(e + (k + 2u) * sbk), ld1(e + (k + 3u) * sbk)); }\n"
-                .to_string()
-        };
-        for c in 0..4 {
-            writeln!(setup, "    let bc{c} = base.y + min(n0 + {c}u, n - 1u) * sbn;").unwrap();
-            writeln!(body, "        let b{c} = select(vec4<f32>(), ldb(bc{c}, k, sbk), ok);").unwrap();
-        }
-        for i in 0..rows {
-            for c in 0..4 {
-                writeln!(setup, "    var acc{i}_{c} = 0.0;").unwrap();
-            }
-            writeln!(body, "        let a{i} = select(vec4<f32>(), lda(ar{i}, k, sak), ok);").unwrap();
-            for c in 0..4 {
-                writeln!(body, "        acc{i}_{c} += dot(a{i}, b{c});").unwrap();
-            }
-            writeln!(finish, "    red[tid] = vec4<f32>(acc{i}_0, acc{i}_1, acc{i}_2, acc{i}_3);").unwrap();
-            finish += "    workgroupBarrier();\n";
-            finish += "    for (var s = 16u; s > 0u; s >>= 1u) {\n";
-            finish += "        if (kl < s) { red[tid] += red[tid + s]; }\n";
-            finish += "        workgroupBarrier();\n    }\n";
-            writeln!(finish, "    if (kl == 0u && m0 + {i}u < m) {{").unwrap();
-            finish += "        let v = red[tid];\n";
-            store4(&mut finish, i);
-            finish += "    }\n";
-        }
+        along_k(s, &mut p);
         SKINNY_K
     } else {
-        loaders += &if s.b_vec {
-            "fn ldb(e: u32, sbn: u32) -> vec4<f32> { return lv1(e); }\n".to_string()
-        } else {
-            "fn ldb(e: u32, sbn: u32) -> vec4<f32> { return vec4<f32>(ld1(e), ld1(e + sbn), ld1(e + 2u * sbn), \
-             ld1(e + 3u * sbn)); }\n"
-                .to_string()
-        };
-        let (_, kl, u) = s.lanes();
-        // Group g of a step: k rows kg..kg+4 (kg = k + 4 KL g); rows past kend read row k (in
-        // bounds) and are zeroed. All loads of the step come first.
-        for g in 0..u {
-            let kg = if g == 0 { "k".to_string() } else { format!("k{g}") };
-            if g > 0 {
-                writeln!(body, "        let {kg} = k + {}u;", 4 * kl * g).unwrap();
-            }
-            writeln!(body, "        let ok{g} = vec4<u32>({kg}) + I4 < vec4<u32>(kend);").unwrap();
-            for (j, comp) in ["x", "y", "z", "w"].iter().enumerate() {
-                writeln!(
-                    body,
-                    "        let b{g}_{j} = select(vec4<f32>(), ldb(bcol + select(k, {kg} + {j}u, ok{g}.{comp}) * sbk, sbn), ok{g}.{comp});"
-                )
-                .unwrap();
-            }
-            for i in 0..rows {
-                writeln!(
-                    body,
-                    "        let a{i}_{g} = select(vec4<f32>(), lda(ar{i}, select(k, {kg}, ok{g}.x), sak), ok{g});"
-                )
-                .unwrap();
-            }
-        }
-        for i in 0..rows {
-            writeln!(setup, "    var acc{i} = vec4<f32>();").unwrap();
-            for g in 0..u {
-                for (j, comp) in ["x", "y", "z", "w"].iter().enumerate() {
-                    writeln!(body, "        acc{i} = fma(vec4<f32>(a{i}_{g}.{comp}), b{g}_{j}, acc{i});").unwrap();
-                }
-            }
-            // Tree sum over the k lanes (lanes kl and kl + s hold the same columns).
-            writeln!(finish, "    red[tid] = acc{i};").unwrap();
-            finish += "    workgroupBarrier();\n";
-            finish += "    for (var s = KL / 2u; s > 0u; s >>= 1u) {\n";
-            finish += "        if (kl < s) { red[tid] += red[tid + s * CL]; }\n";
-            finish += "        workgroupBarrier();\n    }\n";
-            writeln!(finish, "    if (kl == 0u && m0 + {i}u < m) {{").unwrap();
-            finish += "        let v = red[tid];\n";
-            store4(&mut finish, i);
-            finish += "    }\n    workgroupBarrier();\n";
-        }
+        along_n(s, &mut p);
         SKINNY_N
     };
     render(
@@ -222,17 +155,107 @@ pub(crate) fn source(s: &Skinny) -> String {
             ("B_ELEM", b_elem),
             ("PARAMS", &MatmulParams::wgsl()),
             ("PRELUDE", PRELUDE),
-            ("LOADERS", &loaders),
+            ("LOADERS", &p.loaders),
             ("BASES", BASES),
             ("MT", &rows.to_string()),
             ("CL", &s.lanes().0.to_string()),
             ("KL", &s.lanes().1.to_string()),
             ("U", &s.lanes().2.to_string()),
-            ("SETUP", &setup),
-            ("BODY", &body),
-            ("FINISH", &finish),
+            ("SETUP", &p.setup),
+            ("BODY", &p.body),
+            ("FINISH", &p.finish),
         ],
     )
+}
+
+/// B read along K (`skinny_k.wgsl`): each group of 32 k lanes owns 4 columns, its lanes reading
+/// consecutive 4-element pieces of them; each row's 4 sums summed over the group by a tree.
+fn along_k(s: &Skinny, p: &mut Parts) {
+    let rows = s.rows;
+    p.loaders += &if s.b_vec {
+        "fn ldb(e: u32, k: u32, sbk: u32) -> vec4<f32> { return lv1(e + k); }\n".to_string()
+    } else {
+        "fn ldb(e: u32, k: u32, sbk: u32) -> vec4<f32> { return vec4<f32>(ld1(e + k * sbk), \
+         ld1(e + (k + 1u) * sbk), ld1(e + (k + 2u) * sbk), ld1(e + (k + 3u) * sbk)); }\n"
+            .to_string()
+    };
+    for c in 0..4 {
+        writeln!(p.setup, "    let bc{c} = base.y + min(n0 + {c}u, n - 1u) * sbn;").unwrap();
+        writeln!(p.body, "        let b{c} = select(vec4<f32>(), ldb(bc{c}, k, sbk), ok);").unwrap();
+    }
+    for i in 0..rows {
+        for c in 0..4 {
+            writeln!(p.setup, "    var acc{i}_{c} = 0.0;").unwrap();
+        }
+        writeln!(p.body, "        let a{i} = select(vec4<f32>(), lda(ar{i}, k, sak), ok);").unwrap();
+        for c in 0..4 {
+            writeln!(p.body, "        acc{i}_{c} += dot(a{i}, b{c});").unwrap();
+        }
+        writeln!(p.finish, "    red[tid] = vec4<f32>(acc{i}_0, acc{i}_1, acc{i}_2, acc{i}_3);").unwrap();
+        p.finish += "    workgroupBarrier();\n";
+        p.finish += "    for (var s = 16u; s > 0u; s >>= 1u) {\n";
+        p.finish += "        if (kl < s) { red[tid] += red[tid + s]; }\n";
+        p.finish += "        workgroupBarrier();\n    }\n";
+        writeln!(p.finish, "    if (kl == 0u && m0 + {i}u < m) {{").unwrap();
+        p.finish += "        let v = red[tid];\n";
+        store4(&mut p.finish, i);
+        p.finish += "    }\n";
+    }
+}
+
+/// B read along N (`skinny_n.wgsl`): each invocation owns 4 columns and reads groups of four
+/// consecutive k, `u` groups a step with all loads first; the k lanes of a column summed by a tree.
+fn along_n(s: &Skinny, p: &mut Parts) {
+    let rows = s.rows;
+    p.loaders += &if s.b_vec {
+        "fn ldb(e: u32, sbn: u32) -> vec4<f32> { return lv1(e); }\n".to_string()
+    } else {
+        "fn ldb(e: u32, sbn: u32) -> vec4<f32> { return vec4<f32>(ld1(e), ld1(e + sbn), ld1(e + 2u * sbn), \
+         ld1(e + 3u * sbn)); }\n"
+            .to_string()
+    };
+    let (_, kl, u) = s.lanes();
+    // Group g of a step: k rows kg..kg+4 (kg = k + 4 KL g); rows past kend read row k (in
+    // bounds) and are zeroed. All loads of the step come first.
+    for g in 0..u {
+        let kg = if g == 0 { "k".to_string() } else { format!("k{g}") };
+        if g > 0 {
+            writeln!(p.body, "        let {kg} = k + {}u;", 4 * kl * g).unwrap();
+        }
+        writeln!(p.body, "        let ok{g} = vec4<u32>({kg}) + I4 < vec4<u32>(kend);").unwrap();
+        for (j, comp) in ["x", "y", "z", "w"].iter().enumerate() {
+            writeln!(
+                p.body,
+                "        let b{g}_{j} = select(vec4<f32>(), ldb(bcol + select(k, {kg} + {j}u, ok{g}.{comp}) * sbk, sbn), ok{g}.{comp});"
+            )
+            .unwrap();
+        }
+        for i in 0..rows {
+            writeln!(
+                p.body,
+                "        let a{i}_{g} = select(vec4<f32>(), lda(ar{i}, select(k, {kg}, ok{g}.x), sak), ok{g});"
+            )
+            .unwrap();
+        }
+    }
+    for i in 0..rows {
+        writeln!(p.setup, "    var acc{i} = vec4<f32>();").unwrap();
+        for g in 0..u {
+            for (j, comp) in ["x", "y", "z", "w"].iter().enumerate() {
+                writeln!(p.body, "        acc{i} = fma(vec4<f32>(a{i}_{g}.{comp}), b{g}_{j}, acc{i});").unwrap();
+            }
+        }
+        // Tree sum over the k lanes (lanes kl and kl + s hold the same columns).
+        writeln!(p.finish, "    red[tid] = acc{i};").unwrap();
+        p.finish += "    workgroupBarrier();\n";
+        p.finish += "    for (var s = KL / 2u; s > 0u; s >>= 1u) {\n";
+        p.finish += "        if (kl < s) { red[tid] += red[tid + s * CL]; }\n";
+        p.finish += "        workgroupBarrier();\n    }\n";
+        writeln!(p.finish, "    if (kl == 0u && m0 + {i}u < m) {{").unwrap();
+        p.finish += "        let v = red[tid];\n";
+        store4(&mut p.finish, i);
+        p.finish += "    }\n    workgroupBarrier();\n";
+    }
 }
 
 /// Stores `v` (columns n0..n0+4 of row m0 + i) where the columns exist.

@@ -114,3 +114,10 @@ pub(crate) fn rope_kv(a: &RopeKv, kc: &GpuStorage, vc: &GpuStorage) -> Result<Gp
     ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(&ctx, &kernel, &bufs, &params.words(), groups)?;
     Ok(q)
 }
+
+/// Every rope + append kernel variant, for the catalog.
+pub(crate) fn catalog(push: &mut impl FnMut(String, String)) {
+    for dt in [DType::F32, DType::F16, DType::BF16] {
+        push(format!("rope_kv:{dt}"), source(dt));
+    }
+}

@@ -13,7 +13,7 @@
 // A and B are strided views. Each operand is staged with its contiguous ("fast") dim along a tile row
 // and read with coopLoadT (row-major) or coopLoad (column-major) to match. `vec` variants read 4
 // halves at a time through `x4` (offset and strides are multiples of 4, the fast stride is 1).
-// Params: `CoopParams` (coop.rs).
+// Params: `CoopParams` (coop/config.rs).
 enable f16;
 {{ENABLE}}
 

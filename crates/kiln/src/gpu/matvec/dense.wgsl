@@ -6,7 +6,7 @@
 // their loads issued first, so every weight byte is read once with wide, coalesced loads; each x
 // unit loaded serves the C rows. The lanes of a set are summed by {{SUM}}.
 // Grid: x = column blocks of {{SETS}} * {{C}}, y = row blocks of {{MT}}.
-// Params: `DecodeParams` (mod.rs).
+// Params: `DecodeParams` (dense.rs).
 @group(0) @binding(0) var<storage, read_write> dst: array<{{DST_ELEM}}>;
 @group(0) @binding(1) var<storage, read> x: array<vec4<u32>>;
 @group(0) @binding(2) var<storage, read> w: array<vec4<u32>>;

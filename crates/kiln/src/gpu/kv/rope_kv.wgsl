@@ -4,7 +4,7 @@
 // and v heads (copied) to positions p.pos.. of the caches (1, NKV, p.len, D). One invocation per
 // (token, head, pair of adjacent elements i, i + 1 of the first half with their partners i + D/2,
 // i + D/2 + 1): whole words of every output, so no two invocations write one word.
-// Params: `RopeKvParams` (rope_kv.rs).
+// Params: `RopeKvParams` (kv/mod.rs).
 @group(0) @binding(0) var<storage, read_write> qo: array<u32>;
 @group(0) @binding(1) var<storage, read_write> kc: array<u32>;
 @group(0) @binding(2) var<storage, read_write> vc: array<u32>;

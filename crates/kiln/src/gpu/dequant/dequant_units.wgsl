@@ -1,5 +1,5 @@
 // Dequantises a quantized tensor ({{QT}}) into {{OUT}} through the matrix-vector kernel's units
-// (word_units.wgsl: 32 consecutive values a unit): one invocation writes one output word.
+// (quant_word_units.wgsl: 32 consecutive values a unit): one invocation writes one output word.
 // Params: `DequantParams` (mod.rs).
 @group(0) @binding(0) var<storage, read_write> dst: array<u32>;
 @group(0) @binding(1) var<storage, read> q: array<vec4<u32>>;

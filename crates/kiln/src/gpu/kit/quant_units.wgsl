@@ -1,4 +1,4 @@
-// The quantized matrix-vector kernel's view of a weight row (matvec.wgsl): a row is a run of
+// The quantized matrix-vector kernel's view of a weight row (matvec/quant.wgsl): a row is a run of
 // units, each one lane's work per step, read with one to three 16-byte loads. A unit's values are
 // runs of 16 consecutive values of the row; run r of unit u starts at value pos_*(u) + off_*(r).
 // load_*(row, u, units, doff) reads a unit's words and scales; q_*(w, r, j) gives values 4j.. 4j+4

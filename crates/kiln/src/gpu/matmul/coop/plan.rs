@@ -1,0 +1,181 @@
+//! Which kernel a call runs: the checks that the path applies (dtypes, one device, shapes, sizes
+//! that fit u32 and the grid), the operand stagings, and the tile choice (presets, the measured
+//! Vulkan choice, or a spelled-out `CoopSpec`), first that fits the adapter; then the bf16 line
+//! maxima and the launch.
+
+use super::config::{operand, Config, CoopTile, Out, Stage};
+use super::launch::run;
+use super::spec::{stage_from_env, CoopSpec, DEFAULT_STAGE};
+use crate::gpu::pointwise::line_maxima;
+use crate::gpu::runtime::coop::support;
+use crate::gpu::runtime::wgsl;
+use crate::gpu::runtime::GpuStorage;
+use crate::layout::collapse;
+use crate::{DType, Layout, Result};
+use std::sync::Arc;
+
+/// Below this many multiply-adds (or with M or N under `MIN_SIDE`) the generic kernel is used.
+const MIN_WORK: usize = 32 * 32 * 32;
+const MIN_SIDE: usize = 16;
+/// bf16 takes the cooperative path from this many rows and columns on.
+const MIN_SIDE_BF16: usize = 64;
+/// The automatic choice on Vulkan takes 128x256 tiles from this many on (about 1.5 waves of an
+/// H100/H200's 132 SMs; fewer: 128x128 tiles, two workgroups per SM).
+const WIDE_MIN_TILES: usize = 200;
+/// `Auto` picks `Small` when `Large` would make fewer workgroups than this.
+const LARGE_MIN_TILES: usize = 256;
+
+/// `try_matmul_coop` (mod.rs) with a forced preset, an optional size threshold, and `emulate: Some(s)` to
+/// run the emulated kernel with `s x s` tiles instead (any adapter with SHADER_F16).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn matmul_coop(
+    a: &GpuStorage,
+    al: &Layout,
+    b: &GpuStorage,
+    bl: &Layout,
+    tile: CoopTile,
+    threshold: bool,
+    emulate: Option<u32>,
+    spec: Option<CoopSpec>,
+) -> Option<Result<GpuStorage>> {
+    let bf16 = match (a.dtype, b.dtype) {
+        (DType::F16, DType::F16) => false,
+        (DType::BF16, DType::BF16) => true,
+        _ => return None,
+    };
+    if !Arc::ptr_eq(&a.ctx, &b.ctx) {
+        return None;
+    }
+    let ctx = &a.ctx;
+    let (s, sg) = match emulate {
+        Some(s) => (ctx.has(wgpu::Features::SHADER_F16) && matches!(s, 8 | 16)).then_some((s, 32))?,
+        None => support(ctx)?,
+    };
+    let rank = al.rank();
+    if rank < 2 || bl.rank() != rank || al.dims()[..rank - 2] != bl.dims()[..rank - 2] {
+        return None;
+    }
+    let (m, k, n) = (al.dims()[rank - 2], al.dims()[rank - 1], bl.dims()[rank - 1]);
+    if bl.dims()[rank - 2] != k || m == 0 || n == 0 || k == 0 {
+        return None;
+    }
+    if threshold && (m < MIN_SIDE || n < MIN_SIDE || m * n * k < MIN_WORK) {
+        return None;
+    }
+    // bf16 pays a pass over both operands for their scales: with few rows (batched decode) the
+    // memory-bound skinny kernels read the weight once and need no such pass.
+    if threshold && bf16 && m.min(n) < MIN_SIDE_BF16 {
+        return None;
+    }
+    let batch_dims = &al.dims()[..rank - 2];
+    let batch: usize = batch_dims.iter().product();
+    if batch == 0 {
+        return None;
+    }
+    let (bd, bs) = collapse(batch_dims, &[&al.strides()[..rank - 2], &bl.strides()[..rank - 2]]);
+    // Every index the kernel computes must fit in u32.
+    let fits = wgsl::indexable;
+    if bd.len() > 4 || !fits(al) || !fits(bl) || (batch * m * n) as u64 >= u32::MAX as u64 {
+        return None;
+    }
+    let (sa, sb) = (al.strides(), bl.strides());
+    // Batch strides only step with more than one batch (`collapse` gives [1] for none).
+    let bstr = |i: usize| if batch > 1 { &bs[i][..] } else { &[] };
+    // bf16 operands are read in place, as f16 ones are (`Config::out`).
+    let ops = |w: usize| {
+        (
+            operand(m, sa[rank - 2], k, sa[rank - 1], al.offset(), bstr(0), a.buffer.size(), w),
+            operand(n, sb[rank - 1], k, sb[rank - 2], bl.offset(), bstr(1), b.buffer.size(), w),
+        )
+    };
+    // Vector staging on Vulkan (Metal's simdgroup loads take only scalar pointers).
+    let vulkan = ctx.summary.backend == "Vulkan" || emulate.is_some();
+    let stage = match spec {
+        Some(sp) => sp.stage,
+        None if !vulkan => Stage::H1,
+        None => stage_from_env().unwrap_or(DEFAULT_STAGE),
+    };
+    if !vulkan && stage != Stage::H1 {
+        return None;
+    }
+    let (a_op, b_op) = ops(stage.chunk() as usize);
+    let max = ctx.limits.max_compute_workgroups_per_dimension as usize;
+    let tiles = |c: &Config| m.div_ceil(c.bm() as usize) * n.div_ceil(c.bn() as usize);
+    let fits_device = |c: &Config| {
+        c.workgroup_bytes() <= ctx.limits.max_compute_workgroup_storage_size
+            && c.wg() <= ctx.limits.max_compute_invocations_per_workgroup
+            && c.wg() <= ctx.limits.max_compute_workgroup_size_x
+            && tiles(c) <= max
+    };
+    let out = match (bf16, n % 2) {
+        (false, _) => Out::F16,
+        (true, 0) => Out::Bf16Pairs,
+        (true, _) => Out::Bf16ViaF32,
+    };
+    let preset =
+        |t: CoopTile| Config { emulate: emulate.is_some(), stage, out, ..Config::preset(t, s, sg, a_op, b_op) };
+    let want = match tile {
+        CoopTile::Auto if batch * tiles(&preset(CoopTile::Large)) < LARGE_MIN_TILES => CoopTile::Small,
+        CoopTile::Auto => CoopTile::Large,
+        t => t,
+    };
+    // The preset, then with half the K slice where workgroup memory is short (32 KiB adapters);
+    // the automatic choice may also end on the small preset.
+    let mut candidates = vec![preset(want), Config { bk: 16, ..preset(want) }];
+    if tile == CoopTile::Auto {
+        candidates.push(preset(CoopTile::Small));
+    }
+    // Vulkan, 16x16 (NVIDIA), measured on an H200 (docs/PERFORMANCE.md, session 8): interior tiles
+    // on the fast reads; 8 subgroups of 4x4 accumulators (128x256 tiles) over 16-deep slices with
+    // four in flight where there are 1.5 waves of such tiles or more, else 4 subgroups of 4x4
+    // (128x128, two workgroups per SM) over 32-deep slices with two in flight, else the presets.
+    if tile == CoopTile::Auto && stage == Stage::H4 && s == 16 {
+        let big = |wm, wn, bk, ahead| Config { wm, wn, tm: 4, tn: 4, bk, ahead, fast: true, ..preset(CoopTile::Large) };
+        let wide = big(2, 4, 16, 4);
+        let square = big(2, 2, 32, 2);
+        if batch * tiles(&wide) >= WIDE_MIN_TILES {
+            candidates.insert(0, wide);
+        } else if batch * tiles(&square) >= LARGE_MIN_TILES / 4 {
+            candidates.insert(0, square);
+        }
+    }
+    if let Some(sp) = spec {
+        let base = preset(CoopTile::Large);
+        candidates = vec![Config {
+            wm: sp.wm,
+            wn: sp.wn,
+            tm: sp.tm,
+            tn: sp.tn,
+            bk: sp.bk,
+            ahead: sp.ahead,
+            fast: sp.fast,
+            probe: sp.probe,
+            ..base
+        }];
+    }
+    let c = candidates.into_iter().find(|c| c.well_formed() && fits_device(c))?;
+    if batch > max {
+        return None;
+    }
+    Some((|| {
+        if !bf16 {
+            return run(a, al, b, bl, &c, (m, n, k), batch, (&bd, &bs), tiles(&c), None);
+        }
+        let mx = line_maxima::maxima_buffer(ctx, batch * (m + n))?;
+        let lines = |lines, offset, line_stride, k_stride, strides| line_maxima::Lines {
+            lines,
+            k,
+            offset,
+            line_stride,
+            k_stride,
+            batch,
+            dims: &bd,
+            strides,
+        };
+        let la = lines(m, al.offset(), sa[rank - 2], sa[rank - 1], &bs[0][..]);
+        let lb = lines(n, bl.offset(), sb[rank - 1], sb[rank - 2], &bs[1][..]);
+        line_maxima::line_maxima(a, &la, &mx, 0)?;
+        line_maxima::line_maxima(b, &lb, &mx, batch * m)?;
+        run(a, al, b, bl, &c, (m, n, k), batch, (&bd, &bs), tiles(&c), Some(&mx))
+    })())
+}

@@ -1,0 +1,67 @@
+//! Tensor-level entries to single GPU kernels, for tests, examples and sweeps: each unwraps GPU
+//! tensors into their storage, runs one kernel of a family in `gpu/` with every choice forced (no
+//! size threshold, a given tile, the emulated form on adapters without cooperative matrices), and
+//! wraps the result. They sit above `Tensor` so that nothing under `gpu/` names it. `None` means
+//! the kernel does not apply (other dtypes, CPU tensors, an adapter without the feature).
+
+use crate::gpu::attention::flash_coop::try_flash_coop;
+use crate::gpu::matmul_coop::matmul_coop;
+use crate::op::AttentionParams;
+use crate::storage::Storage;
+use crate::{Error, Result, Tensor};
+
+pub use crate::gpu::matmul_coop::{coop_matmul_support, CoopSpec, CoopTile, Probe, Stage};
+
+/// `a @ b` of two f16 or bf16 GPU tensors with equal batch dims through the cooperative-matrix
+/// kernel with preset `tile`, without the size threshold (`gpu/matmul/coop/`). `emulate: Some(s)`
+/// runs the emulated kernel with `s x s` tiles (plain WGSL in place of the cooperative ops) on any
+/// adapter with SHADER_F16.
+pub fn matmul_coop_tensors(a: &Tensor, b: &Tensor, tile: CoopTile, emulate: Option<u32>) -> Option<Result<Tensor>> {
+    matmul_coop_spec(a, b, tile, emulate, None)
+}
+
+/// [`matmul_coop_tensors`] with every choice of the kernel spelled out (`spec`: tile shape, K slice,
+/// staging), for sweeps and for tests of each staging form.
+pub fn matmul_coop_spec(
+    a: &Tensor,
+    b: &Tensor,
+    tile: CoopTile,
+    emulate: Option<u32>,
+    spec: Option<CoopSpec>,
+) -> Option<Result<Tensor>> {
+    if a.rank() < 2 || b.rank() != a.rank() {
+        return Some(Err(Error::arg("matmul_coop", "operands must be matrices of one rank")));
+    }
+    // One read guard when both view the same storage: taking the same lock twice may deadlock.
+    let sa = a.storage();
+    let sb = if a.shares_storage_with(b) { None } else { Some(b.storage()) };
+    let (Storage::Gpu(ga), Storage::Gpu(gb)) = (&*sa, sb.as_deref().unwrap_or(&*sa)) else { return None };
+    let out = matmul_coop(ga, a.layout(), gb, b.layout(), tile, false, emulate, spec)?;
+    let mut dims = a.dims().to_vec();
+    *dims.last_mut().unwrap() = b.dims()[b.rank() - 1];
+    Some(out.map(|s| Tensor::from_storage(Storage::Gpu(s), dims, a.device())))
+}
+
+/// `q.sdpa(k, v)` of f16/bf16 GPU tensors through the cooperative prefill kernel
+/// (`gpu/attention/flash_coop.rs`) whatever the number of workgroups; `emulate: Some(s)` runs it
+/// with plain WGSL in place of the cooperative ops on any adapter with SHADER_F16.
+pub fn sdpa_coop_tensors(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    causal: bool,
+    scale: Option<f64>,
+    emulate: Option<u32>,
+) -> Option<Result<Tensor>> {
+    if q.rank() != 4 || k.rank() != 4 || v.rank() != 4 {
+        return None;
+    }
+    let d = q.dims()[3];
+    let scale = scale.unwrap_or(1.0 / (d.max(1) as f64).sqrt());
+    let (sq, sk, sv) = (q.storage(), k.storage(), v.storage());
+    let (Storage::Gpu(gq), Storage::Gpu(gk), Storage::Gpu(gv)) = (&*sq, &*sk, &*sv) else { return None };
+    let p = AttentionParams { scale, causal };
+    let out = try_flash_coop(gq, q.layout(), gk, k.layout(), gv, v.layout(), p, emulate, true)?;
+    let dims = vec![q.dims()[0], q.dims()[1], q.dims()[2], v.dims()[3]];
+    Some(out.map(|s| Tensor::from_storage(Storage::Gpu(s), dims, q.device())))
+}
