@@ -90,3 +90,17 @@ pub fn generate(
     stats.peak_gpu_bytes = model.device().memory_stats().map(|m| m.peak_bytes);
     Ok((out, stats))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::check_finite;
+
+    #[test]
+    fn non_finite_logits_name_the_likely_cause() {
+        assert!(check_finite(&[0.0, -3.5, 1e30]).is_ok());
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let e = check_finite(&[1.0, bad, 2.0]).unwrap_err().to_string();
+            assert!(e.contains("1 of 3") && e.contains("corrupt"), "{e}");
+        }
+    }
+}

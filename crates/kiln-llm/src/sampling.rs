@@ -196,3 +196,53 @@ fn argmax(l: &[f32]) -> u32 {
     }
     best as u32
 }
+
+#[cfg(test)]
+mod tests {
+    use super::SamplingParams;
+
+    /// A fresh folder holding `generation_config.json` with `json` (none when `None`).
+    fn folder(name: &str, json: Option<&str>) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("kiln-llm-genconfig-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        if let Some(j) = json {
+            std::fs::write(dir.join("generation_config.json"), j).unwrap();
+        }
+        dir
+    }
+
+    fn read(name: &str, json: Option<&str>) -> Result<SamplingParams, String> {
+        let dir = folder(name, json);
+        let p = SamplingParams::from_generation_config(&dir).map_err(|e| e.to_string());
+        std::fs::remove_dir_all(&dir).unwrap();
+        p
+    }
+
+    #[test]
+    fn generation_config_over_the_chat_defaults() {
+        let d = read("none", None).unwrap();
+        assert_eq!(
+            (d.temperature, d.top_k, d.top_p, d.repeat_penalty, d.repeat_last_n),
+            (0.8, Some(40), Some(0.95), 1.1, 64)
+        );
+        // Only eos ids (SmolLM2's file): the defaults, not transformers' greedy fallback.
+        let p = read("ids", Some(r#"{"bos_token_id": 1, "eos_token_id": 2}"#)).unwrap();
+        assert_eq!((p.temperature, p.top_k, p.top_p, p.repeat_penalty), (0.8, Some(40), Some(0.95), 1.1));
+        // Qwen2.5-Instruct's file.
+        let json = r#"{"do_sample": true, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05}"#;
+        let p = read("qwen", Some(json)).unwrap();
+        assert_eq!((p.temperature, p.top_k, p.top_p, p.repeat_penalty), (0.7, Some(20), Some(0.8), 1.05));
+        let p = read("greedy", Some(r#"{"do_sample": false, "temperature": 0.6}"#)).unwrap();
+        assert_eq!(p.temperature, 0.0);
+        for (json, field) in [
+            (r#"{"temperature": -1}"#, "temperature"),
+            (r#"{"top_p": 0}"#, "top_p"),
+            (r#"{"top_k": 2.5}"#, "top_k"),
+            (r#"{"repetition_penalty": "high"}"#, "repetition_penalty"),
+        ] {
+            let e = read("bad", Some(json)).unwrap_err();
+            assert!(e.contains("generation_config.json") && e.contains(field), "{json}: {e}");
+        }
+    }
+}

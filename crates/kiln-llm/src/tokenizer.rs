@@ -131,3 +131,23 @@ impl<'a> TokenStream<'a> {
         Ok(piece)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Tokenizer;
+    use std::path::Path;
+
+    #[test]
+    fn vocabulary_must_match_the_embedding_up_to_padding() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llama");
+        let tok = Tokenizer::from_dir(&dir).unwrap();
+        assert_eq!(tok.vocab_size(), 320);
+        assert!(tok.check_vocab(320).is_ok());
+        // Padded embeddings (Qwen2 rounds 151,665 tokens up to 151,936 rows).
+        assert!(tok.check_vocab(352).is_ok());
+        let e = tok.check_vocab(49152).unwrap_err().to_string();
+        assert!(e.contains("320 tokens") && e.contains("49152 rows"), "{e}");
+        // Ids past the embedding's rows.
+        assert!(tok.check_vocab(256).is_err());
+    }
+}
