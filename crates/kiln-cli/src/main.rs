@@ -66,7 +66,7 @@ struct BenchArgs {
     #[arg(long)]
     quick: bool,
     /// Exact number of timed runs per benchmark (default: 5 to 50 within a 1.5 s budget).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = generate::parse_positive)]
     runs: Option<usize>,
 }
 

@@ -427,6 +427,13 @@ fn bad_values_get_one_exit_status_and_one_frame() {
         assert!(e.starts_with(&format!("error: invalid value '{}' for '{flag}", extra[1])), "{extra:?}: {e}");
         assert!(e.contains(why) && !e.contains("unexpected argument"), "{extra:?}: {e}");
     }
+    let o = kiln(&["bench", "--runs", "-2"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).starts_with("error: invalid value '-2' for '--runs <N>': must be a whole number"),
+        "{}",
+        stderr(&o)
+    );
     let o = kiln(&["serve", "--model", FIXTURE, "--shutdown-grace", "-1"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).starts_with("error: invalid value '-1' for '--shutdown-grace"), "{}", stderr(&o));
