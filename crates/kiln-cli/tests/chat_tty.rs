@@ -38,7 +38,7 @@ fn spawn_chat(model: &Path, state: &Path, extra: &[&str]) -> rexpect::session::P
         .env_remove("KILN_DEVICE")
         .env("TERM", "xterm")
         .env("XDG_STATE_HOME", state);
-    rexpect::session::spawn_command(cmd, Some(60_000)).expect("spawn kiln chat in a pty")
+    rexpect::session::spawn_command(cmd, Some(30_000)).expect("spawn kiln chat in a pty")
 }
 
 /// The lines rustyline saved (its history file: a version line, then one entry a line).
