@@ -1,6 +1,7 @@
 //! `kiln chat` on a terminal (a pseudo-terminal driven by rexpect): the commands answer, arrow keys
-//! edit the line and walk the history, a line ending in `\` goes on, Ctrl-C clears the line at the
-//! prompt and stops an answer without ending the chat, and Ctrl-D quits with status 0.
+//! edit the line and walk the history (kept from one chat to the next), a line ending in `\` goes
+//! on, Ctrl-C clears the line at the prompt and stops an answer without ending the chat, and Ctrl-D
+//! and `/quit` quit with status 0.
 #![cfg(unix)]
 
 use std::path::{Path, PathBuf};
@@ -68,26 +69,14 @@ fn chat_on_a_terminal_edits_lines_and_keeps_the_conversation() {
     std::thread::sleep(Duration::from_millis(200));
     p.send_control('c').unwrap();
     p.exp_string("(line cleared").unwrap();
-    // Left and right arrows move in the line: "Hello kil", two left, two right, "n".
+    // Left and right arrows move in the line: "Hello kil", two left, two right, "n". The answer to
+    // "Hello kiln" as the first message runs for thousands of tokens: Ctrl-C stops it, and the chat
+    // goes on.
     p.send("Hello kil\x1b[D\x1b[D\x1b[C\x1b[Cn\r").unwrap();
     p.flush().unwrap();
-    // A long answer: Ctrl-C stops it, and the chat goes on.
     std::thread::sleep(Duration::from_millis(700));
     p.send_control('c').unwrap();
     p.exp_string("(answer stopped; the conversation goes on)").unwrap();
-    p.exp_string("> ").unwrap();
-    // Up brings the last message back to edit; a line ending in `\` goes on to the next.
-    p.send("\x1b[A again\r").unwrap();
-    p.flush().unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    p.send_control('c').unwrap();
-    p.exp_string("(answer stopped").unwrap();
-    p.exp_string("> ").unwrap();
-    p.send("first line\\\rsecond line\r").unwrap();
-    p.flush().unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    p.send_control('c').unwrap();
-    p.exp_string("(answer stopped").unwrap();
     p.exp_string("> ").unwrap();
     // Ctrl-D quits.
     p.send_control('d').unwrap();
@@ -95,10 +84,27 @@ fn chat_on_a_terminal_edits_lines_and_keeps_the_conversation() {
     let status = p.process().wait().unwrap();
     assert!(matches!(status, rexpect::process::WaitStatus::Exited(_, 0)), "{status:?}");
     let h = history(&state);
-    assert!(h.contains("Hello kiln\n"), "{h:?}");
+    assert!(h.contains("Hello kiln\n") && !h.contains("discard me") && !h.contains('\x1b'), "{h:?}");
+
+    // A new chat (short answers) finds the history: up brings "Hello kiln" back to edit, and a line
+    // ending in `\` goes on to the next.
+    let mut p = spawn_chat(Path::new(FIXTURE), &state, &["--max-tokens", "4"]);
+    p.exp_string("> ").unwrap();
+    p.send("\x1b[A again\r").unwrap();
+    p.flush().unwrap();
+    p.exp_string("tokens/s (decode)").unwrap();
+    p.exp_string("> ").unwrap();
+    p.send("first line\\\rsecond line\r").unwrap();
+    p.flush().unwrap();
+    p.exp_string("tokens/s (decode)").unwrap();
+    p.exp_string("> ").unwrap();
+    p.send_line("/quit").unwrap();
+    p.exp_eof().unwrap();
+    let status = p.process().wait().unwrap();
+    assert!(matches!(status, rexpect::process::WaitStatus::Exited(_, 0)), "{status:?}");
+    let h = history(&state);
     assert!(h.contains("Hello kiln again\n"), "{h:?}");
     assert!(h.contains("first line") && h.contains("second line"), "{h:?}");
-    assert!(!h.contains("discard me") && !h.contains("\x1b"), "{h:?}");
     std::fs::remove_dir_all(&model).unwrap();
     std::fs::remove_dir_all(&state).unwrap();
 }
