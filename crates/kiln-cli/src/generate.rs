@@ -405,13 +405,14 @@ fn run_generate(args: GenerateArgs) -> Result<(), String> {
     let opts = GenerateOptions { max_tokens: args.max_tokens, sampling, seed: args.sampling.seed, stop_tokens };
     let mut stream = TokenStream::new(&tok);
     out!("{prompt_text}");
-    let (answer, stats) = kiln_llm::generate(&model, &mut model.new_cache(), &prompt, &opts, |id| {
+    let result = kiln_llm::generate(&model, &mut model.new_cache(), &prompt, &opts, |id| {
         let piece = stream.push(id)?;
         out!("{piece}");
         Ok(())
-    })
-    .map_err(|e| e.to_string())?;
+    });
+    // The text ends its line, also when an error follows it on stderr.
     outln!();
+    let (answer, stats) = result.map_err(|e| e.to_string())?;
     print_stats(&stats);
     let last_is_stop = answer.last().is_some_and(|t| opts.stop_tokens.contains(t));
     if let Some(m) = limits::cut_short(dir.config(), model.max_context(), answer.len(), args.max_tokens, last_is_stop) {

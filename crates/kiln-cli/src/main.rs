@@ -43,7 +43,7 @@ enum Command {
     Bench(BenchArgs),
     /// Generate text from a prompt with a Hugging Face Llama-family model (tokens streamed).
     Generate(generate::GenerateArgs),
-    /// Chat with an instruction-tuned model (its chat template), one message per line.
+    /// Chat with an instruction-tuned model (its chat template); /help lists the chat's commands.
     Chat(chat::ChatArgs),
     /// Time prefill and decode of a model at given context lengths (JSON on stdout).
     LlmBench(generate::LlmBenchArgs),

@@ -555,6 +555,7 @@ fn a_foreign_tokenizer_and_corrupt_weights_are_errors() {
     ]);
     let e = stderr(&o);
     assert!(!o.status.success() && e.contains("NaN or infinite") && e.contains("corrupt"), "{e}");
+    assert_eq!(stdout(&o), "hi\n", "the echoed prompt ends its line before the error");
     std::fs::remove_file(&path).unwrap();
 }
 
