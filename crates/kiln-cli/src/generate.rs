@@ -1,17 +1,18 @@
-//! `kiln generate`, `kiln chat` and `kiln llm-bench`: Llama-family models from Hugging Face folders
-//! or GGUF files through kiln-llm, tokens streamed as they come, prefill/decode speed and peak GPU memory at the end.
+//! `kiln generate` and `kiln llm-bench`, and what they share with `kiln chat` (src/chat.rs) and
+//! `kiln serve`: Llama-family models from Hugging Face folders or GGUF files through kiln-llm, tokens
+//! streamed as they come, prefill/decode speed and peak GPU memory at the end.
 
 use crate::limits;
-use crate::progress::LoadProgress;
+use crate::progress::{LoadProgress, Phases};
 use crate::sysinfo::human_bytes;
 use clap::Args;
 use kiln::quant::QuantType;
 use kiln::{DType, Device, DeviceRequest};
 use kiln_llm::{
-    GenerateOptions, GenerateStats, LoadOptions, Message, Model, ModelSource, SamplingParams, TokenStream, Tokenizer,
+    GenerateOptions, GenerateStats, LoadOptions, Model, ModelSource, SamplingParams, TokenStream, Tokenizer,
 };
-use std::io::{BufRead, Write};
-use std::path::PathBuf;
+use std::io::Read;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -35,8 +36,8 @@ pub struct ModelArgs {
     dtype: Option<DType>,
     /// KV cache length in positions, at most the model's max_position_embeddings [default: 4096;
     /// llm-bench: what its runs need].
-    #[arg(long, value_parser = parse_positive)]
-    max_context: Option<usize>,
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_positive)]
+    pub(crate) max_context: Option<usize>,
     /// Quantize the dense projections after loading: q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k, q4_k,
     /// q5_k, q6_k, iq4_nl or iq4_xs (the embedding table
     /// stays in --dtype; weights whose input size is not a multiple of the block take Q8_0).
@@ -44,34 +45,66 @@ pub struct ModelArgs {
     quantize: Option<QuantType>,
 }
 
+/// Sampling flags. Each one not given comes from the model's `generation_config.json`, else from
+/// kiln's defaults ([`SamplingParams::chat_defaults`]: those of llama.cpp and Ollama for chat).
 #[derive(Args, Debug)]
 pub struct SamplingArgs {
-    /// 0 is greedy decoding.
-    #[arg(long, default_value_t = 0.0)]
-    temperature: f64,
-    /// Sample from the K most likely tokens only.
-    #[arg(long)]
+    /// Softmax temperature; 0 is greedy decoding [default: the model's generation_config.json, else 0.8].
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_temperature)]
+    temperature: Option<f64>,
+    /// Sample from the K most likely tokens only; 0 turns it off [default: generation_config.json, else 40].
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_count)]
     top_k: Option<usize>,
-    /// Sample from the smallest set of tokens whose probability reaches P.
-    #[arg(long)]
+    /// Sample from the smallest set of tokens whose probability reaches P; 1 turns it off
+    /// [default: generation_config.json, else 0.95].
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_top_p)]
     top_p: Option<f64>,
-    /// Penalise the last 64 tokens (1 = off, 1.1 is typical).
-    #[arg(long, default_value_t = 1.0)]
-    repeat_penalty: f32,
+    /// Divide the logits of recent tokens by this (1 turns it off) [default: generation_config.json's
+    /// repetition_penalty, else 1.1].
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_repeat_penalty)]
+    repeat_penalty: Option<f32>,
+    /// How many of the last tokens the repeat penalty looks at.
+    #[arg(long, default_value_t = 64, allow_hyphen_values = true, value_parser = parse_count)]
+    repeat_last_n: usize,
     /// Seed of the sampler (the same seed gives the same text).
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true, value_parser = parse_seed)]
+    pub(crate) seed: u64,
 }
 
 impl SamplingArgs {
-    fn params(&self) -> SamplingParams {
-        SamplingParams {
-            temperature: self.temperature,
-            top_k: self.top_k,
-            top_p: self.top_p,
-            repeat_penalty: self.repeat_penalty,
-            repeat_last_n: 64,
+    /// The flags given, over the model's defaults ([`ModelSource::sampling_defaults`]); the line
+    /// that says what was chosen goes to stderr.
+    pub(crate) fn params(&self, src: &ModelSource) -> Result<SamplingParams, String> {
+        let (mut p, from_file) = src.sampling_defaults().map_err(|e| e.to_string())?;
+        if let Some(t) = self.temperature {
+            p.temperature = t;
         }
+        if let Some(k) = self.top_k {
+            p.top_k = Some(k);
+        }
+        if let Some(top_p) = self.top_p {
+            p.top_p = Some(top_p);
+        }
+        if let Some(r) = self.repeat_penalty {
+            p.repeat_penalty = r;
+        }
+        p.repeat_last_n = self.repeat_last_n;
+        kiln_llm::Sampler::new(p.clone(), 0).map_err(|e| e.to_string())?;
+        let what = if p.temperature == 0.0 {
+            "greedy".to_string()
+        } else {
+            let k = p.top_k.filter(|&k| k > 0).map_or("off".into(), |k| k.to_string());
+            let top_p = p.top_p.filter(|&x| x < 1.0).map_or("off".into(), |x| x.to_string());
+            format!("temperature {}, top-k {k}, top-p {top_p}, seed {}", p.temperature, self.seed)
+        };
+        let penalty = if p.repeat_penalty == 1.0 {
+            "no repeat penalty".to_string()
+        } else {
+            format!("repeat penalty {} over the last {}", p.repeat_penalty, p.repeat_last_n)
+        };
+        let source = if from_file { "generation_config.json and flags" } else { "kiln's defaults and flags" };
+        eprintln!("sampling: {what}, {penalty} ({source})");
+        Ok(p)
     }
 }
 
@@ -81,11 +114,11 @@ pub struct GenerateArgs {
     model: ModelArgs,
     #[command(flatten)]
     sampling: SamplingArgs,
-    /// The prompt (the tokenizer adds BOS if the model wants it).
-    #[arg(long)]
+    /// The prompt (the tokenizer adds BOS if the model wants it); `-` reads it from stdin.
+    #[arg(long, allow_hyphen_values = true)]
     prompt: String,
     /// Most tokens to generate.
-    #[arg(long, default_value_t = 256, value_parser = parse_positive)]
+    #[arg(long, default_value_t = 256, allow_hyphen_values = true, value_parser = parse_positive)]
     max_tokens: usize,
     /// Do not stop at the end-of-sequence token.
     #[arg(long)]
@@ -93,42 +126,73 @@ pub struct GenerateArgs {
 }
 
 #[derive(Args, Debug)]
-pub struct ChatArgs {
-    #[command(flatten)]
-    model: ModelArgs,
-    #[command(flatten)]
-    sampling: SamplingArgs,
-    /// A system message to start the conversation with.
-    #[arg(long)]
-    system: Option<String>,
-    /// Most tokens per answer.
-    #[arg(long, default_value_t = 1024, value_parser = parse_positive)]
-    max_tokens: usize,
-}
-
-#[derive(Args, Debug)]
 pub struct LlmBenchArgs {
     #[command(flatten)]
     model: ModelArgs,
     /// Prompt length of the timed prefill [default: 2048, at most the context].
-    #[arg(long, value_parser = parse_positive)]
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_positive)]
     prefill: Option<usize>,
     /// Context lengths at which decoding is timed, comma-separated [default: 512,4096, each at most
     /// the context less --decode-tokens].
-    #[arg(long, value_delimiter = ',', value_parser = parse_positive)]
+    #[arg(long, value_delimiter = ',', allow_hyphen_values = true, value_parser = parse_positive)]
     contexts: Option<Vec<usize>>,
     /// Decode steps timed at each context.
-    #[arg(long, default_value_t = 32, value_parser = parse_positive)]
+    #[arg(long, default_value_t = 32, allow_hyphen_values = true, value_parser = parse_positive)]
     decode_tokens: usize,
 }
 
+// Numeric flags take values that start with a hyphen (`allow_hyphen_values`), so that
+// `--temperature -1` reaches these parsers, and every bad value gets clap's frame and exit status 2:
+// `error: invalid value '-1' for '--temperature <TEMPERATURE>': must be >= 0 (0 is greedy decoding)`.
+
 /// A count that must be at least 1 (`--max-tokens 0` would time nothing, `--max-context 0` hold nothing).
-fn parse_positive(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
+pub(crate) fn parse_positive(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
         Ok(0) => Err("must be at least 1".into()),
         Ok(n) => Ok(n),
-        Err(e) => Err(e.to_string()),
+        Err(_) => Err("must be a whole number, at least 1".into()),
     }
+}
+
+/// A count that may be 0.
+fn parse_count(s: &str) -> Result<usize, String> {
+    s.trim().parse::<usize>().map_err(|_| "must be a whole number >= 0".into())
+}
+
+fn parse_seed(s: &str) -> Result<u64, String> {
+    s.trim().parse::<u64>().map_err(|_| format!("must be a whole number from 0 to {}", u64::MAX))
+}
+
+/// A finite number, or why not.
+fn parse_number(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() => Ok(x),
+        _ => Err("must be a number".into()),
+    }
+}
+
+fn parse_temperature(s: &str) -> Result<f64, String> {
+    let t = parse_number(s)?;
+    if t < 0.0 {
+        return Err("must be >= 0 (0 is greedy decoding)".into());
+    }
+    Ok(t)
+}
+
+fn parse_top_p(s: &str) -> Result<f64, String> {
+    let p = parse_number(s)?;
+    if !(p > 0.0 && p <= 1.0) {
+        return Err("must be in (0, 1] (1 turns top-p off)".into());
+    }
+    Ok(p)
+}
+
+fn parse_repeat_penalty(s: &str) -> Result<f32, String> {
+    let r = parse_number(s)?;
+    if r <= 0.0 {
+        return Err("must be > 0 (1 turns it off)".into());
+    }
+    Ok(r as f32)
 }
 
 fn parse_quant(s: &str) -> Result<QuantType, String> {
@@ -145,21 +209,93 @@ fn parse_dtype(s: &str) -> Result<DType, String> {
     }
 }
 
-/// `--tokenizer FILE` if given, else the model's own.
+/// `--tokenizer FILE` if given, else the model's own, checked against the model's embedding: a
+/// tokenizer of another model is an error (its text would be garbage), the model's own a warning.
 pub(crate) fn tokenizer_of(dir: &ModelSource, file: Option<&PathBuf>) -> Result<Tokenizer, String> {
+    let rows = dir.config().vocab_size;
     match file {
-        Some(f) => Tokenizer::from_file(f),
-        None => dir.tokenizer(),
+        Some(f) => {
+            let tok = Tokenizer::from_file(f).map_err(|e| e.to_string())?;
+            tok.check_vocab(rows).map_err(|e| format!("--tokenizer {}: {e}", f.display()))?;
+            Ok(tok)
+        }
+        None => {
+            let tok = dir.tokenizer().map_err(|e| e.to_string())?;
+            if let Err(e) = tok.check_vocab(rows) {
+                eprintln!("warning: {e}");
+            }
+            Ok(tok)
+        }
     }
-    .map_err(|e| e.to_string())
+}
+
+/// What `--model` names: a model folder, or a `.gguf` file, also the one `.gguf` file of a folder
+/// without `config.json`. A path that does not exist and reads as a Hugging Face id (`org/name`)
+/// gets the command that downloads it.
+pub(crate) fn model_path(path: &Path) -> Result<PathBuf, String> {
+    if path.is_dir() && !path.join("config.json").exists() {
+        let mut ggufs: Vec<PathBuf> = std::fs::read_dir(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_file() && p.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")))
+            .collect();
+        ggufs.sort();
+        match ggufs.as_slice() {
+            [] => {}
+            [one] => {
+                eprintln!("note: {} holds no config.json; using its GGUF file {}", path.display(), one.display());
+                return Ok(one.clone());
+            }
+            many => {
+                let names: Vec<String> =
+                    many.iter().map(|p| p.file_name().unwrap_or_default().to_string_lossy().into_owned()).collect();
+                return Err(format!(
+                    "{} holds {} GGUF files ({}): pass the .gguf file to use",
+                    path.display(),
+                    many.len(),
+                    names.join(", ")
+                ));
+            }
+        }
+    }
+    if !path.exists() {
+        if let Some(id) = hub_id(path) {
+            let name = id.rsplit('/').next().unwrap_or(id);
+            return Err(format!(
+                "no such file or folder '{id}'. kiln reads models from disk; if '{id}' is a Hugging Face \
+                 model id, download it first:\n  huggingface-cli download {id} --local-dir {name}\n\
+                 then pass --model {name}"
+            ));
+        }
+    }
+    Ok(path.to_path_buf())
+}
+
+/// `org/name` when `path` reads as a Hugging Face model id: two parts of letters, digits, `-`, `_`
+/// and `.`, the first not starting with `.`, and no file extension kiln reads.
+fn hub_id(path: &Path) -> Option<&str> {
+    let s = path.to_str()?;
+    let (org, name) = s.split_once('/')?;
+    let part = |p: &str| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    let ok = part(org) && part(name) && !org.starts_with('.') && !name.ends_with(".gguf");
+    ok.then_some(s)
 }
 
 /// Opens the device and the model (config, tokenizer metadata, mapped weights): everything but
 /// loading the weights, so that a missing file or a bad argument fails in a moment.
-fn open_source(args: &ModelArgs) -> Result<(Device, ModelSource), String> {
+pub(crate) fn open_source(args: &ModelArgs) -> Result<(Device, ModelSource), String> {
+    let path = model_path(&args.model)?;
     let device = crate::open_device(args.device)?;
-    let src = ModelSource::open(&args.model).map_err(|e| e.to_string())?;
+    warn_software_gpu(&device);
+    let src = ModelSource::open(&path).map_err(|e| e.to_string())?;
     Ok((device, src))
+}
+
+/// A software GPU (lavapipe, llvmpipe, SwiftShader) runs models slower than the CPU backend.
+fn warn_software_gpu(device: &Device) {
+    if let Some(a) = device.gpu_info().filter(|a| a.software) {
+        eprintln!("warning: {device} is a software GPU ({}): it runs models slower than --device cpu", a.name);
+    }
 }
 
 /// Opens the device and the model, checks the files and the context, and loads the weights (for
@@ -177,7 +313,7 @@ pub(crate) fn open(args: &ModelArgs) -> Result<(ModelSource, Model), String> {
 
 /// Prints the model and the memory estimate, checks it fits and loads the weights with a KV cache
 /// of `max_context` positions (progress for large models).
-fn load(args: &ModelArgs, device: &Device, dir: &ModelSource, max_context: usize) -> Result<Model, String> {
+pub(crate) fn load(args: &ModelArgs, device: &Device, dir: &ModelSource, max_context: usize) -> Result<Model, String> {
     let c = dir.config();
     let dtype = args.dtype.unwrap_or(match (dir, c.saved_dtype) {
         (ModelSource::Gguf(_), _) if device.is_gpu() => DType::F16,
@@ -216,7 +352,7 @@ fn load(args: &ModelArgs, device: &Device, dir: &ModelSource, max_context: usize
     Ok(model)
 }
 
-fn print_stats(s: &GenerateStats) {
+pub(crate) fn print_stats(s: &GenerateStats) {
     let mut line = format!(
         "prompt: {} tokens, {:.1} tokens/s (prefill) | generated: {} tokens, {:.1} tokens/s (decode)",
         s.prompt_tokens,
@@ -241,156 +377,46 @@ pub fn generate(args: GenerateArgs) -> ExitCode {
 }
 
 fn run_generate(args: GenerateArgs) -> Result<(), String> {
-    kiln_llm::Sampler::new(args.sampling.params(), 0).map_err(|e| e.to_string())?;
-    if args.prompt.is_empty() {
-        return Err("the prompt is empty: pass some text with --prompt".into());
+    let prompt_text = if args.prompt == "-" {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text).map_err(|e| format!("cannot read the prompt from stdin: {e}"))?;
+        // A file or `echo` ends with a newline that is not part of the prompt.
+        let trimmed = text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t));
+        trimmed.map_or(text.clone(), str::to_string)
+    } else {
+        args.prompt.clone()
+    };
+    if prompt_text.is_empty() {
+        let from = if args.prompt == "-" { "stdin gave no text" } else { "pass some text with --prompt" };
+        return Err(format!("the prompt is empty: {from}"));
     }
     let (device, dir) = open_source(&args.model)?;
+    let sampling = args.sampling.params(&dir)?;
     // Every file the run needs and the prompt's length are checked before the weights load.
     let tok = tokenizer_of(&dir, args.model.tokenizer.as_ref())?;
     let stop_tokens = if args.ignore_eos { vec![] } else { dir.stop_tokens(&tok).map_err(|e| e.to_string())? };
-    let prompt = tok.encode(&args.prompt, true).map_err(|e| e.to_string())?;
+    let prompt = tok.encode(&prompt_text, true).map_err(|e| e.to_string())?;
     let (ctx, note) = limits::context(dir.config(), args.model.max_context);
     if let Some(note) = note {
         eprintln!("{note}");
     }
     limits::check_prompt(dir.config(), prompt.len(), ctx)?;
     let model = load(&args.model, &device, &dir, ctx)?;
-    let opts = GenerateOptions {
-        max_tokens: args.max_tokens,
-        sampling: args.sampling.params(),
-        seed: args.sampling.seed,
-        stop_tokens,
-    };
+    let opts = GenerateOptions { max_tokens: args.max_tokens, sampling, seed: args.sampling.seed, stop_tokens };
     let mut stream = TokenStream::new(&tok);
-    let mut out = std::io::stdout();
-    print!("{}", args.prompt);
-    let (answer, stats) = kiln_llm::generate(&model, &mut model.new_cache(), &prompt, &opts, |id| {
+    out!("{prompt_text}");
+    let result = kiln_llm::generate(&model, &mut model.new_cache(), &prompt, &opts, |id| {
         let piece = stream.push(id)?;
-        print!("{piece}");
-        let _ = out.flush();
+        out!("{piece}");
         Ok(())
-    })
-    .map_err(|e| e.to_string())?;
-    println!();
+    });
+    // The text ends its line, also when an error follows it on stderr.
+    outln!();
+    let (answer, stats) = result.map_err(|e| e.to_string())?;
     print_stats(&stats);
     let last_is_stop = answer.last().is_some_and(|t| opts.stop_tokens.contains(t));
     if let Some(m) = limits::cut_short(dir.config(), model.max_context(), answer.len(), args.max_tokens, last_is_stop) {
         eprintln!("{m}");
-    }
-    Ok(())
-}
-
-pub fn chat(args: ChatArgs) -> ExitCode {
-    match run_chat(args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("kiln chat: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn run_chat(args: ChatArgs) -> Result<(), String> {
-    kiln_llm::Sampler::new(args.sampling.params(), 0).map_err(|e| e.to_string())?;
-    let (device, dir) = open_source(&args.model)?;
-    // Every file the chat needs is checked before the weights load.
-    let tok = tokenizer_of(&dir, args.model.tokenizer.as_ref())?;
-    let template = dir.chat_template().map_err(|e| e.to_string())?;
-    let stop_tokens = dir.stop_tokens(&tok).map_err(|e| e.to_string())?;
-    let (ctx, note) = limits::context(dir.config(), args.model.max_context);
-    if let Some(note) = note {
-        eprintln!("{note}");
-    }
-    let model = load(&args.model, &device, &dir, ctx)?;
-    let ctx = model.max_context();
-    let mut messages: Vec<Message> = args.system.iter().map(|s| Message::new("system", s)).collect();
-    let mut cache = model.new_cache();
-    // The tokens whose keys and values are in the cache: a new turn reuses them when the new prompt
-    // starts with them, else the cache starts over.
-    let mut cached: Vec<u32> = Vec::new();
-    // Room kept for an answer when old turns are dropped: --max-tokens, at most a quarter of the context.
-    let reserve = args.max_tokens.min(ctx / 4).max(1);
-    let count = |m: &[Message]| -> Result<usize, String> {
-        let text = template.render(m, true).map_err(|e| e.to_string())?;
-        Ok(tok.encode(&text, false).map_err(|e| e.to_string())?.len())
-    };
-    eprintln!("chat: type a message and press enter; /reset starts over, /exit (or end of input) quits");
-    let stdin = std::io::stdin();
-    let mut out = std::io::stdout();
-    loop {
-        eprint!("> ");
-        let mut line = String::new();
-        if stdin.lock().read_line(&mut line).map_err(|e| e.to_string())? == 0 {
-            break;
-        }
-        let line = line.trim();
-        match line {
-            "" => continue,
-            "/exit" => break,
-            "/reset" => {
-                messages.retain(|m| m.role == "system");
-                cache.reset();
-                cached.clear();
-                continue;
-            }
-            _ => {}
-        }
-        messages.push(Message::new("user", line));
-        // A full context drops the oldest turns (the system prompt stays), as chat programs do.
-        match limits::fit_history(&mut messages, ctx - reserve, count) {
-            Ok(0) => {}
-            Ok(n) => eprintln!(
-                "(the conversation filled the context of {ctx} positions: dropped the {n} oldest messages; \
-                 /reset starts over)"
-            ),
-            Err(e) => {
-                messages.pop();
-                eprintln!(
-                    "this message does not fit: {e} (the context of {ctx} positions less {reserve} for the \
-                     answer); send a shorter one or raise --max-context"
-                );
-                continue;
-            }
-        }
-        let text = template.render(&messages, true).map_err(|e| e.to_string())?;
-        let ids = tok.encode(&text, false).map_err(|e| e.to_string())?;
-        if !(ids.len() > cached.len() && ids.starts_with(&cached)) {
-            cache.reset();
-            cached.clear();
-        }
-        let new = &ids[cached.len()..];
-        let room = ctx.saturating_sub(ids.len());
-        let opts = GenerateOptions {
-            max_tokens: args.max_tokens.min(room),
-            sampling: args.sampling.params(),
-            seed: args.sampling.seed.wrapping_add(messages.len() as u64),
-            stop_tokens: stop_tokens.clone(),
-        };
-        let mut stream = TokenStream::new(&tok);
-        let (answer, stats) = kiln_llm::generate(&model, &mut cache, new, &opts, |id| {
-            if !stop_tokens.contains(&id) {
-                print!("{}", stream.push(id)?);
-                let _ = out.flush();
-            }
-            Ok(())
-        })
-        .map_err(|e| e.to_string())?;
-        println!();
-        print_stats(&stats);
-        let last_is_stop = answer.last().is_some_and(|t| stop_tokens.contains(t));
-        if answer.len() < args.max_tokens && !last_is_stop {
-            eprintln!(
-                "(the answer was cut at {} tokens: the context of {ctx} positions is full; the oldest turns \
-                 make room for the next message)",
-                answer.len()
-            );
-        }
-        // Every answer token but the last went through the model.
-        cached = ids;
-        cached.extend_from_slice(&answer[..answer.len().saturating_sub(1)]);
-        let reply: Vec<u32> = answer.into_iter().filter(|t| !stop_tokens.contains(t)).collect();
-        messages.push(Message::new("assistant", &tok.decode(&reply, true).map_err(|e| e.to_string())?));
     }
     Ok(())
 }
@@ -497,17 +523,22 @@ fn run_llm_bench(args: LlmBenchArgs) -> Result<(), String> {
     let model = load(&args.model, &device, &dir, plan.max_context)?;
     let err = |e: kiln_llm::LlmError| e.to_string();
     let device: &Device = model.device();
-    eprintln!("warm-up ...");
+    // warm-up, 3 prefills, a decode run per context, and the GPU's profile.
+    let mut phases = Phases::new(4 + plan.contexts.len() as u64 + u64::from(device.is_gpu()));
+    phases.start("warm-up");
     let warm = 64.min(model.max_context() / 2).max(1);
     timed_run(&model, warm, 4.min(model.max_context() - warm)).map_err(err)?;
+    phases.start(&format!("prefill of {} tokens (untimed)", plan.prefill));
     timed_run(&model, plan.prefill, 0).map_err(err)?;
     device.reset_peak_memory();
     let mut prefill_best = f64::INFINITY;
-    for _ in 0..2 {
+    for run in 1..=2 {
+        phases.start(&format!("prefill of {} tokens, timed run {run} of 2", plan.prefill));
         prefill_best = prefill_best.min(timed_run(&model, plan.prefill, 0).map_err(err)?.0);
     }
     let mut decode = Vec::new();
     for &ctx in &plan.contexts {
+        phases.start(&format!("{} decode steps at context {ctx}", plan.decode_tokens));
         let (_, secs) = timed_run(&model, ctx, plan.decode_tokens).map_err(err)?;
         decode.push(serde_json::json!({
             "context": ctx,
@@ -515,10 +546,14 @@ fn run_llm_bench(args: LlmBenchArgs) -> Result<(), String> {
             "secs": secs,
             "tokens_per_sec": plan.decode_tokens as f64 / secs,
         }));
-        eprintln!("decode at context {ctx}: {:.1} tokens/s", plan.decode_tokens as f64 / secs);
+        phases.println(&format!("decode at context {ctx}: {:.1} tokens/s", plan.decode_tokens as f64 / secs));
     }
-    eprintln!("prefill of {} tokens: {:.1} tokens/s", plan.prefill, plan.prefill as f64 / prefill_best);
+    phases.println(&format!("prefill of {} tokens: {:.1} tokens/s", plan.prefill, plan.prefill as f64 / prefill_best));
+    if device.is_gpu() {
+        phases.start("per-kernel profile of a decode step");
+    }
     let profile = decode_profile(&model, plan.contexts.first().copied().unwrap_or(plan.prefill)).map_err(err)?;
+    phases.finish();
     let c = dir.config();
     let report = serde_json::json!({
         "engine": "kiln",
@@ -535,6 +570,6 @@ fn run_llm_bench(args: LlmBenchArgs) -> Result<(), String> {
         "peak_gpu_bytes": device.memory_stats().map(|m| m.peak_bytes),
         "decode_profile": profile,
     });
-    println!("{report:#}");
+    outln!("{report:#}");
     Ok(())
 }

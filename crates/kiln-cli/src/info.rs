@@ -64,46 +64,46 @@ pub fn info_json(cpu: &CpuInfo) -> Value {
 pub fn run(json: bool) {
     let cpu = CpuInfo::detect();
     if json {
-        println!("{}", serde_json::to_string_pretty(&info_json(&cpu)).expect("JSON values always serialise"));
+        outln!("{}", serde_json::to_string_pretty(&info_json(&cpu)).expect("JSON values always serialise"));
         return;
     }
-    println!("kiln {}", env!("CARGO_PKG_VERSION"));
-    println!();
-    println!("backends:");
+    outln!("kiln {}", env!("CARGO_PKG_VERSION"));
+    outln!();
+    outln!("backends:");
     for (name, status) in backends() {
-        println!("  {name:<4} {status}");
+        outln!("  {name:<4} {status}");
     }
     let source = match env_value() {
         Some(v) => format!("KILN_DEVICE={v}"),
         None => "KILN_DEVICE unset: auto".into(),
     };
     match default_device() {
-        Ok(d) => println!("default device: {d} ({source})"),
-        Err(e) => println!("default device: none ({e})"),
+        Ok(d) => outln!("default device: {d} ({source})"),
+        Err(e) => outln!("default device: none ({e})"),
     }
-    println!();
-    println!("devices:");
-    println!("  cpu: {}", cpu.model_or_unknown());
-    println!("    arch:           {}", cpu.arch);
+    outln!();
+    outln!("devices:");
+    outln!("  cpu: {}", cpu.model_or_unknown());
+    outln!("    arch:           {}", cpu.arch);
     let physical = cpu.physical_cores.map_or("unknown".to_string(), |n| n.to_string());
-    println!("    cores:          {physical} physical, {} logical", cpu.logical_cores);
-    println!("    rayon threads:  {}", cpu.rayon_threads);
+    outln!("    cores:          {physical} physical, {} logical", cpu.logical_cores);
+    outln!("    rayon threads:  {}", cpu.rayon_threads);
     let simd = if cpu.simd.is_empty() { "none detected".to_string() } else { cpu.simd.join(" ") };
-    println!("    simd:           {simd}");
-    println!("    memory:         {}", cpu.memory_bytes.map_or("unknown".to_string(), human_bytes));
+    outln!("    simd:           {simd}");
+    outln!("    memory:         {}", cpu.memory_bytes.map_or("unknown".to_string(), human_bytes));
     for a in list_adapters() {
-        println!("  gpu:{}: {}{}", a.index, a.name, if a.software { " (software)" } else { "" });
-        println!("    backend:        {} ({}), driver {}", a.backend, a.device_type, a.driver);
-        println!("    memory:         {}", if a.unified_memory { "unified with the host" } else { "dedicated" });
-        println!("    max buffer:     {}", human_bytes(a.max_buffer_size));
-        println!("    max binding:    {}", human_bytes(a.max_storage_binding));
-        println!(
+        outln!("  gpu:{}: {}{}", a.index, a.name, if a.software { " (software)" } else { "" });
+        outln!("    backend:        {} ({}), driver {}", a.backend, a.device_type, a.driver);
+        outln!("    memory:         {}", if a.unified_memory { "unified with the host" } else { "dedicated" });
+        outln!("    max buffer:     {}", human_bytes(a.max_buffer_size));
+        outln!("    max binding:    {}", human_bytes(a.max_storage_binding));
+        outln!(
             "    workgroup mem:  {} ({} invocations)",
             human_bytes(a.workgroup_memory as u64),
             a.max_workgroup_invocations
         );
-        println!("    subgroup size:  {}..{}", a.subgroup_size.0, a.subgroup_size.1);
+        outln!("    subgroup size:  {}..{}", a.subgroup_size.0, a.subgroup_size.1);
         let f = if a.features.is_empty() { "none of kiln's optional ones".to_string() } else { a.features.join(" ") };
-        println!("    features:       {f}");
+        outln!("    features:       {f}");
     }
 }

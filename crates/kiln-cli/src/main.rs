@@ -3,12 +3,15 @@
 //! - `kiln info [--json]`: version, compiled-in backends, the devices found and what they offer.
 //! - `kiln bench [--device cpu|gpu|gpu:N|auto] [--json] [--filter SUBSTR] [--quick] [--runs N]`: times
 //!   a fixed set of ops and reports throughput against the machine's limits.
-//! - `kiln generate`, `kiln chat`, `kiln llm-bench`: Llama-family models (src/generate.rs).
+//! - `kiln generate`, `kiln llm-bench`: Llama-family models (src/generate.rs); `kiln chat` (src/chat.rs).
 //!
 //! Every command that takes `--device` falls back to `KILN_DEVICE`, then `auto` ([`open_device`]).
 //! - `kiln serve`: an OpenAI-compatible HTTP server (src/serve.rs, crates/kiln-serve).
 
+#[macro_use]
+mod out;
 mod bench;
+mod chat;
 mod generate;
 mod info;
 mod limits;
@@ -40,8 +43,8 @@ enum Command {
     Bench(BenchArgs),
     /// Generate text from a prompt with a Hugging Face Llama-family model (tokens streamed).
     Generate(generate::GenerateArgs),
-    /// Chat with an instruction-tuned model (its chat template), one message per line.
-    Chat(generate::ChatArgs),
+    /// Chat with an instruction-tuned model (its chat template); /help lists the chat's commands.
+    Chat(chat::ChatArgs),
     /// Time prefill and decode of a model at given context lengths (JSON on stdout).
     LlmBench(generate::LlmBenchArgs),
     /// Serve a model over an OpenAI-compatible HTTP API (continuous batching).
@@ -63,7 +66,7 @@ struct BenchArgs {
     #[arg(long)]
     quick: bool,
     /// Exact number of timed runs per benchmark (default: 5 to 50 within a 1.5 s budget).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = generate::parse_positive)]
     runs: Option<usize>,
 }
 
@@ -144,13 +147,28 @@ fn bench(args: BenchArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let runtime_dir = quiet_mesa_runtime_dir();
-    let code = run(cli);
-    if let Some(dir) = runtime_dir {
+/// The folder of [`quiet_mesa_runtime_dir`], removed when the process ends.
+static RUNTIME_DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+fn remove_runtime_dir() {
+    if let Some(dir) = RUNTIME_DIR.get() {
         let _ = std::fs::remove_dir_all(dir);
     }
+}
+
+/// Ends the process now with `code` (a closed stdout, see src/out.rs), cleaning up as `main` does.
+pub fn exit(code: i32) -> ! {
+    remove_runtime_dir();
+    std::process::exit(code)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Some(dir) = quiet_mesa_runtime_dir() {
+        let _ = RUNTIME_DIR.set(dir);
+    }
+    let code = run(cli);
+    remove_runtime_dir();
     code
 }
 
@@ -162,7 +180,7 @@ fn run(cli: Cli) -> ExitCode {
         }
         Command::Bench(args) => bench(args),
         Command::Generate(args) => generate::generate(args),
-        Command::Chat(args) => generate::chat(args),
+        Command::Chat(args) => chat::chat(args),
         Command::LlmBench(args) => generate::llm_bench(args),
         Command::Serve(args) => serve::serve(args),
     }

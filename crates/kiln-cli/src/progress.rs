@@ -1,5 +1,7 @@
-//! Progress of loading a model's weights on stderr: a bar on a terminal, plain lines (every 10%)
-//! when stderr is piped (CI logs, `| tee`), nothing for small models.
+//! Progress on stderr. Loading a model's weights: a bar on a terminal, plain lines (every 10%) when
+//! stderr is piped (CI logs, `| tee`), nothing for small models. The phases of a long run
+//! (`kiln llm-bench`): a bar over the phases that names the current one and its time on a
+//! terminal, one line per phase when piped.
 
 use crate::sysinfo::human_bytes;
 use std::io::IsTerminal;
@@ -38,6 +40,56 @@ impl LoadProgress {
     }
 
     /// Clears the bar (the caller prints the load time).
+    pub fn finish(self) {
+        if let Some(b) = self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+/// The phases of a run, each announced as it starts.
+pub struct Phases {
+    bar: Option<indicatif::ProgressBar>,
+    started: u64,
+}
+
+impl Phases {
+    /// Progress over `total` phases.
+    pub fn new(total: u64) -> Phases {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let b = indicatif::ProgressBar::new(total);
+            b.set_style(
+                indicatif::ProgressStyle::with_template("[{pos}/{len}] {msg} ({elapsed})")
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            b.enable_steady_tick(std::time::Duration::from_millis(200));
+            b
+        });
+        Phases { bar, started: 0 }
+    }
+
+    /// The previous phase is done and `what` begins.
+    pub fn start(&mut self, what: &str) {
+        self.started += 1;
+        match &self.bar {
+            Some(b) => {
+                b.set_position(self.started - 1);
+                b.set_message(what.to_string());
+                b.reset_elapsed();
+            }
+            None => eprintln!("{what} ..."),
+        }
+    }
+
+    /// Prints a result line above the bar (or as a plain line).
+    pub fn println(&self, line: &str) {
+        match &self.bar {
+            Some(b) => b.println(line),
+            None => eprintln!("{line}"),
+        }
+    }
+
+    /// Clears the bar.
     pub fn finish(self) {
         if let Some(b) = self.bar {
             b.finish_and_clear();

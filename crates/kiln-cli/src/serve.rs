@@ -46,8 +46,16 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     warmup: bool,
     /// Seconds running answers may go on after SIGINT/SIGTERM.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, allow_hyphen_values = true, value_parser = parse_grace)]
     shutdown_grace: f64,
+}
+
+/// `--shutdown-grace`: seconds, at least 0 (a bad value gets clap's frame, as in src/generate.rs).
+fn parse_grace(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && x >= 0.0 => Ok(x),
+        _ => Err("must be a number of seconds >= 0".into()),
+    }
 }
 
 pub fn serve(args: ServeArgs) -> ExitCode {
@@ -61,9 +69,15 @@ pub fn serve(args: ServeArgs) -> ExitCode {
 }
 
 fn run(args: ServeArgs) -> Result<(), String> {
-    if !(args.shutdown_grace.is_finite() && args.shutdown_grace >= 0.0) {
-        return Err(format!("--shutdown-grace must be >= 0 seconds, got {}", args.shutdown_grace));
-    }
+    // Bind first, so that a busy port fails in a moment rather than after loading and warming up
+    // the model. kiln_serve::serve binds the address itself: this listener holds it until then.
+    let held = match args.port {
+        0 => None,
+        port => Some(
+            std::net::TcpListener::bind((args.host.as_str(), port))
+                .map_err(|e| format!("cannot listen on {}:{port}: {e}", args.host))?,
+        ),
+    };
     let (src, model) = open(&args.model)?;
     let tokenizer = tokenizer_of(&src, args.model.tokenizer.as_ref())?;
     let stop_tokens = src.stop_tokens(&tokenizer).map_err(|e| e.to_string())?;
@@ -85,6 +99,7 @@ fn run(args: ServeArgs) -> Result<(), String> {
         "kiln serve: batch up to {} sequences, queue {}, KV pool {} blocks of {} positions, context {ctx}",
         args.max_batch, args.max_queue, kv_blocks, args.block_size
     );
+    drop(held);
     kiln_serve::serve(
         Engine { model, tokenizer, template, stop_tokens, model_name },
         ServeOptions {

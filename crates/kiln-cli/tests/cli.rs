@@ -114,7 +114,19 @@ fn generate_from_gguf_matches_the_safetensors_folder() {
     let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../kiln-llm/tests/fixtures/llama");
     let gguf = format!("{fixtures}/model-f32.gguf");
     let tok = format!("{fixtures}/tokenizer.json");
-    let common = ["--device", "cpu", "--prompt", "The kiln fires the clay pots", "--max-tokens", "12", "--ignore-eos"];
+    let common = [
+        "--device",
+        "cpu",
+        "--prompt",
+        "The kiln fires the clay pots",
+        "--max-tokens",
+        "12",
+        "--ignore-eos",
+        "--temperature",
+        "0",
+        "--repeat-penalty",
+        "1",
+    ];
     let run = |model: &[&str]| {
         let mut args = vec!["generate"];
         args.extend_from_slice(model);
@@ -368,4 +380,220 @@ fn no_mesa_runtime_dir_noise() {
     assert!(o.status.success());
     let e = stderr(&o);
     assert!(!e.contains("XDG_RUNTIME_DIR"), "{e}");
+}
+
+// What a new user and a script meet first (issue 38): a closed pipe, negative numbers, sampling
+// defaults, model paths, files that belong to another model, `--prompt -`, a busy port.
+
+/// `kiln args` with stdout a pipe whose reader is already gone, as after `| head -n 1`.
+fn kiln_closed_stdout(args: &[&str]) -> Output {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kiln"));
+    cmd.args(args).env_remove("KILN_DEVICE").stdout(writer).stderr(std::process::Stdio::piped());
+    cmd.output().unwrap()
+}
+
+#[test]
+fn a_closed_stdout_ends_the_command_quietly() {
+    let gen = ["generate", "--model", FIXTURE, "--device", "cpu", "--prompt", "hi", "--max-tokens", "4"];
+    for args in [&["info"][..], &["info", "--json"], &gen, &["bench", "--quick", "--filter", "sum_all", "--runs", "1"]]
+    {
+        let o = kiln_closed_stdout(args);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(0), "{args:?}: {e}");
+        assert!(!e.contains("panicked") && !e.contains("Broken pipe"), "{args:?}: {e}");
+    }
+}
+
+#[test]
+fn bad_values_get_one_exit_status_and_one_frame() {
+    let gen = ["generate", "--model", FIXTURE, "--device", "cpu", "--prompt", "hi"];
+    for (extra, flag, why) in [
+        (&["--temperature", "-1"][..], "--temperature", "must be >= 0"),
+        (&["--temperature", "hot"], "--temperature", "must be a number"),
+        (&["--top-p", "-0.5"], "--top-p", "must be in (0, 1]"),
+        (&["--top-k", "-3"], "--top-k", "whole number"),
+        (&["--repeat-penalty", "-1.1"], "--repeat-penalty", "must be > 0"),
+        (&["--repeat-penalty", "0"], "--repeat-penalty", "must be > 0"),
+        (&["--seed", "-7"], "--seed", "whole number"),
+        (&["--max-tokens", "-5"], "--max-tokens", "at least 1"),
+        (&["--max-tokens", "0"], "--max-tokens", "at least 1"),
+        (&["--max-context", "-1"], "--max-context", "at least 1"),
+    ] {
+        let o = kiln(&[&gen[..], extra].concat());
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {e}");
+        assert!(e.starts_with(&format!("error: invalid value '{}' for '{flag}", extra[1])), "{extra:?}: {e}");
+        assert!(e.contains(why) && !e.contains("unexpected argument"), "{extra:?}: {e}");
+    }
+    let o = kiln(&["bench", "--runs", "-2"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).starts_with("error: invalid value '-2' for '--runs <N>': must be a whole number"),
+        "{}",
+        stderr(&o)
+    );
+    let o = kiln(&["serve", "--model", FIXTURE, "--shutdown-grace", "-1"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).starts_with("error: invalid value '-1' for '--shutdown-grace"), "{}", stderr(&o));
+}
+
+/// `kiln generate` of the fixture (or `model`) with `extra` flags: (stdout, stderr).
+fn generate_with(model: &str, extra: &[&str]) -> (String, String) {
+    let args =
+        ["generate", "--model", model, "--device", "cpu", "--prompt", "The kiln", "--max-tokens", "24", "--ignore-eos"];
+    let o = kiln(&[&args[..], extra].concat());
+    assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
+    (stdout(&o), stderr(&o))
+}
+
+#[test]
+fn sampling_defaults_come_from_generation_config_else_chat_defaults() {
+    let greedy = generate_with(FIXTURE, &["--temperature", "0", "--repeat-penalty", "1"]).0;
+    // Without generation_config.json: llama.cpp's and Ollama's chat defaults, not greedy.
+    let (out, err) = generate_with(FIXTURE, &[]);
+    assert!(
+        err.contains("sampling: temperature 0.8, top-k 40, top-p 0.95, seed 0, repeat penalty 1.1 over the last 64"),
+        "{err}"
+    );
+    let flags = ["--temperature", "0.8", "--top-k", "40", "--top-p", "0.95", "--repeat-penalty", "1.1"];
+    assert_eq!(out, generate_with(FIXTURE, &flags).0);
+    assert_ne!(out, greedy, "the defaults sample");
+    // generation_config.json's fields, as transformers reads them; flags win over them.
+    let with_config = |name: &str, json: &str| {
+        let dir = partial_fixture(name, &[], |_, b| b);
+        std::fs::write(dir.join("generation_config.json"), json).unwrap();
+        dir
+    };
+    let dir = with_config("gen-greedy", r#"{"do_sample": false, "repetition_penalty": 1.0}"#);
+    let (out, err) = generate_with(dir.to_str().unwrap(), &[]);
+    assert_eq!(out, greedy);
+    assert!(err.contains("sampling: greedy, no repeat penalty (generation_config.json"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+    let dir = with_config(
+        "gen-sample",
+        r#"{"do_sample": true, "temperature": 0.5, "top_k": 5, "top_p": 0.9, "repetition_penalty": 1.3}"#,
+    );
+    let flags = ["--temperature", "0.5", "--top-k", "5", "--top-p", "0.9", "--repeat-penalty", "1.3"];
+    assert_eq!(generate_with(dir.to_str().unwrap(), &[]).0, generate_with(FIXTURE, &flags).0);
+    let greedy_penalised = generate_with(FIXTURE, &["--temperature", "0", "--repeat-penalty", "1.3"]).0;
+    assert_eq!(generate_with(dir.to_str().unwrap(), &["--temperature", "0"]).0, greedy_penalised);
+    std::fs::remove_dir_all(&dir).unwrap();
+    // A value no sampler can use names the file and the field.
+    let dir = with_config("gen-bad", r#"{"temperature": -2}"#);
+    let o = kiln(&["generate", "--model", dir.to_str().unwrap(), "--device", "cpu", "--prompt", "hi"]);
+    let e = stderr(&o);
+    assert!(!o.status.success() && e.contains("generation_config.json") && e.contains("temperature"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn model_paths_a_folder_of_one_gguf_and_hub_ids() {
+    let dir = std::env::temp_dir().join(format!("kiln-cli-test-{}-gguf-dir", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(format!("{FIXTURE}/model-f32.gguf"), dir.join("model-f32.gguf")).unwrap();
+    let greedy = ["--temperature", "0", "--repeat-penalty", "1"];
+    let (out, err) = generate_with(dir.to_str().unwrap(), &greedy);
+    assert!(err.contains("using its GGUF file") && err.contains("model-f32.gguf"), "{err}");
+    assert_eq!(out, generate_with(&format!("{FIXTURE}/model-f32.gguf"), &greedy).0);
+    std::fs::copy(format!("{FIXTURE}/model-q8_0.gguf"), dir.join("model-q8_0.gguf")).unwrap();
+    let o = kiln(&["generate", "--model", dir.to_str().unwrap(), "--device", "cpu", "--prompt", "hi"]);
+    let e = stderr(&o);
+    assert!(!o.status.success() && e.contains("pass the .gguf file") && e.contains("model-q8_0.gguf"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+    // A Hugging Face id that is not on disk: the command that downloads it.
+    let o = kiln(&["chat", "--model", "HuggingFaceTB/SmolLM2-135M-Instruct"]);
+    let e = stderr(&o);
+    assert!(!o.status.success(), "{e}");
+    assert!(e.contains("huggingface-cli download HuggingFaceTB/SmolLM2-135M-Instruct --local-dir"), "{e}");
+}
+
+#[test]
+fn a_foreign_tokenizer_and_corrupt_weights_are_errors() {
+    // A word-level tokenizer of 1000 tokens, for a model whose embedding has 320 rows.
+    let vocab: serde_json::Map<String, Value> = (0..1000).map(|i| (format!("w{i}"), Value::from(i))).collect();
+    let tok = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [], "normalizer": null,
+        "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null, "decoder": null,
+        "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "w0"},
+    });
+    let path = std::env::temp_dir().join(format!("kiln-cli-test-{}-tokenizer.json", std::process::id()));
+    std::fs::write(&path, tok.to_string()).unwrap();
+    let o = kiln(&[
+        "generate",
+        "--model",
+        FIXTURE,
+        "--device",
+        "cpu",
+        "--prompt",
+        "w1 w2",
+        "--tokenizer",
+        path.to_str().unwrap(),
+    ]);
+    let e = stderr(&o);
+    assert!(!o.status.success() && e.contains("1000 tokens") && e.contains("320 rows"), "{e}");
+    assert!(!e.contains("loaded in"), "checked before loading: {e}");
+    std::fs::remove_file(&path).unwrap();
+    // A GGUF whose weight data (the second half of the file) is overwritten with 0xFF.
+    let mut bytes = std::fs::read(format!("{FIXTURE}/model-f32.gguf")).unwrap();
+    let half = bytes.len() / 2;
+    bytes[half..].fill(0xFF);
+    let path = std::env::temp_dir().join(format!("kiln-cli-test-{}-corrupt.gguf", std::process::id()));
+    std::fs::write(&path, bytes).unwrap();
+    let o = kiln(&[
+        "generate",
+        "--model",
+        path.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--prompt",
+        "hi",
+        "--max-tokens",
+        "15",
+    ]);
+    let e = stderr(&o);
+    assert!(!o.status.success() && e.contains("NaN or infinite") && e.contains("corrupt"), "{e}");
+    assert_eq!(stdout(&o), "hi\n", "the echoed prompt ends its line before the error");
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn prompt_dash_reads_stdin() {
+    let args = ["generate", "--model", FIXTURE, "--device", "cpu", "--max-tokens", "6", "--temperature", "0"];
+    let o = kiln_with(&[&args[..], &["--prompt", "-"]].concat(), &[], Some("The kiln fires\n"));
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), generate_with_prompt(&args, "The kiln fires"));
+    let o = kiln_with(&[&args[..], &["--prompt", "-"]].concat(), &[], Some(""));
+    assert!(!o.status.success() && stderr(&o).contains("the prompt is empty"), "{}", stderr(&o));
+}
+
+fn generate_with_prompt(args: &[&str], prompt: &str) -> String {
+    let o = kiln(&[args, &["--prompt", prompt]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    stdout(&o)
+}
+
+#[test]
+fn serve_checks_the_port_before_loading_the_model() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port().to_string();
+    let o = kiln(&["serve", "--model", FIXTURE, "--device", "cpu", "--port", &port]);
+    let e = stderr(&o);
+    assert!(!o.status.success() && e.contains(&format!("cannot listen on 127.0.0.1:{port}")), "{e}");
+    assert!(!e.contains("memory estimate") && !e.contains("loaded in"), "the model loaded first: {e}");
+}
+
+#[test]
+fn a_software_gpu_gets_a_warning() {
+    let info: Value = serde_json::from_slice(&kiln(&["info", "--json"]).stdout).unwrap();
+    let devices = info["devices"].as_array().unwrap();
+    let Some(gpu) = devices.iter().find(|d| d["name"] == "gpu:0") else {
+        return; // no GPU here: nothing to warn about
+    };
+    let o = kiln(&["generate", "--model", FIXTURE, "--device", "gpu:0", "--prompt", "hi", "--max-tokens", "1"]);
+    let e = stderr(&o);
+    let warned = e.contains("is a software GPU") && e.contains("slower than --device cpu");
+    assert_eq!(warned, gpu["software"] == true, "{gpu}: {e}");
 }

@@ -2,7 +2,8 @@
 //! library's greedy answers to the conversation so far (rendered with the model's chat template),
 //! `/reset` starts over, a system message counts; llm-bench's JSON describes the model and the runs
 //! it was asked for, and runs that do not fit the context are refused before loading. (A chat that
-//! fills the context drops its oldest turns: `cli.rs` tests that.)
+//! fills the context drops its oldest turns: `cli.rs` tests that; the line editor, Ctrl-C and the
+//! commands on a terminal: `chat_tty.rs`.)
 
 use kiln::{DType, Device};
 use kiln_llm::{generate, GenerateOptions, LoadOptions, Message, ModelDir, SamplingParams, TokenStream};
@@ -49,7 +50,8 @@ fn answer(messages: &[Message], max_tokens: usize) -> (String, String) {
     (tok.decode(&reply, true).unwrap(), printed)
 }
 
-const CHAT: [&str; 7] = ["chat", "--model", FIXTURE, "--device", "cpu", "--max-tokens", "8"];
+const CHAT: [&str; 11] =
+    ["chat", "--model", FIXTURE, "--device", "cpu", "--max-tokens", "8", "--temperature", "0", "--repeat-penalty", "1"];
 
 #[test]
 fn chat_answers_are_the_greedy_answers_to_the_conversation() {
@@ -98,6 +100,18 @@ fn llm_bench_reports_the_model_and_the_runs_asked_for() {
     let o = kiln(&args, "");
     assert!(o.status.success(), "stderr: {}", text(&o.stderr));
     let v: Value = serde_json::from_slice(&o.stdout).expect("llm-bench prints JSON");
+    // Every phase is announced as it starts (one line each when stderr is not a terminal).
+    let err = text(&o.stderr);
+    for phase in [
+        "warm-up ...",
+        "prefill of 16 tokens (untimed) ...",
+        "prefill of 16 tokens, timed run 1 of 2 ...",
+        "prefill of 16 tokens, timed run 2 of 2 ...",
+        "3 decode steps at context 8 ...",
+        "3 decode steps at context 24 ...",
+    ] {
+        assert!(err.lines().any(|l| l == phase), "no line {phase:?} in {err}");
+    }
     let config: Value =
         serde_json::from_str(&std::fs::read_to_string(format!("{FIXTURE}/config.json")).unwrap()).unwrap();
     assert_eq!(v["engine"], "kiln");

@@ -27,6 +27,9 @@ pub enum LlmError {
     Tokenizer(String),
     #[error("chat template: {0}")]
     Template(String),
+    /// The model computed NaN or infinite logits.
+    #[error("{0}")]
+    NonFinite(String),
     /// Bad generation or sampling arguments.
     #[error("{0}")]
     Arg(String),

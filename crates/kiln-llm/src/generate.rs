@@ -3,7 +3,7 @@
 
 use crate::model::{Cache, Model};
 use crate::sampling::{Sampler, SamplingParams};
-use crate::Result;
+use crate::{LlmError, Result};
 use std::time::Instant;
 
 #[derive(Debug, Clone)]
@@ -37,6 +37,21 @@ impl GenerateStats {
     }
 }
 
+/// Checks the logits of the first step: NaN or infinite logits sample nothing meaningful (a greedy
+/// argmax of NaNs is token 0 forever), and they come from weights, not from the prompt.
+fn check_finite(logits: &[f32]) -> Result<()> {
+    let bad = logits.iter().filter(|x| !x.is_finite()).count();
+    if bad == 0 {
+        return Ok(());
+    }
+    Err(LlmError::NonFinite(format!(
+        "the model's first logits hold {bad} of {} values that are NaN or infinite: the weights are likely \
+         corrupt (a damaged or truncated download; check the file's checksum), or f16 overflowed (try \
+         --dtype f32)",
+        logits.len()
+    )))
+}
+
 /// Generates up to `opts.max_tokens` tokens after `prompt` (positions `cache.len()..` of the
 /// sequence), calling `on_token` with each. Stops early at a stop token or at the end of the context.
 pub fn generate(
@@ -55,6 +70,7 @@ pub fn generate(
     }
     let start = Instant::now();
     let logits = model.forward(prompt, cache, false)?;
+    check_finite(&logits.to_vec::<f32>()?)?;
     let mut next = sampler.sample(&logits, &history)?; // reading the token waits for the GPU
     stats.prefill_secs = start.elapsed().as_secs_f64();
     let decode_start = Instant::now();
@@ -73,4 +89,18 @@ pub fn generate(
     stats.generated_tokens = out.len();
     stats.peak_gpu_bytes = model.device().memory_stats().map(|m| m.peak_bytes);
     Ok((out, stats))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_finite;
+
+    #[test]
+    fn non_finite_logits_name_the_likely_cause() {
+        assert!(check_finite(&[0.0, -3.5, 1e30]).is_ok());
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let e = check_finite(&[1.0, bad, 2.0]).unwrap_err().to_string();
+            assert!(e.contains("1 of 3") && e.contains("corrupt"), "{e}");
+        }
+    }
 }

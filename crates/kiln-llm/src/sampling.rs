@@ -7,6 +7,7 @@ use crate::{LlmError, Result};
 use kiln::Tensor;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use std::path::Path;
 
 #[derive(Debug, Clone)]
 pub struct SamplingParams {
@@ -25,6 +26,66 @@ pub struct SamplingParams {
 impl Default for SamplingParams {
     fn default() -> Self {
         SamplingParams { temperature: 0.0, top_k: None, top_p: None, repeat_penalty: 1.0, repeat_last_n: 64 }
+    }
+}
+
+impl SamplingParams {
+    /// What kiln samples with when the model says nothing: the chat defaults of llama.cpp and Ollama
+    /// (temperature 0.8, top-k 40, top-p 0.95, repeat penalty 1.1 over the last 64 tokens). Greedy
+    /// decoding of small models loops ("the most beautiful and beautiful ..."); these do not.
+    pub fn chat_defaults() -> SamplingParams {
+        SamplingParams { temperature: 0.8, top_k: Some(40), top_p: Some(0.95), repeat_penalty: 1.1, repeat_last_n: 64 }
+    }
+
+    /// [`SamplingParams::chat_defaults`] with what a model's `generation_config.json` sets, as
+    /// transformers reads it: `temperature`, `top_k`, `top_p`, `repetition_penalty`, and
+    /// `"do_sample": false` for greedy decoding. A missing file gives the defaults; a field with a
+    /// value no sampler can use is an error naming the field.
+    pub fn from_generation_config(dir: &Path) -> Result<SamplingParams> {
+        let mut p = SamplingParams::chat_defaults();
+        let Some(g) = crate::tokenizer::read_json(dir, "generation_config.json")? else {
+            return Ok(p);
+        };
+        let bad = |field: &str, msg: &str| LlmError::Config {
+            file: "generation_config.json",
+            field: field.to_string(),
+            msg: msg.to_string(),
+        };
+        let number = |field: &str| -> Result<Option<f64>> {
+            match g.get(field) {
+                None | Some(serde_json::Value::Null) => Ok(None),
+                Some(v) => v.as_f64().map(Some).ok_or_else(|| bad(field, "not a number")),
+            }
+        };
+        if let Some(t) = number("temperature")? {
+            if !(t.is_finite() && t >= 0.0) {
+                return Err(bad("temperature", "must be >= 0"));
+            }
+            p.temperature = t;
+        }
+        if let Some(k) = number("top_k")? {
+            if !(k >= 0.0 && k.fract() == 0.0) {
+                return Err(bad("top_k", "must be a whole number >= 0"));
+            }
+            // transformers' 0 means no top-k, as here.
+            p.top_k = Some(k as usize);
+        }
+        if let Some(top_p) = number("top_p")? {
+            if !(top_p > 0.0 && top_p <= 1.0) {
+                return Err(bad("top_p", "must be in (0, 1]"));
+            }
+            p.top_p = Some(top_p);
+        }
+        if let Some(r) = number("repetition_penalty")? {
+            if !(r.is_finite() && r > 0.0) {
+                return Err(bad("repetition_penalty", "must be > 0"));
+            }
+            p.repeat_penalty = r as f32;
+        }
+        if g.get("do_sample").and_then(serde_json::Value::as_bool) == Some(false) {
+            p.temperature = 0.0;
+        }
+        Ok(p)
     }
 }
 
@@ -134,4 +195,54 @@ fn argmax(l: &[f32]) -> u32 {
         }
     }
     best as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SamplingParams;
+
+    /// A fresh folder holding `generation_config.json` with `json` (none when `None`).
+    fn folder(name: &str, json: Option<&str>) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("kiln-llm-genconfig-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        if let Some(j) = json {
+            std::fs::write(dir.join("generation_config.json"), j).unwrap();
+        }
+        dir
+    }
+
+    fn read(name: &str, json: Option<&str>) -> Result<SamplingParams, String> {
+        let dir = folder(name, json);
+        let p = SamplingParams::from_generation_config(&dir).map_err(|e| e.to_string());
+        std::fs::remove_dir_all(&dir).unwrap();
+        p
+    }
+
+    #[test]
+    fn generation_config_over_the_chat_defaults() {
+        let d = read("none", None).unwrap();
+        assert_eq!(
+            (d.temperature, d.top_k, d.top_p, d.repeat_penalty, d.repeat_last_n),
+            (0.8, Some(40), Some(0.95), 1.1, 64)
+        );
+        // Only eos ids (SmolLM2's file): the defaults, not transformers' greedy fallback.
+        let p = read("ids", Some(r#"{"bos_token_id": 1, "eos_token_id": 2}"#)).unwrap();
+        assert_eq!((p.temperature, p.top_k, p.top_p, p.repeat_penalty), (0.8, Some(40), Some(0.95), 1.1));
+        // Qwen2.5-Instruct's file.
+        let json = r#"{"do_sample": true, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05}"#;
+        let p = read("qwen", Some(json)).unwrap();
+        assert_eq!((p.temperature, p.top_k, p.top_p, p.repeat_penalty), (0.7, Some(20), Some(0.8), 1.05));
+        let p = read("greedy", Some(r#"{"do_sample": false, "temperature": 0.6}"#)).unwrap();
+        assert_eq!(p.temperature, 0.0);
+        for (json, field) in [
+            (r#"{"temperature": -1}"#, "temperature"),
+            (r#"{"top_p": 0}"#, "top_p"),
+            (r#"{"top_k": 2.5}"#, "top_k"),
+            (r#"{"repetition_penalty": "high"}"#, "repetition_penalty"),
+        ] {
+            let e = read("bad", Some(json)).unwrap_err();
+            assert!(e.contains("generation_config.json") && e.contains(field), "{json}: {e}");
+        }
+    }
 }

@@ -4,7 +4,7 @@
 //! tokenizer, the stop tokens and the chat template, with one signature for both formats.
 
 use crate::model::{LoadOptions, MemoryEstimate, Model};
-use crate::{ChatTemplate, GgufModel, LlamaConfig, ModelDir, Result, Tokenizer};
+use crate::{ChatTemplate, GgufModel, LlamaConfig, ModelDir, Result, SamplingParams, Tokenizer};
 use kiln::{DType, Device};
 use std::path::Path;
 
@@ -81,6 +81,18 @@ impl ModelSource {
         match self {
             ModelSource::Dir(d) => d.stop_tokens(tok),
             ModelSource::Gguf(g) => Ok(g.stop_tokens()),
+        }
+    }
+
+    /// The sampling a program uses unless told otherwise: a folder's `generation_config.json` over
+    /// [`SamplingParams::chat_defaults`]; a GGUF file, the defaults. The flag says whether the file
+    /// set anything.
+    pub fn sampling_defaults(&self) -> Result<(SamplingParams, bool)> {
+        match self {
+            ModelSource::Dir(d) => {
+                Ok((SamplingParams::from_generation_config(&d.path)?, d.path.join("generation_config.json").is_file()))
+            }
+            ModelSource::Gguf(_) => Ok((SamplingParams::chat_defaults(), false)),
         }
     }
 

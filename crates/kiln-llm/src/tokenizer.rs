@@ -53,6 +53,21 @@ impl Tokenizer {
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
     }
+
+    /// Checks that this tokenizer belongs to a model whose embedding has `rows` rows: its ids must
+    /// all have a row, and it must cover all but a padding of the rows (models round the embedding
+    /// up: Qwen2 has 151,936 rows for 151,665 tokens, Phi-3 32,064 for 32,011), else the text is
+    /// garbage without any other error.
+    pub fn check_vocab(&self, rows: usize) -> Result<()> {
+        let n = self.vocab_size();
+        if n > rows || n < rows - rows / 8 {
+            return Err(LlmError::Tokenizer(format!(
+                "the tokenizer has {n} tokens but the model's embedding has {rows} rows: it is not this \
+                 model's tokenizer (pass the tokenizer.json of the model the weights come from)"
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// A token written in `tokenizer_config.json`: a string or `{"content": "..."}`.
@@ -114,5 +129,25 @@ impl<'a> TokenStream<'a> {
         let piece = text[self.printed..].to_string();
         self.printed = text.len();
         Ok(piece)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Tokenizer;
+    use std::path::Path;
+
+    #[test]
+    fn vocabulary_must_match_the_embedding_up_to_padding() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llama");
+        let tok = Tokenizer::from_dir(&dir).unwrap();
+        assert_eq!(tok.vocab_size(), 320);
+        assert!(tok.check_vocab(320).is_ok());
+        // Padded embeddings (Qwen2 rounds 151,665 tokens up to 151,936 rows).
+        assert!(tok.check_vocab(352).is_ok());
+        let e = tok.check_vocab(49152).unwrap_err().to_string();
+        assert!(e.contains("320 tokens") && e.contains("49152 rows"), "{e}");
+        // Ids past the embedding's rows.
+        assert!(tok.check_vocab(256).is_err());
     }
 }

@@ -57,15 +57,15 @@ fn title(report: &BenchReport, cpu: &CpuInfo) -> String {
 
 /// Prints the header and the aligned table.
 pub fn print_table(report: &BenchReport, cpu: &CpuInfo) {
-    println!("{}", title(report, cpu));
+    outln!("{}", title(report, cpu));
     if let Some(c) = &report.copy {
-        println!(
+        outln!(
             "limit: copy bandwidth {:.1} GB/s (read+write, {} buffer, best run)",
             c.bytes_per_s / 1e9,
             human_bytes(c.buffer_bytes as u64)
         );
     }
-    println!();
+    outln!();
     let header = ["name", "shape", "dtype", "median", "throughput", "limit"];
     let cells: Vec<[String; 6]> = report
         .rows
@@ -98,7 +98,7 @@ pub fn print_table(report: &BenchReport, cpu: &CpuInfo) {
                 s += &format!("{cell:<w$}  ");
             }
         }
-        println!("{}", s.trim_end());
+        outln!("{}", s.trim_end());
     };
     line(&header.map(String::from));
     line(&width.map(|w| "-".repeat(w)));
@@ -151,7 +151,7 @@ pub fn print_json(report: &BenchReport, cpu: &CpuInfo) {
         "copy_bandwidth": copy,
         "rows": report.rows.iter().map(|r| row_json(r, report)).collect::<Vec<_>>(),
     });
-    println!("{}", serde_json::to_string_pretty(&doc).expect("JSON values always serialise"));
+    outln!("{}", serde_json::to_string_pretty(&doc).expect("JSON values always serialise"));
 }
 
 #[cfg(test)]
