@@ -83,9 +83,32 @@ fn refusal(status: u16, message: String, code: &'static str) -> Response {
     error_response(&ApiError { status, message, kind, param: None, code: Some(code) })
 }
 
-/// The middleware: the checks of the module's comment, in its order.
+/// The middleware: the checks of the module's comment, in its order. A refusal on an endpoint
+/// `/metrics` counts by status is counted as the handler's answers are.
 pub async fn check(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
-    let gate = &app.gate;
+    let path = req.uri().path();
+    let counted = ["/v1/chat/completions", "/v1/completions", "/v1/models"].into_iter().find(|p| *p == path);
+    match verdict(&app.gate, &req) {
+        Verdict::Refuse(resp) => {
+            if let Some(endpoint) = counted {
+                app.metrics.count_request(endpoint, resp.status().as_u16());
+            }
+            resp
+        }
+        Verdict::Pass(None) => next.run(req).await,
+        Verdict::Pass(Some(origin)) => with_cors(next.run(req).await, Some(&origin)),
+    }
+}
+
+/// What the checks make of a request.
+enum Verdict {
+    /// On to the handler; with the allowed origin to answer with CORS headers.
+    Pass(Option<HeaderValue>),
+    /// The answer instead (a refusal, or an allowed preflight's 204).
+    Refuse(Response),
+}
+
+fn verdict(gate: &Gate, req: &Request) -> Verdict {
     let headers = req.headers();
     if !gate.host_allowed(headers) {
         let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("?");
@@ -93,30 +116,30 @@ pub async fn check(State(app): State<Arc<App>>, req: Request, next: Next) -> Res
             "Host {host:?} is not served here (a loopback server answers localhost, 127.0.0.1 and [::1]; \
              see --allowed-hosts)"
         );
-        return refusal(403, message, "host_not_allowed");
+        return Verdict::Refuse(refusal(403, message, "host_not_allowed"));
     }
     let origin = headers.get(header::ORIGIN).cloned();
     if let Some(origin) = &origin {
         let o = origin.to_str().unwrap_or("");
         if !gate.origin_allowed(o) {
             let message = format!("requests from the browser origin {o:?} are not allowed (see --allowed-origins)");
-            return refusal(403, message, "origin_not_allowed");
+            return Verdict::Refuse(refusal(403, message, "origin_not_allowed"));
         }
         if req.method() == Method::OPTIONS && headers.contains_key(header::ACCESS_CONTROL_REQUEST_METHOD) {
-            return preflight(origin);
+            return Verdict::Refuse(preflight(origin));
         }
     }
-    if (req.uri().path().starts_with("/v1/") || req.uri().path() == "/metrics") && !gate.keys.allows(headers) {
+    let path = req.uri().path();
+    if (path.starts_with("/v1/") || path == "/metrics") && !gate.keys.allows(headers) {
         let message = "missing or wrong API key: send `Authorization: Bearer KEY` or `x-api-key: KEY`".into();
-        return with_cors(refusal(401, message, "invalid_api_key"), origin.as_ref());
+        return Verdict::Refuse(with_cors(refusal(401, message, "invalid_api_key"), origin.as_ref()));
     }
     if req.method() == Method::POST && !is_json(headers) {
         let given = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("none");
         let message = format!("the body must be JSON, sent with `Content-Type: application/json` (got {given})");
-        return with_cors(refusal(415, message, "unsupported_media_type"), origin.as_ref());
+        return Verdict::Refuse(with_cors(refusal(415, message, "unsupported_media_type"), origin.as_ref()));
     }
-    let resp = next.run(req).await;
-    with_cors(resp, origin.as_ref())
+    Verdict::Pass(origin)
 }
 
 fn is_json(headers: &HeaderMap) -> bool {

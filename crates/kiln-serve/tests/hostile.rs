@@ -274,3 +274,13 @@ fn open_ended_requests_fit_a_small_pool() {
     let (status, _, body) = completion(addr, &[json], &long);
     assert_eq!((status, error_code(&body).as_str()), (400, "context_length_exceeded"), "{body}");
 }
+
+/// A full queue answers 429 with `Retry-After` and a JSON body.
+#[test]
+fn a_full_queue_says_when_to_retry() {
+    let addr = start(HttpOptions::default(), SchedulerOptions { max_queue: 0, ..scheduler(1, 64) });
+    let (status, head, body) =
+        completion(addr, &[("Content-Type", "application/json")], r#"{"prompt": "hi", "max_tokens": 1}"#);
+    assert_eq!((status, error_code(&body).as_str()), (429, "queue_full"));
+    assert!(head.contains("retry-after: 1"), "{head}");
+}
