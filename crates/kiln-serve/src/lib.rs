@@ -56,14 +56,21 @@ pub fn serve(engine: Engine, opts: ServeOptions) -> Result<(), String> {
     serve_with(engine, opts, HttpOptions::default())
 }
 
-/// Binds `opts.host:opts.port`, adds the keys of `KILN_API_KEY` to `http`'s and runs [`serve_on`].
+/// Binds `opts.host:opts.port`, takes the keys of `KILN_API_KEY` (unless `http` has them already)
+/// and runs [`serve_on`].
 pub fn serve_with(engine: Engine, opts: ServeOptions, mut http: HttpOptions) -> Result<(), String> {
-    let addr = format!("{}:{}", opts.host, opts.port);
-    let listener = std::net::TcpListener::bind(&addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-    if let Ok(v) = std::env::var(auth::API_KEY_VAR) {
-        http.env_api_key = Some(v);
+    let listener = bind(&opts.host, opts.port)?;
+    if http.env_api_key.is_none() {
+        http.env_api_key = std::env::var(auth::API_KEY_VAR).ok();
     }
     serve_on(listener, engine, opts, http)
+}
+
+/// The listening socket for `host:port`, with the error `kiln serve` prints: bind it before the
+/// model loads, so that a busy port fails at once, then hand it to [`serve_on`].
+pub fn bind(host: &str, port: u16) -> Result<std::net::TcpListener, String> {
+    let addr = format!("{host}:{port}");
+    std::net::TcpListener::bind(&addr).map_err(|e| format!("cannot listen on {addr}: {e}"))
 }
 
 /// Serves `engine` on `listener` until SIGINT or SIGTERM, then stops accepting, lets running

@@ -11,7 +11,7 @@ pub struct HttpOptions {
     /// Keys besides `ServeOptions::api_key`.
     pub api_keys: Vec<String>,
     pub api_key_file: Option<PathBuf>,
-    /// The value of `KILN_API_KEY` ([`crate::serve_with`] reads it; tests leave it `None`).
+    /// The value of `KILN_API_KEY` ([`HttpArgs::options`] and [`crate::serve_with`] read it).
     pub env_api_key: Option<String>,
     pub allowed_origins: Vec<String>,
     pub allowed_hosts: Vec<String>,
@@ -96,7 +96,7 @@ pub struct HttpArgs {
 }
 
 impl HttpArgs {
-    /// The options these flags ask for, checked.
+    /// The options these flags ask for, checked, with the keys of `KILN_API_KEY`.
     pub fn options(&self) -> Result<HttpOptions, String> {
         let secs = |name: &str, s: f64| {
             if s.is_finite() && s > 0.0 {
@@ -111,6 +111,7 @@ impl HttpArgs {
         let defaults = HttpOptions::default();
         Ok(HttpOptions {
             api_key_file: self.api_key_file.clone(),
+            env_api_key: std::env::var(crate::auth::API_KEY_VAR).ok(),
             allowed_origins: self.allowed_origins.clone(),
             allowed_hosts: self.allowed_hosts.clone(),
             header_timeout: secs("header-timeout", self.header_timeout)?,
@@ -120,5 +121,47 @@ impl HttpArgs {
             max_body_bytes: self.max_body_bytes,
             ..defaults
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        http: HttpArgs,
+    }
+
+    fn options(args: &[&str]) -> Result<HttpOptions, String> {
+        Cli::try_parse_from(std::iter::once("serve").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())?
+            .http
+            .options()
+    }
+
+    #[test]
+    fn flags_and_their_checks() {
+        let o = options(&[]).unwrap();
+        assert_eq!(
+            (o.header_timeout, o.body_timeout, o.max_body_bytes),
+            (Duration::from_secs(10), Duration::from_secs(30), 2 << 20)
+        );
+        assert!((16..=1024).contains(&o.max_connections));
+        let o = options(&[
+            "--allowed-origins",
+            "https://a.example,https://b.example",
+            "--idle-timeout",
+            "0.5",
+            "--max-connections",
+            "8",
+        ])
+        .unwrap();
+        assert_eq!(o.allowed_origins.len(), 2);
+        assert_eq!((o.idle_timeout, o.max_connections), (Duration::from_millis(500), 8));
+        assert!(options(&["--header-timeout", "0"]).unwrap_err().contains("--header-timeout"));
+        assert!(options(&["--max-connections", "0"]).is_err());
     }
 }
