@@ -36,6 +36,9 @@ pub struct App {
     pub max_body_bytes: usize,
     /// The whole body must arrive within it from the headers (else 408).
     pub body_timeout: Duration,
+    /// Prompts rendered and tokenized at once (one per core): a flood of long prompts waits here
+    /// instead of taking every thread of the blocking pool.
+    pub tokenizing: tokio::sync::Semaphore,
     pub metrics: Arc<Metrics>,
     pub next_id: AtomicU64,
 }
@@ -235,10 +238,12 @@ fn prepare(app: &App, body: &[u8], kind: Kind) -> Result<(Vec<u32>, Settings), A
 
 async fn handle(app: &Arc<App>, body: Bytes, kind: Kind) -> Result<Response, ApiError> {
     // Rendering and tokenizing a long prompt takes long: off the HTTP threads.
+    let slot = app.tokenizing.acquire().await.map_err(|e| server_error(e.to_string()))?;
     let app2 = app.clone();
     let (prompt, settings) = tokio::task::spawn_blocking(move || prepare(&app2, &body, kind))
         .await
         .map_err(|e| server_error(format!("preparing the prompt failed: {e}")))??;
+    drop(slot);
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let prompt_len = prompt.len();
     let req = GenRequest {

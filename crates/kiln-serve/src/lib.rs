@@ -112,6 +112,7 @@ pub fn serve_on(
         max_context,
         max_body_bytes: http.max_body_bytes,
         body_timeout: http.body_timeout,
+        tokenizing: tokio::sync::Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get())),
         metrics,
         next_id: AtomicU64::new(0),
     });

@@ -178,7 +178,7 @@ fn large_prompts_do_not_stall_the_server() {
         let (status, _, body) = p.join().unwrap();
         assert_eq!((status, error_code(&body).as_str()), (400, "context_length_exceeded"), "{body}");
     }
-    assert!(worst < Duration::from_millis(500), "/health took {worst:?} while long prompts were tokenized");
+    assert!(worst < Duration::from_secs(1), "/health took {worst:?} while long prompts were tokenized");
 
     // Only the headers: the 413 comes from the announced length, before any body is read.
     let big = format!(
