@@ -68,8 +68,9 @@ pub enum Prompt {
     Many(Vec<String>),
 }
 
-/// The fields both endpoints share. Unknown fields are ignored (clients send many); known ones of
-/// the wrong type are a 400.
+/// The fields both endpoints share. Unknown fields are ignored (clients send many, such as `user`
+/// and `metadata`); known ones of the wrong type, and known ones asking for what kiln cannot do, are
+/// a 400.
 #[derive(Debug, Deserialize)]
 pub struct Common {
     #[serde(default)]
@@ -108,6 +109,18 @@ pub struct Common {
     pub tools: Option<Value>,
     #[serde(default)]
     pub suffix: Option<Value>,
+    #[serde(default)]
+    pub top_k: Option<i64>,
+    #[serde(default)]
+    pub min_p: Option<f64>,
+    #[serde(default)]
+    pub response_format: Option<Value>,
+    #[serde(default)]
+    pub tool_choice: Option<Value>,
+    #[serde(default)]
+    pub functions: Option<Value>,
+    #[serde(default)]
+    pub function_call: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -131,6 +144,8 @@ pub struct Settings {
     pub max_tokens: Option<usize>,
     pub temperature: f64,
     pub top_p: Option<f64>,
+    /// Keep only the `k` most likely tokens (`None`: all).
+    pub top_k: Option<usize>,
     pub seed: u64,
     pub stop: Vec<String>,
     pub stream: bool,
@@ -172,6 +187,23 @@ impl Common {
         if matches!(&self.tools, Some(v) if !v.is_null()) {
             return Err(ApiError::bad_request("tools are not supported", Some("tools")));
         }
+        if matches!(&self.tool_choice, Some(v) if !(v.is_null() || v == "none")) {
+            return Err(ApiError::bad_request("tool_choice is not supported (only \"none\")", Some("tool_choice")));
+        }
+        for (name, v) in [("functions", &self.functions), ("function_call", &self.function_call)] {
+            if matches!(v, Some(v) if !(v.is_null() || v == "none")) {
+                return Err(ApiError::bad_request(format!("{name} is not supported"), None));
+            }
+        }
+        if matches!(&self.response_format, Some(v) if !(v.is_null() || v["type"] == "text")) {
+            return Err(ApiError::bad_request(
+                "response_format is not supported (only {\"type\": \"text\"})",
+                Some("response_format"),
+            ));
+        }
+        if self.min_p.is_some_and(|p| p != 0.0) {
+            return Err(ApiError::bad_request("min_p is not supported (only 0)", Some("min_p")));
+        }
         if matches!(&self.suffix, Some(v) if !v.is_null()) {
             return Err(ApiError::bad_request("suffix is not supported", Some("suffix")));
         }
@@ -207,6 +239,8 @@ impl Common {
             Some(p) if p < 1.0 => Some(p),
             _ => None,
         };
+        // llama.cpp's and vLLM's convention: 0 or a negative k keeps every token.
+        let top_k = self.top_k.filter(|&k| k > 0).map(|k| k as usize);
         let stop = match &self.stop {
             None => vec![],
             Some(Stop::One(s)) => vec![s.clone()],
@@ -219,6 +253,7 @@ impl Common {
             max_tokens,
             temperature,
             top_p,
+            top_k,
             seed: self.seed.unwrap_or(0) as u64,
             stop,
             stream: self.stream.unwrap_or(false),
@@ -306,6 +341,22 @@ mod tests {
         assert!(c(r#"[1]"#).unwrap_err().message.contains("JSON object"));
         let s = c(r#"{"prompt":"x","max_tokens":5,"stop":"\n","seed":3,"stream":true,"unknown":1}"#).unwrap();
         assert_eq!((s.max_tokens, s.seed, s.stream, s.stop.len()), (Some(5), 3, true, 1));
+    }
+
+    /// Fields kiln cannot honour are a 400 naming them, never silently dropped; their neutral values
+    /// pass; `top_k` is honoured.
+    #[test]
+    fn fields_kiln_ignored_are_refused_or_honoured() {
+        let c = |j: &str| parse::<CompletionRequest>(j.as_bytes()).and_then(|r| r.common.settings());
+        assert_eq!(c(r#"{"prompt":"x","min_p":0.1}"#).unwrap_err().param, Some("min_p"));
+        let schema = r#"{"prompt":"x","response_format":{"type":"json_object"}}"#;
+        assert_eq!(c(schema).unwrap_err().param, Some("response_format"));
+        assert_eq!(c(r#"{"prompt":"x","tool_choice":"auto"}"#).unwrap_err().param, Some("tool_choice"));
+        assert!(c(r#"{"prompt":"x","functions":[{"name":"f"}]}"#).unwrap_err().message.contains("functions"));
+        let neutral = r#"{"prompt":"x","min_p":0,"response_format":{"type":"text"},"tool_choice":"none"}"#;
+        assert_eq!(c(neutral).unwrap().top_k, None);
+        assert_eq!(c(r#"{"prompt":"x","top_k":40}"#).unwrap().top_k, Some(40));
+        assert_eq!(c(r#"{"prompt":"x","top_k":-1}"#).unwrap().top_k, None);
     }
 
     #[test]

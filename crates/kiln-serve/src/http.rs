@@ -1,23 +1,26 @@
-//! The HTTP layer (axum): routes, the API key, request checks, prompts (the chat template as
-//! `kiln chat` renders it), and turning the scheduler's token events into OpenAI JSON or
+//! The HTTP layer (axum): routes, request checks, the body's size and time bounds, prompts (the
+//! chat template as `kiln chat` renders it, tokenized on tokio's blocking pool so that long prompts
+//! never stall other connections), and turning the scheduler's token events into OpenAI JSON or
 //! server-sent events, with stop strings found in the decoded text.
 
 use crate::api::{self, ApiError, ChatRequest, CompletionRequest, Settings};
+use crate::gate::{self, Gate};
 use crate::metrics::Metrics;
 use crate::scheduler::{Event, Finish, GenRequest, Rejected, Scheduler};
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{self, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use futures_util::StreamExt;
 use kiln_llm::{ChatTemplate, Message, SamplingParams, Tokenizer};
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 /// What every handler shares.
@@ -27,26 +30,109 @@ pub struct App {
     pub template: Option<ChatTemplate>,
     pub stop_tokens: Vec<u32>,
     pub model_name: String,
-    pub api_key: Option<String>,
+    pub gate: Gate,
     pub max_context: usize,
+    /// Past it a body gets 413 (this bounds the prompt before it is tokenized).
+    pub max_body_bytes: usize,
+    /// The whole body must arrive within it from the headers (else 408).
+    pub body_timeout: Duration,
+    /// Prompts rendered and tokenized at once (one per core): a flood of long prompts waits here
+    /// instead of taking every thread of the blocking pool.
+    pub tokenizing: tokio::sync::Semaphore,
     pub metrics: Arc<Metrics>,
     pub next_id: AtomicU64,
 }
 
 pub fn router(app: Arc<App>) -> Router {
     Router::new()
-        .route("/v1/chat/completions", post(chat))
-        .route("/v1/completions", post(completions))
-        .route("/v1/models", get(models))
-        .route("/health", get(health))
-        .route("/metrics", get(metrics))
+        .route("/v1/chat/completions", post(chat).fallback(method_not_allowed_post))
+        .route("/v1/completions", post(completions).fallback(method_not_allowed_post))
+        .route("/v1/models", get(models).fallback(method_not_allowed_get))
+        .route("/health", get(health).fallback(method_not_allowed_get))
+        .route("/metrics", get(metrics).fallback(method_not_allowed_get))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(app.clone(), gate::check))
         .with_state(app)
 }
 
-fn error_response(e: &ApiError) -> Response {
+/// The error as a response: its status and OpenAI-style JSON body; a 429 says when to retry.
+pub fn error_response(e: &ApiError) -> Response {
     let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, Json(e.body())).into_response()
+    let mut resp = (status, Json(e.body())).into_response();
+    if e.status == 429 {
+        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    resp
+}
+
+fn method_not_allowed(allow: &'static str) -> Response {
+    let mut resp = error_response(&ApiError {
+        status: 405,
+        message: format!("this endpoint answers {allow} only"),
+        kind: "invalid_request_error",
+        param: None,
+        code: Some("method_not_allowed"),
+    });
+    resp.headers_mut().insert(header::ALLOW, HeaderValue::from_static(allow));
+    resp
+}
+
+async fn method_not_allowed_post() -> Response {
+    method_not_allowed("POST")
+}
+
+async fn method_not_allowed_get() -> Response {
+    method_not_allowed("GET, HEAD")
+}
+
+/// The request body, at most `app.max_body_bytes` (413) and whole within `app.body_timeout` of
+/// the headers (408). Both close the connection (the rest of the body is never read).
+async fn read_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, Response> {
+    let limit = app.max_body_bytes;
+    let close = |e: ApiError| {
+        let mut resp = error_response(&e);
+        resp.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+        resp
+    };
+    let too_large = || {
+        close(ApiError {
+            status: 413,
+            message: format!("the request body is larger than {limit} bytes (see --max-body-bytes)"),
+            kind: "invalid_request_error",
+            param: None,
+            code: Some("request_too_large"),
+        })
+    };
+    let announced = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if announced.is_some_and(|n| n > limit as u64) {
+        return Err(too_large());
+    }
+    let read = async {
+        let mut stream = body.into_data_stream();
+        let mut buf = Vec::with_capacity(announced.map_or(0, |n| n as usize));
+        while let Some(chunk) = stream.next().await {
+            let chunk =
+                chunk.map_err(|e| error_response(&ApiError::bad_request(format!("reading the body: {e}"), None)))?;
+            if buf.len() + chunk.len() > limit {
+                return Err(too_large());
+            }
+            buf.extend_from_slice(&chunk);
+        }
+        Ok(Bytes::from(buf))
+    };
+    match tokio::time::timeout(app.body_timeout, read).await {
+        Ok(r) => r,
+        Err(_) => Err(close(ApiError {
+            status: 408,
+            message: format!(
+                "the request body did not arrive within {} s (see --body-timeout)",
+                app.body_timeout.as_secs_f64()
+            ),
+            kind: "invalid_request_error",
+            param: None,
+            code: Some("request_timeout"),
+        })),
+    }
 }
 
 async fn not_found() -> Response {
@@ -68,35 +154,12 @@ async fn metrics(State(app): State<Arc<App>>) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], app.metrics.render()).into_response()
 }
 
-fn authorize(app: &App, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(key) = &app.api_key else { return Ok(()) };
-    let given =
-        headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-    // Compared in full whatever the first difference (no timing hint about the key).
-    let ok = given
-        .is_some_and(|g| g.len() == key.len() && g.bytes().zip(key.bytes()).fold(0u8, |a, (x, y)| a | (x ^ y)) == 0);
-    if ok {
-        Ok(())
-    } else {
-        Err(ApiError {
-            status: 401,
-            message: "missing or wrong API key: send the header `Authorization: Bearer KEY`".into(),
-            kind: "invalid_request_error",
-            param: None,
-            code: Some("invalid_api_key"),
-        })
-    }
-}
-
-async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    let r = match authorize(&app, &headers) {
-        Err(e) => error_response(&e),
-        Ok(()) => Json(json!({
-            "object": "list",
-            "data": [{"id": app.model_name, "object": "model", "created": unix_now(), "owned_by": "kiln"}],
-        }))
-        .into_response(),
-    };
+async fn models(State(app): State<Arc<App>>) -> Response {
+    let r = Json(json!({
+        "object": "list",
+        "data": [{"id": app.model_name, "object": "model", "created": unix_now(), "owned_by": "kiln"}],
+    }))
+    .into_response();
     app.metrics.count_request("/v1/models", r.status().as_u16());
     r
 }
@@ -107,14 +170,20 @@ enum Kind {
     Completion,
 }
 
-async fn chat(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
-    let r = handle(&app, &headers, &body, Kind::Chat).await.unwrap_or_else(|e| error_response(&e));
+async fn chat(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    let r = match read_body(&app, &headers, body).await {
+        Ok(body) => handle(&app, body, Kind::Chat).await.unwrap_or_else(|e| error_response(&e)),
+        Err(r) => r,
+    };
     app.metrics.count_request("/v1/chat/completions", r.status().as_u16());
     r
 }
 
-async fn completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Bytes) -> Response {
-    let r = handle(&app, &headers, &body, Kind::Completion).await.unwrap_or_else(|e| error_response(&e));
+async fn completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    let r = match read_body(&app, &headers, body).await {
+        Ok(body) => handle(&app, body, Kind::Completion).await.unwrap_or_else(|e| error_response(&e)),
+        Err(r) => r,
+    };
     app.metrics.count_request("/v1/completions", r.status().as_u16());
     r
 }
@@ -153,15 +222,13 @@ fn prepare(app: &App, body: &[u8], kind: Kind) -> Result<(Vec<u32>, Settings), A
     if ids.is_empty() {
         return Err(ApiError::bad_request("the prompt is empty", Some("prompt")));
     }
-    if ids.len() >= app.max_context {
+    // A sequence's positions must fit the context and the whole KV pool.
+    let room = app.max_context.min(app.scheduler.pool_positions());
+    if ids.len() >= room {
         return Err(ApiError {
             code: Some("context_length_exceeded"),
             ..ApiError::bad_request(
-                format!(
-                    "the prompt has {} tokens; the context holds {} (one is needed for the answer)",
-                    ids.len(),
-                    app.max_context
-                ),
+                format!("the prompt has {} tokens; the context holds {room} (one is needed for the answer)", ids.len()),
                 Some("messages"),
             )
         });
@@ -169,9 +236,14 @@ fn prepare(app: &App, body: &[u8], kind: Kind) -> Result<(Vec<u32>, Settings), A
     Ok((ids, settings))
 }
 
-async fn handle(app: &Arc<App>, headers: &HeaderMap, body: &[u8], kind: Kind) -> Result<Response, ApiError> {
-    authorize(app, headers)?;
-    let (prompt, settings) = prepare(app, body, kind)?;
+async fn handle(app: &Arc<App>, body: Bytes, kind: Kind) -> Result<Response, ApiError> {
+    // Rendering and tokenizing a long prompt takes long: off the HTTP threads.
+    let slot = app.tokenizing.acquire().await.map_err(|e| server_error(e.to_string()))?;
+    let app2 = app.clone();
+    let (prompt, settings) = tokio::task::spawn_blocking(move || prepare(&app2, &body, kind))
+        .await
+        .map_err(|e| server_error(format!("preparing the prompt failed: {e}")))??;
+    drop(slot);
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let prompt_len = prompt.len();
     let req = GenRequest {
@@ -179,7 +251,7 @@ async fn handle(app: &Arc<App>, headers: &HeaderMap, body: &[u8], kind: Kind) ->
         prompt,
         sampling: SamplingParams {
             temperature: settings.temperature,
-            top_k: None,
+            top_k: settings.top_k,
             top_p: settings.top_p,
             repeat_penalty: 1.0,
             repeat_last_n: 64,
@@ -216,7 +288,10 @@ async fn handle(app: &Arc<App>, headers: &HeaderMap, body: &[u8], kind: Kind) ->
         kind,
         include_usage: settings.include_usage,
     };
-    let out = Output::new(rx, app.tokenizer.clone(), prompt_len, settings.stop.clone());
+    let mut out = Output::new(rx, app.tokenizer.clone(), prompt_len, settings.stop.clone());
+    // Wait for the answer to start (its first event), so that a request refused while it waited in
+    // the queue (the server shutting down) gets 503 and not a 200 that breaks off.
+    out.start().await?;
     if settings.stream {
         Ok(stream(meta, out).into_response())
     } else {
@@ -292,6 +367,8 @@ struct Output {
     text: String,
     sent: usize,
     end: Option<Step>,
+    /// An event received by [`Output::start`], not yet handled.
+    pending: Option<Event>,
 }
 
 impl Output {
@@ -306,6 +383,24 @@ impl Output {
             text: String::new(),
             sent: 0,
             end: None,
+            pending: None,
+        }
+    }
+
+    /// Waits for the first event: a refusal becomes a 503.
+    async fn start(&mut self) -> Result<(), ApiError> {
+        let Some(rx) = self.rx.as_mut() else { return Ok(()) };
+        match rx.recv().await {
+            Some(Event::Refused(message)) => {
+                Err(ApiError { status: 503, message, kind: "server_error", param: None, code: None })
+            }
+            ev => {
+                self.pending = ev;
+                if self.pending.is_none() {
+                    self.end = Some(Step::Failed("the scheduler stopped".into()));
+                }
+                Ok(())
+            }
         }
     }
 
@@ -323,11 +418,13 @@ impl Output {
                 self.rx = None;
                 return Some(end);
             }
-            let rx = self.rx.as_mut()?;
-            let ev = rx.recv().await;
+            let ev = match self.pending.take() {
+                Some(ev) => Some(ev),
+                None => self.rx.as_mut()?.recv().await,
+            };
             match ev {
                 None => self.end = Some(Step::Failed("the scheduler stopped".into())),
-                Some(Event::Error(e)) => self.end = Some(Step::Failed(e)),
+                Some(Event::Error(e) | Event::Refused(e)) => self.end = Some(Step::Failed(e)),
                 Some(Event::Done { finish, prompt_tokens, completion_tokens }) => {
                     self.end = Some(Step::Finished { finish, prompt_tokens, completion_tokens })
                 }

@@ -117,6 +117,8 @@ settings! {
         "Lowers the largest tensor the model loader puts on a GPU (to try a small GPU's path on a large one).";
     SERVE_PROFILE = "KILN_SERVE_PROFILE", "kiln-serve", default "unset",
         "`1`: a profile line on stderr whenever the batch drains; `sync`: also wait for the device after each forward pass; `steps`: as `sync`, and a line per step.";
+    SERVE_API_KEY = "KILN_API_KEY", "kiln-serve", default "unset",
+        "API key(s) `kiln serve` requires on /v1/* and /metrics, comma-separated (kept out of `ps`, unlike --api-key); set but empty is an error.";
     // Tests, CI and tools.
     REQUIRE_GPU = "KILN_REQUIRE_GPU", "tests", default "0",
         "1: a GPU test without a GPU adapter fails instead of skipping (CI sets it).";

@@ -14,10 +14,12 @@
 //! GPU's time shows apart from the host's recording (`forward`) and the transfers (`readback`);
 //! `KILN_SERVE_PROFILE=steps` does that and prints one line per step (rows, phases, compiles).
 
-use crate::metrics::{Metrics, ProfileSnapshot, StepPhase, StepProfile};
-use kiln::Tensor;
+mod step;
+mod warmup;
+
+use crate::metrics::{Metrics, ProfileSnapshot, StepPhase};
 use kiln_llm::paged::{PagedPool, PagedSeq};
-use kiln_llm::{BatchSeq, Model, Sampler, SamplingParams, SeqKv};
+use kiln_llm::{Model, Sampler, SamplingParams, SeqKv};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -43,12 +45,19 @@ impl Finish {
     }
 }
 
-/// What the scheduler sends back for a request, in order: tokens, then one `Done` or `Error`.
+/// What the scheduler sends back for a request, in order: tokens, then one `Done` or `Error`; or,
+/// for a request that never started, one `Refused`.
 #[derive(Debug)]
 pub enum Event {
     Token(u32),
-    Done { finish: Finish, prompt_tokens: usize, completion_tokens: usize },
+    Done {
+        finish: Finish,
+        prompt_tokens: usize,
+        completion_tokens: usize,
+    },
     Error(String),
+    /// The request was still waiting when the server began to shut down (HTTP 503).
+    Refused(String),
 }
 
 /// A generation request, already tokenized and validated.
@@ -93,6 +102,7 @@ pub struct Scheduler {
     tx: Mutex<Option<mpsc::Sender<GenRequest>>>,
     metrics: Arc<Metrics>,
     max_queue: usize,
+    pool_positions: usize,
     stopping: Arc<AtomicBool>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -111,6 +121,7 @@ impl Scheduler {
         let stopping = Arc::new(AtomicBool::new(false));
         let max_queue = opts.max_queue;
         let warmup = opts.warmup && model.device().is_gpu();
+        let pool_positions = opts.block_size * opts.kv_blocks;
         let mut worker = Worker::new(model, opts, rx, metrics.clone(), stopping.clone())?;
         if warmup {
             match worker.warm_up() {
@@ -122,7 +133,14 @@ impl Scheduler {
             .name("kiln-scheduler".into())
             .spawn(move || worker.run())
             .map_err(|e| format!("cannot start the scheduler thread: {e}"))?;
-        Ok(Scheduler { tx: Mutex::new(Some(tx)), metrics, max_queue, stopping, thread: Mutex::new(Some(thread)) })
+        Ok(Scheduler {
+            tx: Mutex::new(Some(tx)),
+            metrics,
+            max_queue,
+            pool_positions,
+            stopping,
+            thread: Mutex::new(Some(thread)),
+        })
     }
 
     /// Queues `req`, or says why not (the queue is full, or the server is stopping).
@@ -153,6 +171,11 @@ impl Scheduler {
         self.stopping.store(true, Ordering::SeqCst);
         let at = (self.metrics.started.elapsed() + grace).as_millis().max(1) as u64;
         self.metrics.shutdown_deadline_ms.store(at, Ordering::SeqCst);
+    }
+
+    /// The most positions one sequence can hold: the whole KV pool (a longer prompt can never run).
+    pub fn pool_positions(&self) -> usize {
+        self.pool_positions
     }
 
     /// Waits for the scheduler thread to finish what it runs and end.
@@ -258,7 +281,7 @@ impl Worker {
                 let keep = !r.events.is_closed() && !stopping;
                 if !keep {
                     self.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
-                    let _ = r.events.send(Event::Error("the server is shutting down".into()));
+                    let _ = r.events.send(Event::Refused("the server is shutting down".into()));
                 }
                 keep
             });
@@ -300,71 +323,6 @@ impl Worker {
         self.end_burst();
     }
 
-    /// Runs bursts of synthetic requests through the serving path (admission, [`Worker::step`])
-    /// before the first real one, so that the GPU kernels of the shapes a server meets are compiled
-    /// now and not while a burst of clients waits for its first tokens: a kernel variant's first use
-    /// compiles its pipeline, which takes seconds on some drivers (lavapipe, NVIDIA's for large
-    /// kernels). Bursts of 1, 2, 4, 8, 16, 64 and `max_batch` requests (the row blocks of the matmul
-    /// and fused decode kernels, the switch to composed ops past 8 rows, bf16's cooperative matmul
-    /// from 64 rows), so prompt chunks up to the step's budget, one prompt longer than a paged chunk
-    /// and long enough for split decode attention, and one sampled request. The sequences' blocks
-    /// go back to the pool and the counters stay untouched. Returns a line saying what it did.
-    fn warm_up(&mut self) -> Result<String, String> {
-        let device = self.model.device().clone();
-        let (start, kernels) = (Instant::now(), device.compiled_kernels());
-        let real = std::mem::replace(&mut self.metrics, Arc::new(Metrics::default()));
-        let result = self.warm_up_bursts();
-        let steps = self.metrics.steps_total.load(Ordering::Relaxed);
-        self.metrics = real;
-        // A kernel profile (KILN_PROFILE=1) starts with the first real burst.
-        device.reset_profile();
-        result.map_err(|e| e.to_string())?;
-        Ok(format!(
-            "warmed up in {:.2} s ({steps} steps, {} kernels compiled)",
-            start.elapsed().as_secs_f64(),
-            device.compiled_kernels().saturating_sub(kernels)
-        ))
-    }
-
-    fn warm_up_bursts(&mut self) -> kiln_llm::Result<()> {
-        let vocab = self.model.config.vocab_size as u32;
-        let ctx = self.model.max_context();
-        let max_batch = self.opts.max_batch;
-        if ctx < 4 {
-            return Ok(());
-        }
-        let mut sizes = vec![1, 2, 4, 8, 16, 64, max_batch];
-        sizes.retain(|&n| n <= max_batch);
-        sizes.sort_unstable();
-        sizes.dedup();
-        for (b, &n) in sizes.iter().enumerate() {
-            let mut active = Vec::new();
-            let mut receivers = Vec::new();
-            for i in 0..n {
-                let len = if i == 0 { kiln_llm::model::PAGED_CHUNK + 16 } else { 32 };
-                let (len, max_tokens) = (len.min(ctx - 3), 3);
-                let prompt = (0..len).map(|j| ((i * 131 + j * 7 + b + 3) as u32) % vocab).collect();
-                let sampling = if i == 1 {
-                    SamplingParams { temperature: 1.0, ..Default::default() }
-                } else {
-                    SamplingParams::default()
-                };
-                let Some(kv) = self.pool.reserve((len + max_tokens).min(ctx)) else { break };
-                let (events, rx) = tokio::sync::mpsc::unbounded_channel();
-                receivers.push(rx);
-                let req =
-                    GenRequest { prompt, max_tokens, sampling: sampling.clone(), seed: 0, stop_tokens: vec![], events };
-                let sampler = Sampler::new(sampling, 0)?;
-                let arrived = Instant::now();
-                active.push(Seq { req, kv, sampler, fed: 0, out: Vec::new(), arrived, first_token: None });
-            }
-            while !active.is_empty() {
-                self.step(&mut active)?;
-            }
-        }
-        Ok(())
-    }
-
     /// Notes the start of a burst of load (the batch was empty).
     fn start_burst(&mut self) {
         if self.burst.is_none() {
@@ -400,14 +358,17 @@ impl Worker {
     fn admit(&mut self, waiting: &mut VecDeque<(GenRequest, Instant)>, active: &mut Vec<Seq>) {
         while active.len() < self.opts.max_batch {
             let Some((req, _)) = waiting.front() else { break };
-            // Every position the sequence can reach: its prompt and answer, within the context.
-            let need = (req.prompt.len() + req.max_tokens).min(self.model.max_context());
-            if need.div_ceil(self.pool.block_size()) > self.pool.total_blocks() {
+            // Every position the sequence can reach: its prompt and answer, within the context and
+            // the whole pool (an answer that would outgrow the pool ends there with `length`).
+            let pool = self.pool.total_blocks() * self.pool.block_size();
+            let need = (req.prompt.len() + req.max_tokens).min(self.model.max_context()).min(pool);
+            if req.prompt.len() >= pool {
+                // The HTTP layer refuses such prompts (400) before they get here.
                 let (req, _) = waiting.pop_front().expect("front");
                 self.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
                 let _ = req.events.send(Event::Error(format!(
-                    "the request needs {need} KV positions, the whole pool holds {}",
-                    self.pool.total_blocks() * self.pool.block_size()
+                    "the prompt has {} tokens, the whole KV pool holds {pool} positions",
+                    req.prompt.len()
                 )));
                 continue;
             }
@@ -430,61 +391,6 @@ impl Worker {
         self.metrics.kv_blocks_used.store(self.pool.used_blocks() as u64, Ordering::Relaxed);
     }
 
-    /// One forward pass over the batch; sends each finished prompt's or decode step's next token.
-    /// The phases, each timed into the profile: build the batch, forward, (sync,) read back, sample,
-    /// bookkeeping.
-    fn step(&mut self, active: &mut Vec<Seq>) -> kiln_llm::Result<()> {
-        let metrics = self.metrics.clone();
-        let device = self.model.device().clone();
-        let before =
-            StepStart { counters: device.gpu_counters(), compiled: device.compiled_kernels(), at: Instant::now() };
-        let mut laps = Laps { prof: &metrics.profile, clock: before.at, laps: [Duration::ZERO; StepPhase::ALL.len()] };
-        let (feeds, cut) = self.feeds(active);
-        let (mut batch, rows, counts) = batch_of(active, &feeds);
-        laps.lap(StepPhase::Build);
-        let logits = self.model.forward_batch(&mut batch)?;
-        drop(batch);
-        laps.lap(StepPhase::Forward);
-        if self.sync {
-            device.synchronize()?;
-            laps.lap(StepPhase::Gpu);
-        }
-        let next = next_tokens(&logits, active, &feeds, &rows, &mut laps)?;
-        metrics.steps_total.fetch_add(1, Ordering::Relaxed);
-        metrics.batch_rows_total.fetch_add(rows.len() as u64, Ordering::Relaxed);
-        metrics.last_batch.store(rows.len() as u64, Ordering::Relaxed);
-        self.deliver(active, &feeds, &next);
-        laps.lap(StepPhase::Bookkeeping);
-        self.record(&before, &laps.laps, &feeds, counts, cut);
-        Ok(())
-    }
-
-    /// What each sequence feeds this step: every decode token, and prompt chunks in arrival order
-    /// while the step's prompt budget lasts (prompts that arrive together share a step). Also
-    /// whether the budget cut a prompt short.
-    fn feeds(&self, active: &[Seq]) -> (Vec<Feed>, bool) {
-        let mut budget = self.opts.prefill_chunk;
-        let mut cut = false;
-        let feeds = active
-            .iter()
-            .map(|s| {
-                let left = s.req.prompt.len() - s.fed;
-                if left == 0 {
-                    return Feed::Decode;
-                }
-                let n = left.min(budget);
-                budget -= n;
-                cut |= n < left;
-                if n == 0 {
-                    Feed::Wait
-                } else {
-                    Feed::Prompt(s.fed, s.fed + n)
-                }
-            })
-            .collect();
-        (feeds, cut)
-    }
-
     /// Sends each sequence's new token (and the end of its answer), records the prompt tokens fed,
     /// and removes the sequences that finished.
     fn deliver(&self, active: &mut Vec<Seq>, feeds: &[Feed], next: &[Option<u32>]) {
@@ -504,8 +410,10 @@ impl Worker {
             metrics.completion_tokens_total.fetch_add(1, Ordering::Relaxed);
             let _ = s.req.events.send(Event::Token(next));
             let stop = s.req.stop_tokens.contains(&next);
-            // As `kiln_llm::generate`: the answer ends at max_tokens, a stop token or a full context.
-            if s.out.len() >= s.req.max_tokens || stop || s.kv.len() >= self.model.max_context() {
+            // As `kiln_llm::generate`: the answer ends at max_tokens, a stop token or a full context
+            // (here also: when its KV blocks are full, for an answer capped by the pool's size).
+            let full = s.kv.len() >= self.model.max_context().min(s.kv.capacity());
+            if s.out.len() >= s.req.max_tokens || stop || full {
                 let finish = if stop { Finish::Stop } else { Finish::Length };
                 let _ = s.req.events.send(Event::Done {
                     finish,
@@ -521,173 +429,6 @@ impl Worker {
             !done[i - 1]
         });
     }
-
-    /// Adds the step's rows, GPU dispatches and submissions and compiled kernels to the profile;
-    /// with `KILN_SERVE_PROFILE=steps`, prints the step's line.
-    fn record(&self, before: &StepStart, laps: &[Duration], feeds: &[Feed], rows: RowCounts, cut: bool) {
-        let prof = &self.metrics.profile;
-        let device = self.model.device();
-        let count = |v: u64, c: &std::sync::atomic::AtomicU64| c.fetch_add(v, Ordering::Relaxed);
-        count(rows.decode, &prof.decode_rows);
-        count(rows.prefill, &prof.prefill_rows);
-        count(rows.prefill_tokens, &prof.prefill_tokens);
-        count(cut as u64, &prof.budget_full_steps);
-        if let (Some((d0, s0)), Some((d1, s1))) = (before.counters, device.gpu_counters()) {
-            count(d1 - d0, &prof.gpu_dispatches);
-            count(s1 - s0, &prof.gpu_submits);
-        }
-        let new_kernels = device.compiled_kernels().saturating_sub(before.compiled) as u64;
-        if new_kernels > 0 {
-            count(new_kernels, &prof.kernels_compiled);
-            count(1, &prof.compile_steps);
-            count(before.at.elapsed().as_nanos() as u64, &prof.compile_step_nanos);
-        }
-        if self.trace {
-            let RowCounts { decode, prefill, prefill_tokens } = rows;
-            let mut line = format!(
-                "kiln serve: step {}: {decode} decode + {prefill} prefill rows ({prefill_tokens} prompt tokens), {} \
-                 waiting for budget; ms:",
-                self.metrics.steps_total.load(Ordering::Relaxed),
-                feeds.iter().filter(|f| matches!(f, Feed::Wait)).count()
-            );
-            for p in StepPhase::ALL.into_iter().filter(|&p| p != StepPhase::Intake) {
-                line += &format!(" {} {:.3}", p.name(), laps[p as usize].as_secs_f64() * 1e3);
-            }
-            if new_kernels > 0 {
-                line += &format!("; {new_kernels} kernels compiled");
-            }
-            eprintln!("{line}");
-        }
-    }
-}
-
-/// The device's counters when a step began.
-struct StepStart {
-    counters: Option<(u64, u64)>,
-    compiled: usize,
-    at: Instant,
-}
-
-/// A step's phase times: each added to the profile as it ends, and kept for the step's trace line.
-struct Laps<'a> {
-    prof: &'a StepProfile,
-    clock: Instant,
-    laps: [Duration; StepPhase::ALL.len()],
-}
-
-impl Laps<'_> {
-    /// Ends `phase` now.
-    fn lap(&mut self, phase: StepPhase) {
-        let now = Instant::now();
-        self.prof.add(phase, now - self.clock);
-        self.laps[phase as usize] += now - self.clock;
-        self.clock = now;
-    }
-}
-
-/// The rows of one step, by kind.
-struct RowCounts {
-    decode: u64,
-    prefill: u64,
-    prefill_tokens: u64,
-}
-
-/// The step's batch: the tokens each fed sequence brings (its prompt chunk or its last token) with
-/// its KV store, the index into `active` of each logits row, and the rows by kind.
-fn batch_of<'a>(active: &'a mut [Seq], feeds: &[Feed]) -> (Vec<BatchSeq<'a>>, Vec<usize>, RowCounts) {
-    let mut rows = Vec::new();
-    let mut counts = RowCounts { decode: 0, prefill: 0, prefill_tokens: 0 };
-    let mut batch = Vec::with_capacity(active.len());
-    for (i, (s, feed)) in active.iter_mut().zip(feeds).enumerate() {
-        let Seq { req, kv, out, .. } = s;
-        let tokens: &[u32] = match *feed {
-            Feed::Wait => continue,
-            Feed::Prompt(a, b) => {
-                counts.prefill += 1;
-                counts.prefill_tokens += (b - a) as u64;
-                &req.prompt[a..b]
-            }
-            Feed::Decode => {
-                counts.decode += 1;
-                std::slice::from_ref(out.last().expect("a sequence past its prompt has a token"))
-            }
-        };
-        rows.push(i);
-        batch.push(BatchSeq { tokens, kv: kv as &mut dyn SeqKv });
-    }
-    (batch, rows, counts)
-}
-
-/// The next token of each sequence of `active` that produces one now (decode rows and prompts whose
-/// last chunk this was), from the step's `logits` (one row per entry of `rows`): the greedy ones'
-/// argmax on the device in one transfer (the `Readback` phase), the sampled ones from their rows on
-/// the host (`Sample`).
-fn next_tokens(
-    logits: &Tensor,
-    active: &mut [Seq],
-    feeds: &[Feed],
-    rows: &[usize],
-    laps: &mut Laps,
-) -> kiln_llm::Result<Vec<Option<u32>>> {
-    let produces = |i: usize| match feeds[i] {
-        Feed::Decode => true,
-        Feed::Prompt(_, b) => b == active[i].req.prompt.len(),
-        Feed::Wait => false,
-    };
-    let (mut greedy, mut sampled) = (Vec::new(), Vec::new()); // (logits row, active index)
-    for (r, &i) in rows.iter().enumerate() {
-        if produces(i) {
-            if active[i].sampler.is_greedy() {
-                greedy.push((r, i));
-            } else {
-                sampled.push((r, i));
-            }
-        }
-    }
-    let greedy_ids = read_argmax(logits, &greedy, rows.len())?;
-    let sampled_rows = read_rows(logits, &sampled)?;
-    laps.lap(StepPhase::Readback);
-    let mut next: Vec<Option<u32>> = vec![None; active.len()];
-    for (&(_, i), &id) in greedy.iter().zip(&greedy_ids) {
-        next[i] = Some(id);
-    }
-    for (&(_, i), row) in sampled.iter().zip(sampled_rows) {
-        let s = &mut active[i];
-        let mut history = s.req.prompt.clone();
-        history.extend_from_slice(&s.out);
-        next[i] = Some(s.sampler.sample_host(row, &history)?);
-    }
-    laps.lap(StepPhase::Sample);
-    Ok(next)
-}
-
-/// The argmax of rows `rows[..].0` of f32 `logits` `(total, vocab)`, computed on the device and read
-/// back in one transfer of ids (the logits stay on the device).
-fn read_argmax(logits: &Tensor, rows: &[(usize, usize)], total: usize) -> kiln_llm::Result<Vec<u32>> {
-    if rows.is_empty() {
-        return Ok(Vec::new());
-    }
-    let ids = if rows.len() == total {
-        logits.argmax(-1, false)?
-    } else {
-        logits.index_select(&row_ids(logits, rows)?, 0)?.argmax(-1, false)?
-    };
-    Ok(ids.to_vec::<i64>()?.into_iter().map(|i| i as u32).collect())
-}
-
-/// Rows `rows[..].0` of f32 `logits` `(total, vocab)`, read back in one transfer.
-fn read_rows(logits: &Tensor, rows: &[(usize, usize)]) -> kiln_llm::Result<Vec<Vec<f32>>> {
-    if rows.is_empty() {
-        return Ok(Vec::new());
-    }
-    let vocab = logits.dims()[1];
-    let all = logits.index_select(&row_ids(logits, rows)?, 0)?.to_vec::<f32>()?;
-    Ok(all.chunks(vocab).map(<[f32]>::to_vec).collect())
-}
-
-fn row_ids(logits: &Tensor, rows: &[(usize, usize)]) -> kiln_llm::Result<Tensor> {
-    let ids: Vec<i64> = rows.iter().map(|&(r, _)| r as i64).collect();
-    Ok(Tensor::from_vec(ids, rows.len(), logits.device())?)
 }
 
 #[cfg(test)]
@@ -755,7 +496,7 @@ mod tests {
                             assert_eq!(completion_tokens, toks.len());
                             break toks;
                         }
-                        Some(Event::Error(e)) => panic!("generation failed: {e}"),
+                        Some(Event::Error(e) | Event::Refused(e)) => panic!("generation failed: {e}"),
                         None => panic!("the scheduler stopped before the answer ended"),
                     }
                 }
