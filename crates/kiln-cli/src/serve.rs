@@ -21,6 +21,9 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer KEY` on /v1/* (else 401).
     #[arg(long, value_name = "KEY")]
     api_key: Option<String>,
+    /// Keys from a file or KILN_API_KEY, timeouts, limits, allowed hosts and origins.
+    #[command(flatten)]
+    http: kiln_serve::HttpArgs,
     /// Most sequences decoded together in one batch.
     #[arg(long, default_value_t = 32)]
     max_batch: usize,
@@ -70,14 +73,9 @@ pub fn serve(args: ServeArgs) -> ExitCode {
 
 fn run(args: ServeArgs) -> Result<(), String> {
     // Bind first, so that a busy port fails in a moment rather than after loading and warming up
-    // the model. kiln_serve::serve binds the address itself: this listener holds it until then.
-    let held = match args.port {
-        0 => None,
-        port => Some(
-            std::net::TcpListener::bind((args.host.as_str(), port))
-                .map_err(|e| format!("cannot listen on {}:{port}: {e}", args.host))?,
-        ),
-    };
+    // the model; the server then serves on this listener.
+    let http = args.http.options()?;
+    let listener = kiln_serve::bind(&args.host, args.port)?;
     let (src, model) = open(&args.model)?;
     let tokenizer = tokenizer_of(&src, args.model.tokenizer.as_ref())?;
     let stop_tokens = src.stop_tokens(&tokenizer).map_err(|e| e.to_string())?;
@@ -99,8 +97,8 @@ fn run(args: ServeArgs) -> Result<(), String> {
         "kiln serve: batch up to {} sequences, queue {}, KV pool {} blocks of {} positions, context {ctx}",
         args.max_batch, args.max_queue, kv_blocks, args.block_size
     );
-    drop(held);
-    kiln_serve::serve(
+    kiln_serve::serve_on(
+        listener,
         Engine { model, tokenizer, template, stop_tokens, model_name },
         ServeOptions {
             host: args.host,
@@ -116,5 +114,6 @@ fn run(args: ServeArgs) -> Result<(), String> {
             },
             shutdown_grace: Duration::from_secs_f64(args.shutdown_grace),
         },
+        http,
     )
 }

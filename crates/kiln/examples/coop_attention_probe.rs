@@ -4,7 +4,7 @@
 //!
 //! Run: `cargo run --release -p kiln --example coop_attention_probe`.
 
-use kiln::gpu::sdpa_coop_tensors;
+use kiln::gpu_probes::sdpa_coop_tensors;
 use kiln::{DType, Device, Result, Tensor};
 
 struct Case {

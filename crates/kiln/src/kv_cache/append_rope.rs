@@ -1,6 +1,6 @@
 //! `KvCache::append_rope`: a decoder layer's stacked q/k/v product split into heads, q and k
 //! rotated, k and v appended, in one backend op (`ExtOps::rope_append`; on the GPU one kernel,
-//! `gpu/decode/rope_kv.rs`); the composed ops (views, `rope_with_tables`, `append`) where the
+//! `gpu/kv/mod.rs`); the composed ops (views, `rope_with_tables`, `append`) where the
 //! backend declines, and as the reference.
 
 use super::{KvCache, OP};

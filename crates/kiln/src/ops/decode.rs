@@ -1,6 +1,6 @@
 //! Fused ops of the single-stream decode step: `linear_fused` (a projection that normalises or
 //! gates its own input and adds the residual) and `KvCache::append_rope` (`kv_cache/append_rope.rs`).
-//! Each goes through the backend seam (`ExtOps`): on the GPU one kernel (`gpu/decode/`) for up to
+//! Each goes through the backend seam (`ExtOps`): on the GPU one kernel (`gpu/matvec/dense.rs`) for up to
 //! 8 rows; where the backend declines (the CPU, other shapes) the composed ops
 //! (`composed::linear_fused`), which are also their test reference.
 

@@ -379,7 +379,7 @@ impl GpuStorage {
     }
 }
 
-/// What a few-row matrix-vector kernel (the dense one of `decode/`, the quantized one of `quant/`)
+/// What a few-row matrix-vector kernel (`matvec/`: the dense one and the quantized one)
 /// does to each x row before the product: the row prologue both share.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Pro {
