@@ -562,7 +562,8 @@ fn sdpa_coop_emulated() {
         skip_emulation(&dev, "cooperative attention");
         return;
     }
-    // Head size 128 needs 48 KiB of workgroup memory: software adapters with 32 KiB skip it.
+    // Head size 128 needs 48 KiB of workgroup memory with 4 subgroups and 32-key tiles; adapters with
+    // 32 KiB (lavapipe) take 2 subgroups and 16-key tiles (the same fragments and loops over the head).
     let probe = rand_tensor(&[1, 1, 4, 128], DType::F16, 1, &dev);
     let max_head = if sdpa_coop_tensors(&probe, &probe, &probe, false, None, Some(16)).is_some() { 128 } else { 64 };
     coop_cases(&dev, Some(16), max_head, &[DType::F16, DType::BF16]);

@@ -15,9 +15,11 @@ use crate::op::AttentionParams;
 use crate::{DType, Layout, Result};
 
 const SOURCE: &str = include_str!("flash_coop.wgsl");
-/// Subgroups per workgroup and keys per tile.
+/// Subgroups per workgroup and keys per tile: 4 and 32, or 2 and 16 where workgroup memory is
+/// short (32 KiB: lavapipe's emulated head-128 kernel; the fragments and their loops are the same).
 const NSG: u32 = 4;
 const BK: u32 = 32;
+const SHORT: (u32, u32) = (2, 16);
 /// Largest head size (q/k and v).
 pub(crate) const MAX_HEAD: usize = 128;
 /// Below this many workgroups the plain flash kernel, which also splits the keys, is used.
@@ -38,14 +40,17 @@ pub(crate) struct Config {
     pub(crate) bf16: bool,
     /// Output: the input dtype in pairs (even dv), else f32.
     pub(crate) pairs: bool,
-    /// Padded row stride of the f32 score tile: `BK + 4`, or `BK` where memory is short.
+    /// Subgroups per workgroup (each owns `s` query rows) and keys per tile.
+    pub(crate) nsg: u32,
+    pub(crate) bk: u32,
+    /// Padded row stride of the f32 score tile: `bk + 4`, or `bk` where memory is short.
     pub(crate) ls: u32,
     pub(crate) emulate: bool,
 }
 
 impl Config {
     fn bq(&self) -> u32 {
-        NSG * self.s
+        self.nsg * self.s
     }
     fn pad(&self) -> u32 {
         if self.unit == 4 {
@@ -55,16 +60,16 @@ impl Config {
         }
     }
     fn strides(&self) -> (u32, u32, u32) {
-        (self.d + self.pad(), self.dv + self.pad(), BK + self.pad())
+        (self.d + self.pad(), self.dv + self.pad(), self.bk + self.pad())
     }
     /// Bytes of workgroup memory.
     pub(crate) fn workgroup_bytes(&self) -> u32 {
         let (lq, lv, lp) = self.strides();
-        2 * (self.bq() * lq + BK * lq + BK * lv + NSG * self.s * lp) + 4 * NSG * self.s * self.ls + 16
+        2 * (self.bq() * lq + self.bk * lq + self.bk * lv + self.nsg * self.s * lp) + 4 * self.nsg * self.s * self.ls + 16
     }
     pub(crate) fn key(&self) -> String {
         format!(
-            "attention_flash_coop{}:{}x{}:sg{}:u{}:d{}:dv{}:{}:{}:ls{}",
+            "attention_flash_coop{}:{}x{}:sg{}:u{}:d{}:dv{}:{}:{}:ls{}:nsg{}:bk{}",
             if self.emulate { "_emulated" } else { "" },
             self.s,
             self.s,
@@ -74,7 +79,9 @@ impl Config {
             self.dv,
             if self.bf16 { "bf16" } else { "f16" },
             if self.pairs { "pairs" } else { "f32" },
-            self.ls
+            self.ls,
+            self.nsg,
+            self.bk
         )
     }
 }
@@ -107,7 +114,7 @@ pub(crate) fn source(c: &Config) -> String {
     };
 
     // The scores of this subgroup's rows against the key tile, stored row-major at `slot` of `ss`.
-    let nsf = BK / s;
+    let nsf = c.bk / s;
     // The score accumulators are declared once (`S_DECL`, outside the loops) and reset per tile.
     let mut s_decl = String::new();
     let mut scores = String::new();
@@ -140,7 +147,7 @@ pub(crate) fn source(c: &Config) -> String {
         o_decl += &format!("    var o_{j} = zero;\n");
     }
     let mut pv = String::new();
-    for ks in 0..BK / s {
+    for ks in 0..c.bk / s {
         pv += &format!(
             "        {{\n        let pa = {};\n",
             frag(true, "A", "sp", format!("sg * {}u + {}u", s * lp, ks * s), lp)
@@ -342,10 +349,10 @@ fn unscale(v: f32, e: i32) -> f32 {{
             ("MX_BINDING", mx),
             ("S", &num(s)),
             ("SG", &num(c.sg)),
-            ("NSG", &num(NSG)),
-            ("WG", &num(NSG * c.sg)),
+            ("NSG", &num(c.nsg)),
+            ("WG", &num(c.nsg * c.sg)),
             ("BQ", &num(c.bq())),
-            ("BK", &num(BK)),
+            ("BK", &num(c.bk)),
             ("D", &num(c.d)),
             ("DV", &num(c.dv)),
             ("LQ", &num(lq)),
@@ -354,10 +361,10 @@ fn unscale(v: f32, e: i32) -> f32 {{
             ("LS", &num(ls)),
             ("SE", se),
             ("SQ_N", &num(u(c.bq() * lq))),
-            ("SK_N", &num(u(BK * lq))),
-            ("SV_N", &num(u(BK * lv))),
-            ("SP_N", &num(u(NSG * s * lp))),
-            ("SS_N", &num(NSG * s * ls)),
+            ("SK_N", &num(u(c.bk * lq))),
+            ("SV_N", &num(u(c.bk * lv))),
+            ("SP_N", &num(u(c.nsg * s * lp))),
+            ("SS_N", &num(c.nsg * s * ls)),
             ("PRELUDE", PRELUDE),
             ("EXTRA", &extra),
             ("LOADERS", &loaders),
@@ -437,7 +444,7 @@ pub(crate) fn config(ctx: &GpuContext, bf16: bool, d: usize, dv: usize, emulate:
         Some(s) => (ctx.has(wgpu::Features::SHADER_F16) && matches!(s, 8 | 16)).then_some((s, 32))?,
         None => support(ctx)?,
     };
-    if d == 0 || dv == 0 || d > MAX_HEAD || dv > MAX_HEAD || !sg.is_multiple_of(s) || !(BK / (sg / s)).is_multiple_of(4)
+    if d == 0 || dv == 0 || d > MAX_HEAD || dv > MAX_HEAD || !sg.is_multiple_of(s) || !(SHORT.1 / (sg / s)).is_multiple_of(4)
     {
         return None;
     }
@@ -451,13 +458,17 @@ pub(crate) fn config(ctx: &GpuContext, bf16: bool, d: usize, dv: usize, emulate:
         dv: round(dv),
         bf16,
         pairs: dv.is_multiple_of(2),
+        nsg: NSG,
+        bk: BK,
         ls: BK + 4,
         emulate: emulate.is_some(),
     };
+    let (nsg, bk) = SHORT;
+    let short = Config { nsg, bk, ls: bk + 4, ..base };
     let limit = ctx.limits.max_compute_workgroup_storage_size;
-    [base, Config { ls: BK, ..base }]
+    [base, Config { ls: BK, ..base }, short, Config { ls: bk, ..short }]
         .into_iter()
-        .find(|c| c.workgroup_bytes() <= limit && NSG * c.sg <= ctx.limits.max_compute_invocations_per_workgroup)
+        .find(|c| c.workgroup_bytes() <= limit && c.nsg * c.sg <= ctx.limits.max_compute_invocations_per_workgroup)
 }
 
 /// The automatic path takes this kernel only with `KILN_COOP_ATTN=1`: it is right on an H100 since
@@ -592,7 +603,7 @@ fn run(
     let kernel = ctx.pipelines.get(ctx, &c.key(), if c.bf16 { 4 } else { 3 }, || source(c))?;
     let mut bufs = vec![out.buffer.raw(), q.buffer.raw(), k.buffer.raw(), v.buffer.raw()];
     bufs.extend(mx.as_ref().map(|m| m.buffer.raw()));
-    let wg = (NSG * c.sg) as usize;
+    let wg = (c.nsg * c.sg) as usize;
     let grid = wgsl::grid(groups * wg, wg, ctx.limits.max_compute_workgroups_per_dimension);
     ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(ctx, &kernel, &bufs, &params, grid)?;
     out.finish(dt)
@@ -617,7 +628,10 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
     for (s, unit, emulate) in [(16, 4, false), (8, 1, false), (16, 4, true)] {
         for bf16 in [false, true] {
             for (d, dv, pairs) in [(128, 128, true), (64, 64, true), (80, 48, false)] {
-                let c = Config { s, sg: 32, unit, d, dv, bf16, pairs, ls: BK + 4, emulate };
+                let c = Config { s, sg: 32, unit, d, dv, bf16, pairs, nsg: NSG, bk: BK, ls: BK + 4, emulate };
+                out.push((c.key(), source(&c)));
+                let (nsg, bk) = SHORT;
+                let c = Config { nsg, bk, ls: bk + 4, ..c };
                 out.push((c.key(), source(&c)));
             }
         }
