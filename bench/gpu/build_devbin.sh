@@ -5,8 +5,10 @@
 # Then packs them as .devbin.tar.xz for a device call's `carry` (64 MiB per call).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-grep -qx '/.devbin/' .git/info/exclude 2>/dev/null || echo '/.devbin/' >> .git/info/exclude
-grep -qx '/.devbin.tar.xz' .git/info/exclude 2>/dev/null || echo '/.devbin.tar.xz' >> .git/info/exclude
+exclude=$(git rev-parse --git-path info/exclude)  # a worktree's .git is a file
+mkdir -p "$(dirname "$exclude")"
+grep -qx '/.devbin/' "$exclude" 2>/dev/null || echo '/.devbin/' >> "$exclude"
+grep -qx '/.devbin.tar.xz' "$exclude" 2>/dev/null || echo '/.devbin.tar.xz' >> "$exclude"
 cargo build --release -p kiln-cli
 json=$(cargo test --release -p kiln --lib --test conformance --test gpu_runtime --no-run --message-format=json 2>/dev/null)
 mkdir -p .devbin
