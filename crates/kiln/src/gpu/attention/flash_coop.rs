@@ -65,7 +65,9 @@ impl Config {
     /// Bytes of workgroup memory.
     pub(crate) fn workgroup_bytes(&self) -> u32 {
         let (lq, lv, lp) = self.strides();
-        2 * (self.bq() * lq + self.bk * lq + self.bk * lv + self.nsg * self.s * lp) + 4 * self.nsg * self.s * self.ls + 16
+        2 * (self.bq() * lq + self.bk * lq + self.bk * lv + self.nsg * self.s * lp)
+            + 4 * self.nsg * self.s * self.ls
+            + 16
     }
     pub(crate) fn key(&self) -> String {
         format!(
@@ -86,247 +88,56 @@ impl Config {
     }
 }
 
+impl Config {
+    fn mat(&self, t: &str, role: &str) -> String {
+        format!("coop_mat{s}x{s}<{t}, {role}>", s = self.s)
+    }
+    /// A fragment of `role` at half index `idx` of `arr`, row-major (`t`) or column-major, rows `ld`
+    /// apart.
+    fn frag(&self, t: bool, role: &str, arr: &str, idx: String, ld: u32) -> String {
+        if self.emulate {
+            format!("vec3<u32>({idx}, {ld}u, {}u)", t as u32)
+        } else {
+            let (idx, ld) = if self.unit == 1 { (idx, ld) } else { (format!("({idx}) >> 2u"), ld / 4) };
+            format!("{}<{}>(&{arr}[{idx}], {ld}u)", if t { "coopLoadT" } else { "coopLoad" }, self.mat("f16", role))
+        }
+    }
+    /// `acc += a b` for the product `which` (`qk` or `pv`).
+    fn mma(&self, which: &str, a: &str, b: &str, acc: &str) -> String {
+        if self.emulate {
+            format!("{acc} = emu_mma_{which}({a}, {b}, {acc}, lane);")
+        } else {
+            format!("{acc} = coopMultiplyAdd({a}, {b}, {acc});")
+        }
+    }
+    /// Stores accumulator `acc` row-major at `off` of `ss`.
+    fn store(&self, acc: &str, off: &str) -> String {
+        if self.emulate {
+            format!("emu_store({acc}, {off}, {}u, lane);", self.ls)
+        } else {
+            format!("coopStoreT({acc}, &ss[{off}], {}u);", self.ls)
+        }
+    }
+}
+
 /// The kernel source for `c`.
 pub(crate) fn source(c: &Config) -> String {
     let (s, unit) = (c.s, c.unit);
     let (lq, lv, lp) = c.strides();
     let ls = c.ls;
-    let e = s * s / c.sg;
     let se = if unit == 4 { "vec4<f16>" } else { "f16" };
-    let mat = |t: &str, role: &str| format!("coop_mat{s}x{s}<{t}, {role}>");
-    // A fragment of `role` at half index `idx` of `arr`, row-major (`t`) or column-major, rows `ld` apart.
-    let frag = |t: bool, role: &str, arr: &str, idx: String, ld: u32| {
-        if c.emulate {
-            format!("vec3<u32>({idx}, {ld}u, {}u)", t as u32)
-        } else {
-            let (idx, ld) = if unit == 1 { (idx, ld) } else { (format!("({idx}) >> 2u"), ld / 4) };
-            format!("{}<{}>(&{arr}[{idx}], {ld}u)", if t { "coopLoadT" } else { "coopLoad" }, mat("f16", role))
-        }
-    };
-    let mma = |which: &str| if c.emulate { format!("emu_mma_{which}") } else { "coopMultiplyAdd".to_string() };
-    let lane_arg = if c.emulate { ", lane" } else { "" };
-    let store = |acc: &str, off: &str| {
-        if c.emulate {
-            format!("emu_store({acc}, {off}, {ls}u, lane);")
-        } else {
-            format!("coopStoreT({acc}, &ss[{off}], {ls}u);")
-        }
-    };
-
-    // The scores of this subgroup's rows against the key tile, stored row-major at `slot` of `ss`.
-    let nsf = c.bk / s;
-    // The score accumulators are declared once (`S_DECL`, outside the loops) and reset per tile.
-    let mut s_decl = String::new();
-    let mut scores = String::new();
-    for j in 0..nsf {
-        s_decl += &format!("    var s_{j} = zero;\n");
-        scores += &format!("        s_{j} = zero;\n");
-    }
-    for ks in 0..c.d / s {
-        scores += &format!(
-            "        {{\n        let qa = {};\n",
-            frag(true, "A", "sq", format!("sg * {}u + {}u", s * lq, ks * s), lq)
-        );
-        for j in 0..nsf {
-            scores +=
-                &format!("        let kb{j} = {};\n", frag(false, "B", "sk", format!("{}u", j * s * lq + ks * s), lq));
-        }
-        for j in 0..nsf {
-            scores += &format!("        s_{j} = {}(qa, kb{j}, s_{j}{lane_arg});\n", mma("qk"));
-        }
-        scores += "        }\n";
-    }
-    for j in 0..nsf {
-        scores += &format!("        {}\n", store(&format!("s_{j}"), &format!("slot + {}u", j * s)));
-    }
-
-    // P v into the output accumulators.
-    let nov = c.dv / s;
-    let mut o_decl = String::new();
-    for j in 0..nov {
-        o_decl += &format!("    var o_{j} = zero;\n");
-    }
-    let mut pv = String::new();
-    for ks in 0..c.bk / s {
-        pv += &format!(
-            "        {{\n        let pa = {};\n",
-            frag(true, "A", "sp", format!("sg * {}u + {}u", s * lp, ks * s), lp)
-        );
-        for j in 0..nov {
-            pv += &format!("        let vb{j} = {};\n", frag(true, "B", "sv", format!("{}u", ks * s * lv + j * s), lv));
-            pv += &format!("        o_{j} = {}(pa, vb{j}, o_{j}{lane_arg});\n", mma("pv"));
-        }
-        pv += "        }\n";
-    }
-
-    // Each output accumulator through this subgroup's slot of `ss`, then written by the lanes.
-    let write = if c.pairs {
-        let pack = if c.bf16 {
-            "bf16_bits(vals[cc]) | (bf16_bits(vals[cc + 1u]) << 16u)"
-        } else {
-            "pack2x16float(vec2<f32>(vals[cc], vals[cc + 1u]))"
-        };
-        format!("for (var cc = 0u; cc < OPL; cc += 2u) {{ let oc = c0 + cc; if (oc < dv) {{ dst[(orow + oc) >> 1u] = {pack}; }} }}")
-    } else {
-        "for (var cc = 0u; cc < OPL; cc++) { let oc = c0 + cc; if (oc < dv) { dst[orow + oc] = vals[cc]; } }"
-            .to_string()
-    };
-    let unscale_v = if c.bf16 { "v = unscale(v, line_exp(mx[xv + oc]));" } else { "" };
-    let mut epilogue = String::new();
-    for j in 0..nov {
-        epilogue += &format!(
-            "    workgroupBarrier();
-    {}
-    workgroupBarrier();
-    if (i < tq) {{
-        let c0 = {}u + part * OPL;
-        var vals = array<f32, {}>();
-        for (var cc = 0u; cc < OPL; cc++) {{
-            let oc = c0 + cc;
-            let q = {}u + cc;
-            let wd = q >> 5u;
-            let bit = 1u << (q & 31u);
-            var v = ss[slot + r * LS + part * OPL + cc];
-            if (oc < dv) {{
-                {unscale_v}
-            }}
-            if (bad || (nanb[wd] & bit) != 0u || (pinf[wd] & ninf[wd] & bit) != 0u) {{
-                v = nan_f32();
-            }} else if ((pinf[wd] & bit) != 0u) {{
-                v = inf_f32();
-            }} else if ((ninf[wd] & bit) != 0u) {{
-                v = -inf_f32();
-            }}
-            vals[cc] = v;
-        }}
-        {write}
-    }}
-",
-            store(&format!("o_{j}"), "slot"),
-            j * s,
-            s / (c.sg / s),
-            j * (s / (c.sg / s)),
-        );
-    }
-
-    let conv = |buf: &str, name: &str| {
-        let (one, four) = if c.bf16 {
-            (
-                "return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (e & 1u) == 1u));",
-                "return vec4<f32>(bitcast<f32>(w.x << 16u), bitcast<f32>(w.x & 0xffff0000u), bitcast<f32>(w.y << 16u), bitcast<f32>(w.y & 0xffff0000u));",
-            )
-        } else {
-            ("return unpack2x16float(w)[e & 1u];", "return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));")
-        };
-        format!(
-            "fn ld1_{name}(e: u32) -> f32 {{
-    let w = word_of({buf}[e >> 2u], e);
-    {one}
-}}
-fn ld4_{name}(e: u32, se: u32, n: u32) -> vec4<f32> {{
-    if (se == 1u && (e & 3u) == 0u && n >= 4u) {{
-        let w = {buf}[e >> 2u];
-        {four}
-    }}
-    var x = vec4<f32>(0.0);
-    for (var j = 0u; j < 4u; j++) {{
-        if (j < n) {{
-            x[j] = ld1_{name}(e + j * se);
-        }}
-    }}
-    return x;
-}}
-"
-        )
-    };
-    let loaders = conv("qx", "q") + &conv("kx", "k") + &conv("vx", "v");
-    let put = |name: &str, arr: &str| {
-        if unit == 4 {
-            format!("fn put_{name}(i: u32, v: vec4<f16>) {{ {arr}[i >> 2u] = v; }}\n")
-        } else {
-            format!("fn put_{name}(i: u32, v: vec4<f16>) {{ {arr}[i] = v.x; {arr}[i + 1u] = v.y; {arr}[i + 2u] = v.z; {arr}[i + 3u] = v.w; }}\n")
-        }
-    };
-    let puts = put("q", "sq") + &put("k", "sk") + &put("v", "sv") + &put("p", "sp");
-    let p_at = if unit == 4 {
-        format!("f32(sp[(sg * {}u + r * LP + col) >> 2u][(r * LP + col) & 3u])", s * lp)
-    } else {
-        format!("f32(sp[sg * {}u + r * LP + col])", s * lp)
-    };
-
-    let scale_k = if c.bf16 { "x = ldexp(x, vec4<i32>(-line_exp(mx[xk + j0 + row])));" } else { "" };
-    let stage_k = format!(
-        "        for (var e = li; e < BK * D / 4u; e += WG) {{
-            let row = e / (D / 4u);
-            let c = 4u * (e % (D / 4u));
-            var x = vec4<f32>(0.0);
-            if (j0 + row < tk && c < d) {{
-                x = ld4_k(kbase + (j0 + row) * kst + c * kse, kse, d - c);
-                {scale_k}
-            }}
-            put_k(row * LQ + c, vec4<f16>(x));
-        }}"
-    );
-    let scale_v = if c.bf16 {
-        "x = ldexp(x, -vec4<i32>(line_exp(mx[xv + min(c, dv - 1u)]), line_exp(mx[xv + min(c + 1u, dv - 1u)]), \
-         line_exp(mx[xv + min(c + 2u, dv - 1u)]), line_exp(mx[xv + min(c + 3u, dv - 1u)])));"
-    } else {
-        ""
-    };
-    let stage_v = format!(
-        "        for (var e = li; e < BK * DV / 4u; e += WG) {{
-            let row = e / (DV / 4u);
-            let c = 4u * (e % (DV / 4u));
-            var x = vec4<f32>(0.0);
-            if (j0 + row < tk && c < dv) {{
-                x = ld4_v(vbase + (j0 + row) * vst + c * vse, vse, dv - c);
-                {scale_v}
-                let fin = (bitcast<vec4<u32>>(x) & vec4<u32>(0x7f800000u)) != vec4<u32>(0x7f800000u);
-                if (!all(fin)) {{
-                    atomicOr(&vbad[t & 1u], 1u);
-                    x = select(vec4<f32>(0.0), x, fin);
-                }}
-            }}
-            put_v(row * LV + c, vec4<f16>(x));
-        }}"
-    );
+    let (s_decl, scores) = scores(c);
+    let (o_decl, pv) = products_pv(c);
+    let epilogue = epilogue(c);
+    let (loaders, puts, p_at) = loaders(c);
+    let (stage_k, stage_v) = staging(c);
     let score = if c.bf16 {
         "unscale(ss[slot + r * LS + col], eq + line_exp(mx[xk + key])) * scale"
     } else {
         "ss[slot + r * LS + col] * scale"
     };
-    let extra = if c.bf16 {
-        format!(
-            "{LINE_EXP}
-// `v * 2^e` in two steps of the same sign: no intermediate overflows unless the result does.
-fn unscale(v: f32, e: i32) -> f32 {{
-    let h = e / 2;
-    return ldexp(ldexp(v, h), e - h);
-}}
-"
-        )
-    } else {
-        String::new()
-    };
-    let (enable, zero, sg_param, sg_let, emu) = if c.emulate {
-        (
-            String::new(),
-            format!("array<f32, {e}>()"),
-            String::new(),
-            format!("let sg = li / {}u;\n    let lane = li % {}u;", c.sg, c.sg),
-            emulation(c),
-        )
-    } else {
-        (
-            "enable wgpu_cooperative_matrix;".to_string(),
-            format!("coopLoadT<{}>(&ss[0], {ls}u)", mat("f32", "C")),
-            // The lane from the local index (a subgroup is 32 consecutive invocations on the
-            // adapters that run this), as the emulated kernel does.
-            "@builtin(subgroup_id) sg: u32,".to_string(),
-            format!("let lane = li % {}u;", c.sg),
-            String::new(),
-        )
-    };
+    let extra = bf16_extra(c);
+    let (enable, zero, sg_param, sg_let, emu) = flavour(c);
     let num = |v: u32| v.to_string();
     let u = |v: u32| v / unit;
     let dst = if c.pairs { "array<u32>" } else { "array<f32>" };
@@ -378,6 +189,259 @@ fn unscale(v: f32, e: i32) -> f32 {{
             ("EMU", &emu),
         ],
     )
+}
+
+/// The scores of a tile (`SCORES`) and their accumulators' declarations (`S_DECL`).
+fn scores(c: &Config) -> (String, String) {
+    let s = c.s;
+    let (lq, _, _) = c.strides();
+    // The scores of this subgroup's rows against the key tile, stored row-major at `slot` of `ss`.
+    let nsf = c.bk / s;
+    // The score accumulators are declared once (`S_DECL`, outside the loops) and reset per tile.
+    let mut s_decl = String::new();
+    let mut scores = String::new();
+    for j in 0..nsf {
+        s_decl += &format!("    var s_{j} = zero;\n");
+        scores += &format!("        s_{j} = zero;\n");
+    }
+    for ks in 0..c.d / s {
+        scores += &format!(
+            "        {{\n        let qa = {};\n",
+            c.frag(true, "A", "sq", format!("sg * {}u + {}u", s * lq, ks * s), lq)
+        );
+        for j in 0..nsf {
+            scores += &format!(
+                "        let kb{j} = {};\n",
+                c.frag(false, "B", "sk", format!("{}u", j * s * lq + ks * s), lq)
+            );
+        }
+        for j in 0..nsf {
+            scores += &format!("        {}\n", c.mma("qk", "qa", &format!("kb{j}"), &format!("s_{j}")));
+        }
+        scores += "        }\n";
+    }
+    for j in 0..nsf {
+        scores += &format!("        {}\n", c.store(&format!("s_{j}"), &format!("slot + {}u", j * s)));
+    }
+
+    (s_decl, scores)
+}
+
+/// P v into the output accumulators (`PV`) and their declarations (`O_DECL`).
+fn products_pv(c: &Config) -> (String, String) {
+    let s = c.s;
+    let (_, lv, lp) = c.strides();
+    // P v into the output accumulators.
+    let nov = c.dv / s;
+    let mut o_decl = String::new();
+    for j in 0..nov {
+        o_decl += &format!("    var o_{j} = zero;\n");
+    }
+    let mut pv = String::new();
+    for ks in 0..c.bk / s {
+        pv += &format!(
+            "        {{\n        let pa = {};\n",
+            c.frag(true, "A", "sp", format!("sg * {}u + {}u", s * lp, ks * s), lp)
+        );
+        for j in 0..nov {
+            pv +=
+                &format!("        let vb{j} = {};\n", c.frag(true, "B", "sv", format!("{}u", ks * s * lv + j * s), lv));
+            pv += &format!("        {}\n", c.mma("pv", "pa", &format!("vb{j}"), &format!("o_{j}")));
+        }
+        pv += "        }\n";
+    }
+
+    (o_decl, pv)
+}
+
+/// Each output accumulator through this subgroup's slot of `ss`, then written by the lanes.
+fn epilogue(c: &Config) -> String {
+    let s = c.s;
+    let write = if c.pairs {
+        let pack = if c.bf16 {
+            "bf16_bits(vals[cc]) | (bf16_bits(vals[cc + 1u]) << 16u)"
+        } else {
+            "pack2x16float(vec2<f32>(vals[cc], vals[cc + 1u]))"
+        };
+        format!("for (var cc = 0u; cc < OPL; cc += 2u) {{ let oc = c0 + cc; if (oc < dv) {{ dst[(orow + oc) >> 1u] = {pack}; }} }}")
+    } else {
+        "for (var cc = 0u; cc < OPL; cc++) { let oc = c0 + cc; if (oc < dv) { dst[orow + oc] = vals[cc]; } }"
+            .to_string()
+    };
+    let unscale_v = if c.bf16 { "v = unscale(v, line_exp(mx[xv + oc]));" } else { "" };
+    let mut epilogue = String::new();
+    for j in 0..c.dv / s {
+        epilogue += &format!(
+            "    workgroupBarrier();
+    {}
+    workgroupBarrier();
+    if (i < tq) {{
+        let c0 = {}u + part * OPL;
+        var vals = array<f32, {}>();
+        for (var cc = 0u; cc < OPL; cc++) {{
+            let oc = c0 + cc;
+            let q = {}u + cc;
+            let wd = q >> 5u;
+            let bit = 1u << (q & 31u);
+            var v = ss[slot + r * LS + part * OPL + cc];
+            if (oc < dv) {{
+                {unscale_v}
+            }}
+            if (bad || (nanb[wd] & bit) != 0u || (pinf[wd] & ninf[wd] & bit) != 0u) {{
+                v = nan_f32();
+            }} else if ((pinf[wd] & bit) != 0u) {{
+                v = inf_f32();
+            }} else if ((ninf[wd] & bit) != 0u) {{
+                v = -inf_f32();
+            }}
+            vals[cc] = v;
+        }}
+        {write}
+    }}
+",
+            c.store(&format!("o_{j}"), "slot"),
+            j * s,
+            s / (c.sg / s),
+            j * (s / (c.sg / s)),
+        );
+    }
+
+    epilogue
+}
+
+/// The q/k/v element loaders (`LOADERS`), the staged-tile stores (`PUTS`) and the read of one
+/// staged probability (`P_AT`).
+fn loaders(c: &Config) -> (String, String, String) {
+    let s = c.s;
+    let (_, _, lp) = c.strides();
+    let conv = |buf: &str, name: &str| {
+        let (one, four) = if c.bf16 {
+            (
+                "return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (e & 1u) == 1u));",
+                "return vec4<f32>(bitcast<f32>(w.x << 16u), bitcast<f32>(w.x & 0xffff0000u), bitcast<f32>(w.y << 16u), bitcast<f32>(w.y & 0xffff0000u));",
+            )
+        } else {
+            ("return unpack2x16float(w)[e & 1u];", "return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y));")
+        };
+        format!(
+            "fn ld1_{name}(e: u32) -> f32 {{
+    let w = word_of({buf}[e >> 2u], e);
+    {one}
+}}
+fn ld4_{name}(e: u32, se: u32, n: u32) -> vec4<f32> {{
+    if (se == 1u && (e & 3u) == 0u && n >= 4u) {{
+        let w = {buf}[e >> 2u];
+        {four}
+    }}
+    var x = vec4<f32>(0.0);
+    for (var j = 0u; j < 4u; j++) {{
+        if (j < n) {{
+            x[j] = ld1_{name}(e + j * se);
+        }}
+    }}
+    return x;
+}}
+"
+        )
+    };
+    let loaders = conv("qx", "q") + &conv("kx", "k") + &conv("vx", "v");
+    let put = |name: &str, arr: &str| {
+        if c.unit == 4 {
+            format!("fn put_{name}(i: u32, v: vec4<f16>) {{ {arr}[i >> 2u] = v; }}\n")
+        } else {
+            format!("fn put_{name}(i: u32, v: vec4<f16>) {{ {arr}[i] = v.x; {arr}[i + 1u] = v.y; {arr}[i + 2u] = v.z; {arr}[i + 3u] = v.w; }}\n")
+        }
+    };
+    let puts = put("q", "sq") + &put("k", "sk") + &put("v", "sv") + &put("p", "sp");
+    let p_at = if c.unit == 4 {
+        format!("f32(sp[(sg * {}u + r * LP + col) >> 2u][(r * LP + col) & 3u])", s * lp)
+    } else {
+        format!("f32(sp[sg * {}u + r * LP + col])", s * lp)
+    };
+
+    (loaders, puts, p_at)
+}
+
+/// The loops that stage a key tile (`STAGE_K`) and a value tile (`STAGE_V`) into workgroup memory.
+fn staging(c: &Config) -> (String, String) {
+    let scale_k = if c.bf16 { "x = ldexp(x, vec4<i32>(-line_exp(mx[xk + j0 + row])));" } else { "" };
+    let stage_k = format!(
+        "        for (var e = li; e < BK * D / 4u; e += WG) {{
+            let row = e / (D / 4u);
+            let c = 4u * (e % (D / 4u));
+            var x = vec4<f32>(0.0);
+            if (j0 + row < tk && c < d) {{
+                x = ld4_k(kbase + (j0 + row) * kst + c * kse, kse, d - c);
+                {scale_k}
+            }}
+            put_k(row * LQ + c, vec4<f16>(x));
+        }}"
+    );
+    let scale_v = if c.bf16 {
+        "x = ldexp(x, -vec4<i32>(line_exp(mx[xv + min(c, dv - 1u)]), line_exp(mx[xv + min(c + 1u, dv - 1u)]), \
+         line_exp(mx[xv + min(c + 2u, dv - 1u)]), line_exp(mx[xv + min(c + 3u, dv - 1u)])));"
+    } else {
+        ""
+    };
+    let stage_v = format!(
+        "        for (var e = li; e < BK * DV / 4u; e += WG) {{
+            let row = e / (DV / 4u);
+            let c = 4u * (e % (DV / 4u));
+            var x = vec4<f32>(0.0);
+            if (j0 + row < tk && c < dv) {{
+                x = ld4_v(vbase + (j0 + row) * vst + c * vse, vse, dv - c);
+                {scale_v}
+                let fin = (bitcast<vec4<u32>>(x) & vec4<u32>(0x7f800000u)) != vec4<u32>(0x7f800000u);
+                if (!all(fin)) {{
+                    atomicOr(&vbad[t & 1u], 1u);
+                    x = select(vec4<f32>(0.0), x, fin);
+                }}
+            }}
+            put_v(row * LV + c, vec4<f16>(x));
+        }}"
+    );
+    (stage_k, stage_v)
+}
+
+/// bf16's helpers (`EXTRA`): the line exponents and the unscaling of a value.
+fn bf16_extra(c: &Config) -> String {
+    if c.bf16 {
+        format!(
+            "{LINE_EXP}
+// `v * 2^e` in two steps of the same sign: no intermediate overflows unless the result does.
+fn unscale(v: f32, e: i32) -> f32 {{
+    let h = e / 2;
+    return ldexp(ldexp(v, h), e - h);
+}}
+"
+        )
+    } else {
+        String::new()
+    }
+}
+
+/// What differs between the cooperative kernel and its emulation: `ENABLE`, `ZERO`, `SG_PARAM`,
+/// `SG_LET` and `EMU`.
+fn flavour(c: &Config) -> (String, String, String, String, String) {
+    if c.emulate {
+        (
+            String::new(),
+            format!("array<f32, {}>()", c.s * c.s / c.sg),
+            String::new(),
+            format!("let sg = li / {}u;\n    let lane = li % {}u;", c.sg, c.sg),
+            emulation(c),
+        )
+    } else {
+        (
+            "enable wgpu_cooperative_matrix;".to_string(),
+            format!("coopLoadT<{}>(&ss[0], {}u)", c.mat("f32", "C"), c.ls),
+            // The lane from the local index (a subgroup is 32 consecutive invocations on the
+            // adapters that run this), as the emulated kernel does.
+            "@builtin(subgroup_id) sg: u32,".to_string(),
+            format!("let lane = li % {}u;", c.sg),
+            String::new(),
+        )
+    }
 }
 
 /// Plain-WGSL stand-ins for the cooperative ops (as in the matmul's emulation): a fragment is
@@ -444,7 +508,12 @@ pub(crate) fn config(ctx: &GpuContext, bf16: bool, d: usize, dv: usize, emulate:
         Some(s) => (ctx.has(wgpu::Features::SHADER_F16) && matches!(s, 8 | 16)).then_some((s, 32))?,
         None => support(ctx)?,
     };
-    if d == 0 || dv == 0 || d > MAX_HEAD || dv > MAX_HEAD || !sg.is_multiple_of(s) || !(SHORT.1 / (sg / s)).is_multiple_of(4)
+    if d == 0
+        || dv == 0
+        || d > MAX_HEAD
+        || dv > MAX_HEAD
+        || !sg.is_multiple_of(s)
+        || !(SHORT.1 / (sg / s)).is_multiple_of(4)
     {
         return None;
     }

@@ -255,71 +255,9 @@ pub(crate) fn flash_source(dt: DType, out: DType, c: FlashConfig) -> String {
             "        sm[rr{i} + kg / 4u][kg % 4u] = select(max4(s{i}), nan_f32(), nan4(s{i}));"
         ))
     );
-    let softmax_b = lines(rows.clone(), |i| {
-        format!(
-            "        {{\n            let ra = sm[rr{i}]; let rb = sm[rr{i} + 1u];\n            \
-             bad{i} = bad{i} || nan4(ra) || nan4(rb);\n            \
-             let mn = max(m{i}, max(max4(ra), max4(rb)));\n            \
-             var al = 1.0; var pv = vec4<f32>(0.0);\n            \
-             if (mn > -inf_f32()) {{ al = exp(m{i} - mn); pv = exp(s{i} - mn); }}\n            \
-             pv = select(pv, vec4<f32>(-0.0), s{i} == vec4<f32>(-inf_f32()));\n            \
-             m{i} = mn;\n            l{i} = l{i} * al + dot(pv, vec4<f32>(1.0));\n{}            \
-             let pc = pr{i} + kg / 4u; let pk = kg % 4u;\n            \
-             sm[pc][pk] = pv.x; sm[pc + 2u][pk] = pv.y; sm[pc + 4u][pk] = pv.z; sm[pc + 6u][pk] = pv.w;\n        }}",
-            lines(cols(), |n| format!("            o{i}_{n} *= al;"))
-        )
-    });
-    let o_body = |masked: bool| {
-        let mut s = lines(rows.clone(), |i| format!("{ind}let pa{i} = sm[pr{i} + j4];"));
-        let _ = writeln!(s, "{ind}let vr = VB + 4u * j4 * VS + kg;");
-        for (jj, comp) in ["x", "y", "z", "w"].iter().enumerate() {
-            let _ = writeln!(s, "{ind}{{");
-            for n in cols() {
-                let off = 8 * n;
-                let row = if jj == 0 { String::new() } else { format!(" + {jj}u * VS") };
-                let _ = writeln!(s, "{ind}    let v{n} = sm[vr{row} + {off}u];");
-            }
-            for i in rows.clone() {
-                for n in cols() {
-                    let upd = format!("o{i}_{n} + pa{i}.{comp} * v{n}");
-                    if masked {
-                        // -0 marks a masked key (or a -inf score): skipped, since its value may
-                        // be NaN. A visible key whose weight underflowed to +0 still adds 0 * v,
-                        // so a NaN value makes the row NaN as on the CPU.
-                        let _ = writeln!(
-                            s,
-                            "{ind}    o{i}_{n} = select({upd}, o{i}_{n}, bitcast<u32>(pa{i}.{comp}) == 0x80000000u);"
-                        );
-                    } else {
-                        let _ = writeln!(s, "{ind}    o{i}_{n} = {upd};");
-                    }
-                }
-            }
-            let _ = writeln!(s, "{ind}}}");
-        }
-        s
-    };
+    let softmax_b = flash_softmax_b(nv);
     let sum_l = lines(rows.clone(), |i| format!("    sm[rr{i} + kg / 4u][kg % 4u] = l{i};"));
-    let output = lines(rows.clone(), |i| {
-        let r = if i == 0 { "rg".to_string() } else { format!("(rg + {}u)", 16 * i) };
-        format!(
-            "    {{\n        let ra = sm[rr{i}]; let rb = sm[rr{i} + 1u];\n        \
-             let ls = dot(ra, vec4<f32>(1.0)) + dot(rb, vec4<f32>(1.0));\n        \
-             let row = q0 + {r};\n        \
-             if (row < tq) {{\n            let grow = bh * tq + row;\n            \
-             if (partial) {{\n                let pr = grow * nsplit + s;\n                \
-             if (kg == 0u && dvc == 0u) {{ dst[2u * pr] = bitcast<u32>(select(m{i}, nan_f32(), bad{i})); dst[2u * pr + 1u] = bitcast<u32>(ls); }}\n{}            \
-             }} else {{\n                let vis = visible(row, tq, tk, causal);\n{}            }}\n        }}\n    }}",
-            lines(cols(), |n| format!(
-                "                {{ let c = col0 + 4u * (kg + {}u); if (c < dv) {{ put_raw(p.part_start + pr * dv + c, o{i}_{n}, min(4u, dv - c)); }} }}",
-                8 * n
-            )),
-            lines(cols(), |n| format!(
-                "                {{ let c = col0 + 4u * (kg + {}u); if (c < dv) {{ store4(grow * dv + c, finish(o{i}_{n}, ls, bad{i}, vis), min(4u, dv - c)); }} }}",
-                8 * n
-            ))
-        )
-    });
+    let output = flash_output(nv);
     let (loaders, arrays) = granule_loaders(dt, [c.vec; 3]);
     let finish = "fn finish(o: vec4<f32>, l: f32, bad: bool, vis: u32) -> vec4<f32> {\n    \
                   if (bad) { return vec4<f32>(nan_f32()); }\n    \
@@ -355,12 +293,90 @@ pub(crate) fn flash_source(dt: DType, out: DType, c: FlashConfig) -> String {
             ("V_STORE", &v_store),
             ("SOFTMAX_A", &softmax_a),
             ("SOFTMAX_B", &softmax_b),
-            ("O_BODY", &o_body(false)),
-            ("O_BODY_MASKED", &o_body(true)),
+            ("O_BODY", &flash_o_body(nv, false)),
+            ("O_BODY_MASKED", &flash_o_body(nv, true)),
             ("SUM_L", &sum_l),
             ("OUTPUT", &output),
         ],
     )
+}
+
+/// The flash kernel's output accumulation over one 4-key step (`O_BODY`, `O_BODY_MASKED`): rows
+/// 0..4 times value columns 0..nv.
+fn flash_o_body(nv: usize, masked: bool) -> String {
+    let (rows, cols, ind) = (0..4usize, || 0..nv, "                ");
+    let mut s = lines(rows.clone(), |i| format!("{ind}let pa{i} = sm[pr{i} + j4];"));
+    let _ = writeln!(s, "{ind}let vr = VB + 4u * j4 * VS + kg;");
+    for (jj, comp) in ["x", "y", "z", "w"].iter().enumerate() {
+        let _ = writeln!(s, "{ind}{{");
+        for n in cols() {
+            let off = 8 * n;
+            let row = if jj == 0 { String::new() } else { format!(" + {jj}u * VS") };
+            let _ = writeln!(s, "{ind}    let v{n} = sm[vr{row} + {off}u];");
+        }
+        for i in rows.clone() {
+            for n in cols() {
+                let upd = format!("o{i}_{n} + pa{i}.{comp} * v{n}");
+                if masked {
+                    // -0 marks a masked key (or a -inf score): skipped, since its value may
+                    // be NaN. A visible key whose weight underflowed to +0 still adds 0 * v,
+                    // so a NaN value makes the row NaN as on the CPU.
+                    let _ = writeln!(
+                        s,
+                        "{ind}    o{i}_{n} = select({upd}, o{i}_{n}, bitcast<u32>(pa{i}.{comp}) == 0x80000000u);"
+                    );
+                } else {
+                    let _ = writeln!(s, "{ind}    o{i}_{n} = {upd};");
+                }
+            }
+        }
+        let _ = writeln!(s, "{ind}}}");
+    }
+    s
+}
+
+/// The flash kernel's online-softmax update of each row (`SOFTMAX_B`).
+fn flash_softmax_b(nv: usize) -> String {
+    let cols = || 0..nv;
+    lines(0..4usize, |i| {
+        format!(
+            "        {{\n            let ra = sm[rr{i}]; let rb = sm[rr{i} + 1u];\n            \
+             bad{i} = bad{i} || nan4(ra) || nan4(rb);\n            \
+             let mn = max(m{i}, max(max4(ra), max4(rb)));\n            \
+             var al = 1.0; var pv = vec4<f32>(0.0);\n            \
+             if (mn > -inf_f32()) {{ al = exp(m{i} - mn); pv = exp(s{i} - mn); }}\n            \
+             pv = select(pv, vec4<f32>(-0.0), s{i} == vec4<f32>(-inf_f32()));\n            \
+             m{i} = mn;\n            l{i} = l{i} * al + dot(pv, vec4<f32>(1.0));\n{}            \
+             let pc = pr{i} + kg / 4u; let pk = kg % 4u;\n            \
+             sm[pc][pk] = pv.x; sm[pc + 2u][pk] = pv.y; sm[pc + 4u][pk] = pv.z; sm[pc + 6u][pk] = pv.w;\n        }}",
+            lines(cols(), |n| format!("            o{i}_{n} *= al;"))
+        )
+    })
+}
+
+/// The flash kernel's rows written out (`OUTPUT`): partial rows with their max and sum, or final.
+fn flash_output(nv: usize) -> String {
+    let cols = || 0..nv;
+    lines(0..4usize, |i| {
+        let r = if i == 0 { "rg".to_string() } else { format!("(rg + {}u)", 16 * i) };
+        format!(
+            "    {{\n        let ra = sm[rr{i}]; let rb = sm[rr{i} + 1u];\n        \
+             let ls = dot(ra, vec4<f32>(1.0)) + dot(rb, vec4<f32>(1.0));\n        \
+             let row = q0 + {r};\n        \
+             if (row < tq) {{\n            let grow = bh * tq + row;\n            \
+             if (partial) {{\n                let pr = grow * nsplit + s;\n                \
+             if (kg == 0u && dvc == 0u) {{ dst[2u * pr] = bitcast<u32>(select(m{i}, nan_f32(), bad{i})); dst[2u * pr + 1u] = bitcast<u32>(ls); }}\n{}            \
+             }} else {{\n                let vis = visible(row, tq, tk, causal);\n{}            }}\n        }}\n    }}",
+            lines(cols(), |n| format!(
+                "                {{ let c = col0 + 4u * (kg + {}u); if (c < dv) {{ put_raw(p.part_start + pr * dv + c, o{i}_{n}, min(4u, dv - c)); }} }}",
+                8 * n
+            )),
+            lines(cols(), |n| format!(
+                "                {{ let c = col0 + 4u * (kg + {}u); if (c < dv) {{ store4(grow * dv + c, finish(o{i}_{n}, ls, bad{i}, vis), min(4u, dv - c)); }} }}",
+                8 * n
+            ))
+        )
+    })
 }
 
 /// `fn ldq4(row, c, se, n)`, `ldk4`, `ldv4`: the 4-element granule at column `c` of the query / key /
@@ -434,13 +450,11 @@ pub(crate) fn decode_source(dt: DType, out: DType, c: DecodeConfig) -> String {
             fetch(w, &format!("nkey{w}"), "").trim_end()
         )
     });
-    let slot_at = |w: usize, x: usize| format!("PB + (((buf * U + {w}u) * 16u + slot) * R + {x}u) * 2u");
     let dot_terms = |w: usize, x: usize| -> String {
         let terms: Vec<String> =
             (0..nk).map(|n| format!("dot(sm[QB + {}u + cg], k{w}_{n})", x * c.dp / 4 + 8 * n)).collect();
         terms.join(" + ")
     };
-    const XYZW: [&str; 4] = ["x", "y", "z", "w"];
     let dots = if c.sg {
         // Row x's partial dot in component x (R <= 4), summed over the slot's 8 consecutive lanes.
         lines(0..u, |w| {
@@ -455,77 +469,12 @@ pub(crate) fn decode_source(dt: DType, out: DType, c: DecodeConfig) -> String {
             format!("{ind}sm[{} + cg / 4u][cg % 4u] = {};", slot_at(w, x), dot_terms(w, x))
         })
     };
-    let update = lines((0..u).flat_map(|w| (0..r).map(move |x| (w, x))), |(w, x)| {
-        let score = if c.sg {
-            format!("{ind}    let sc = sv{w}.{};\n", XYZW[x])
-        } else {
-            let at = slot_at(w, x);
-            format!(
-                "{ind}    let pa = sm[{at}]; let pb = sm[{at} + 1u];\n\
-                 {ind}    let sc = dot(pa, vec4<f32>(1.0)) + dot(pb, vec4<f32>(1.0));\n"
-            )
-        };
-        // Branch-free online softmax, so the rows' updates interleave: a key past the row's
-        // limit or with a NaN score weighs 0 (a NaN marks the row), and the running max only grows.
-        format!(
-            "{ind}{{\n{score}\
-             {ind}    let live = key{w} < lim[{x}];\n\
-             {ind}    b{x} = b{x} || (live && is_nan(sc));\n\
-             {ind}    let s2 = select(-inf_f32(), sc, live && sc > -inf_f32());\n\
-             {ind}    let mn = max(m{x}, s2);\n\
-             {ind}    let a = select(1.0, exp(m{x} - mn), mn > -inf_f32());\n\
-             {ind}    let pr = select(0.0, exp(s2 - mn), s2 > -inf_f32());\n\
-             {ind}    l{x} = l{x} * a + pr; m{x} = mn;\n{}\
-             {ind}}}",
-            // Masked keys add nothing (their values may be NaN); visible ones add pr * v even when pr
-            // underflowed to 0, so a NaN value poisons the row as on the CPU.
-            lines(0..nv, |n| format!(
-                "{ind}    o{x}_{n} = o{x}_{n} * a + select(vec4<f32>(0.0), pr * v{w}_{n}, live);"
-            ))
-        )
-    });
+    let update = decode_update(&c);
     let write_ml = lines(0..r, |x| {
         format!("        sm[MB + slot * R + {x}u] = vec4<f32>(select(m{x}, nan_f32(), b{x}), l{x}, 0.0, 0.0);")
     });
-    let merge_ml = lines(0..r, |x| {
-        format!(
-            "    {{\n        var mm = -inf_f32(); var nn = false;\n        \
-             for (var k = 0u; k < 16u; k++) {{ let e = sm[MB + k * R + {x}u]; nn = nn || is_nan(e.x); mm = max(mm, e.x); }}\n        \
-             var ll = 0.0;\n        \
-             for (var k = 0u; k < 16u; k++) {{ let e = sm[MB + k * R + {x}u]; if (e.x > -inf_f32()) {{ ll += e.y * exp(e.x - mm); }} }}\n        \
-             var f = 0.0;\n        if (m{x} > -inf_f32()) {{ f = exp(m{x} - mm); }}\n{}        \
-             mx[{x}] = mm; lsum[{x}] = ll; bad[{x}] = nn;\n    }}",
-            lines(0..nv, |n| format!("        o{x}_{n} *= f;"))
-        )
-    });
-    let rounds = (0..r).step_by(rr).fold(String::new(), |mut s, r0| {
-        let writes = lines((0..rr).filter(|q| r0 + q < r), |q| {
-            lines(0..nv, |n| {
-                format!("        sm[SB + (slot * RR + {q}u) * DV4 + cg + {}u] = o{}_{n};", 8 * n, r0 + q)
-            })
-            .trim_end()
-            .to_string()
-        });
-        let _ = write!(
-            s,
-            "    {{\n{writes}        workgroupBarrier();\n        \
-             for (var e = t; e < RR * DV4; e += 128u) {{\n            \
-             let x = {r0}u + e / DV4; let c4 = e % DV4;\n            \
-             let gr = rc * R + x;\n            let c = 4u * c4;\n            \
-             if (x < R && gr < group * tq && c < dv) {{\n                \
-             var o = vec4<f32>(0.0);\n                \
-             for (var k = 0u; k < 16u; k++) {{ o += sm[SB + (k * RR + e / DV4) * DV4 + c4]; }}\n                \
-             let h = hk * group + gr / tq; let i = gr % tq;\n                \
-             let grow = (b * hq + h) * tq + i;\n                let n = min(4u, dv - c);\n                \
-             if (partial) {{\n                    let pr = grow * nsplit + s;\n                    \
-             if (c4 == 0u) {{ dst[2u * pr] = bitcast<u32>(select(mx[x], nan_f32(), bad[x])); dst[2u * pr + 1u] = bitcast<u32>(lsum[x]); }}\n                    \
-             put_raw(p.part_start + pr * dv + c, o, n);\n                \
-             }} else {{\n                    \
-             store4(grow * dv + c, finish(o, lsum[x], bad[x], visible(i, tq, tk, causal)), n);\n                }}\n            \
-             }}\n        }}\n        workgroupBarrier();\n    }}\n"
-        );
-        s
-    });
+    let merge_ml = decode_merge(&c);
+    let rounds = decode_rounds(&c);
     let (loaders, arrays) = granule_loaders(dt, [false, c.vec, c.vec]);
     let n = |x: usize| x.to_string();
     render(
@@ -554,6 +503,96 @@ pub(crate) fn decode_source(dt: DType, out: DType, c: DecodeConfig) -> String {
             ("ROUNDS", &rounds),
         ],
     )
+}
+
+/// Where step `w`'s partial dot of row `x` sits in the decode kernel's workgroup memory.
+fn slot_at(w: usize, x: usize) -> String {
+    format!("PB + (((buf * U + {w}u) * 16u + slot) * R + {x}u) * 2u")
+}
+
+const XYZW: [&str; 4] = ["x", "y", "z", "w"];
+
+/// The decode kernel's branch-free online-softmax update of each row for each step (`UPDATE`).
+fn decode_update(c: &DecodeConfig) -> String {
+    let (nv, r, u, ind) = (c.dvp / 32, c.r, c.u, "        ");
+    lines((0..u).flat_map(|w| (0..r).map(move |x| (w, x))), |(w, x)| {
+        let score = if c.sg {
+            format!("{ind}    let sc = sv{w}.{};\n", XYZW[x])
+        } else {
+            let at = slot_at(w, x);
+            format!(
+                "{ind}    let pa = sm[{at}]; let pb = sm[{at} + 1u];\n\
+                 {ind}    let sc = dot(pa, vec4<f32>(1.0)) + dot(pb, vec4<f32>(1.0));\n"
+            )
+        };
+        // Branch-free online softmax, so the rows' updates interleave: a key past the row's
+        // limit or with a NaN score weighs 0 (a NaN marks the row), and the running max only grows.
+        format!(
+            "{ind}{{\n{score}\
+             {ind}    let live = key{w} < lim[{x}];\n\
+             {ind}    b{x} = b{x} || (live && is_nan(sc));\n\
+             {ind}    let s2 = select(-inf_f32(), sc, live && sc > -inf_f32());\n\
+             {ind}    let mn = max(m{x}, s2);\n\
+             {ind}    let a = select(1.0, exp(m{x} - mn), mn > -inf_f32());\n\
+             {ind}    let pr = select(0.0, exp(s2 - mn), s2 > -inf_f32());\n\
+             {ind}    l{x} = l{x} * a + pr; m{x} = mn;\n{}\
+             {ind}}}",
+            // Masked keys add nothing (their values may be NaN); visible ones add pr * v even when pr
+            // underflowed to 0, so a NaN value poisons the row as on the CPU.
+            lines(0..nv, |n| format!(
+                "{ind}    o{x}_{n} = o{x}_{n} * a + select(vec4<f32>(0.0), pr * v{w}_{n}, live);"
+            ))
+        )
+    })
+}
+
+/// The decode kernel's merge of the 16 key slots' maxima and sums (`MERGE_ML`).
+fn decode_merge(c: &DecodeConfig) -> String {
+    let nv = c.dvp / 32;
+    lines(0..c.r, |x| {
+        format!(
+            "    {{\n        var mm = -inf_f32(); var nn = false;\n        \
+             for (var k = 0u; k < 16u; k++) {{ let e = sm[MB + k * R + {x}u]; nn = nn || is_nan(e.x); mm = max(mm, e.x); }}\n        \
+             var ll = 0.0;\n        \
+             for (var k = 0u; k < 16u; k++) {{ let e = sm[MB + k * R + {x}u]; if (e.x > -inf_f32()) {{ ll += e.y * exp(e.x - mm); }} }}\n        \
+             var f = 0.0;\n        if (m{x} > -inf_f32()) {{ f = exp(m{x} - mm); }}\n{}        \
+             mx[{x}] = mm; lsum[{x}] = ll; bad[{x}] = nn;\n    }}",
+            lines(0..nv, |n| format!("        o{x}_{n} *= f;"))
+        )
+    })
+}
+
+/// The decode kernel's output: the slots' accumulators summed `rr` rows at a time (`ROUNDS`).
+fn decode_rounds(c: &DecodeConfig) -> String {
+    let (nv, r, rr) = (c.dvp / 32, c.r, c.rr);
+    (0..r).step_by(rr).fold(String::new(), |mut s, r0| {
+        let writes = lines((0..rr).filter(|q| r0 + q < r), |q| {
+            lines(0..nv, |n| {
+                format!("        sm[SB + (slot * RR + {q}u) * DV4 + cg + {}u] = o{}_{n};", 8 * n, r0 + q)
+            })
+            .trim_end()
+            .to_string()
+        });
+        let _ = write!(
+            s,
+            "    {{\n{writes}        workgroupBarrier();\n        \
+             for (var e = t; e < RR * DV4; e += 128u) {{\n            \
+             let x = {r0}u + e / DV4; let c4 = e % DV4;\n            \
+             let gr = rc * R + x;\n            let c = 4u * c4;\n            \
+             if (x < R && gr < group * tq && c < dv) {{\n                \
+             var o = vec4<f32>(0.0);\n                \
+             for (var k = 0u; k < 16u; k++) {{ o += sm[SB + (k * RR + e / DV4) * DV4 + c4]; }}\n                \
+             let h = hk * group + gr / tq; let i = gr % tq;\n                \
+             let grow = (b * hq + h) * tq + i;\n                let n = min(4u, dv - c);\n                \
+             if (partial) {{\n                    let pr = grow * nsplit + s;\n                    \
+             if (c4 == 0u) {{ dst[2u * pr] = bitcast<u32>(select(mx[x], nan_f32(), bad[x])); dst[2u * pr + 1u] = bitcast<u32>(lsum[x]); }}\n                    \
+             put_raw(p.part_start + pr * dv + c, o, n);\n                \
+             }} else {{\n                    \
+             store4(grow * dv + c, finish(o, lsum[x], bad[x], visible(i, tq, tk, causal)), n);\n                }}\n            \
+             }}\n        }}\n        workgroupBarrier();\n    }}\n"
+        );
+        s
+    })
 }
 
 /// The kernel merging split partial rows into the final output of dtype `out`.
