@@ -12,6 +12,12 @@ use std::borrow::Cow;
 /// Elements per parallel task. Large enough to amortise scheduling, small enough to split 1M elements.
 pub(crate) const CHUNK: usize = 1 << 15;
 
+/// Outputs of at most this many elements are computed on the calling thread. Below it, handing
+/// chunks to rayon's workers (a wake-up and a wait per op, from a caller outside the pool) costs
+/// more than splitting saves: a 100k-element f32 add from Python took 2.3x NumPy's time in chunks
+/// (issue 38; `crates/kiln-py/bench/percall.py`).
+pub(crate) const SERIAL_MAX: usize = 1 << 17;
+
 /// A zero-initialised vector (an allocation failure unwinds to `alloc::guard`); for large `n` the pages come straight from the OS (no memset pass), and
 /// on Linux they are asked to be transparent huge pages (as NumPy does): faulting in 2 MiB pages
 /// instead of 4 KiB ones is what lets a bandwidth-bound op reach memory speed on fresh output.
@@ -39,7 +45,8 @@ fn advise_huge_pages<T>(v: &[T]) {
     }
 }
 
-/// Runs `row(out_segment, operand_offsets, operand_inner_strides)` over the output in parallel. The
+/// Runs `row(out_segment, operand_offsets, operand_inner_strides)` over the output (in parallel above
+/// [`SERIAL_MAX`] elements). The
 /// output is row-major over `dims`; operand `i` is described by `strides[i]` and `offsets[i]`.
 pub(crate) fn for_each_segment<U: Send, const N: usize>(
     dims: &[usize],
@@ -78,7 +85,7 @@ pub(crate) fn for_each_segment<U: Send, const N: usize>(
             pos += len;
         }
     };
-    if n <= CHUNK {
+    if n <= SERIAL_MAX {
         run(0, out);
     } else {
         out.par_chunks_mut(CHUNK).enumerate().for_each(|(i, chunk)| run(i * CHUNK, chunk));
@@ -177,7 +184,7 @@ mod tests {
 
     #[test]
     fn parallel_chunks_cover_odd_sizes() {
-        let n = 3 * CHUNK + 17;
+        let n = SERIAL_MAX + 3 * CHUNK + 17;
         let a: Vec<u32> = (0..n as u32).collect();
         let l = Layout::contiguous([n / 7 + 1, 7]).narrow("t", 0, 0, n / 7).unwrap();
         let out = unary_map(&a, &l, |x| x * 2);
