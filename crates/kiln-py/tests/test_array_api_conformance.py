@@ -1,7 +1,7 @@
 """What array-api-tests (2023.12, CPU) still found (issue 38), each case on both devices where the
 function runs there: integer bitwise ops and shifts of 0-d tensors, `unique_*` of a 0-d input,
 exact `int()`/`str()` of 64-bit integers, `acosh` below 1, the inspection object's dtypes,
-`expand_dims`' positional axis, `sign` of zeros and boolean masks with zero-size dims. Also the
+`expand_dims`' positional axis, `sign` of zeros and boolean masks with dims of size 0. Also the
 distribution name the package installs under."""
 
 import math
@@ -118,6 +118,19 @@ def test_boolean_mask_with_zero_size_dims(device, shape):
     # A mask over the leading dims only.
     m1 = np.zeros(shape[:1], bool)
     assert t[m1].shape == a[m1].shape
+
+
+@pytest.mark.parametrize("shape, mask", [((0, 1), (0, 0)), ((2, 1), (2, 0)), ((3, 2, 5), (0, 2)), ((1,), (0,))])
+def test_boolean_mask_dims_of_size_0_match_any_size(device, shape, mask):
+    """A mask dim of size 0 selects nothing whatever the tensor's dim (NumPy's rule; array-api-tests
+    draws such masks): `tensor of shape (0, 1)[mask of shape (0, 0)]` raised IndexError."""
+    a = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    t = kiln.asarray(a, device=device)
+    m = np.zeros(mask, bool)
+    assert t[m].shape == a[m].shape
+    assert t[kiln.asarray(m, device=device)].shape == a[m].shape
+    with pytest.raises(IndexError):
+        t[np.zeros((shape[0] + 1,), bool)]
 
 
 def test_distribution_name_is_not_the_taken_kiln():
