@@ -223,7 +223,10 @@ pub fn getitem(py: Python<'_>, t: &Tensor, key: &Bound<'_, PyAny>) -> PyResult<T
             }
             Item::Mask(m, shape) => {
                 let k = shape.len();
-                if cur.dims()[axis..axis + k] != shape[..] {
+                // A mask dim of size 0 matches any size (the mask then selects nothing), as in NumPy
+                // and the array API tests.
+                let fits = cur.dims()[axis..axis + k].iter().zip(&shape).all(|(&d, &m)| m == d || m == 0);
+                if !fits {
                     return Err(index_err(format!(
                         "boolean mask of shape {shape:?} does not match the indexed dims {:?} of shape {}",
                         &cur.dims()[axis..axis + k],

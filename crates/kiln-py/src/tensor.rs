@@ -279,14 +279,12 @@ impl PyTensor {
     fn __complex__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyComplex>> {
         Ok(pyo3::types::PyComplex::from_doubles(py, self.__float__(py)?, 0.0))
     }
-    fn __int__(&self, py: Python<'_>) -> PyResult<i64> {
-        let v = self.item(py)?;
-        match v.extract::<i64>() {
-            Ok(i) => Ok(i),
-            Err(_) => Ok(v.extract::<f64>()?.trunc() as i64),
-        }
+    /// `int(t)` of a one-element tensor: Python's `int` of its value (exact for every integer dtype,
+    /// uint64 above 2**63 too; floats truncate, NaN raises ValueError and inf OverflowError).
+    fn __int__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.item(py)?.call_method0("__int__")
     }
-    fn __index__(&self, py: Python<'_>) -> PyResult<i64> {
+    fn __index__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         if !self.t.dtype().is_int() {
             return Err(type_err("__index__", format!("only integer tensors are indices, got {}", self.t.dtype())));
         }
@@ -316,9 +314,11 @@ impl PyTensor {
         let body: String = np.getattr("array2string")?.call((host,), Some(&kwargs))?.extract()?;
         Ok(format!("tensor({body}, dtype={}, device={})", np_name(self.t.dtype()), self.t.device().name()))
     }
+    /// Printed like NumPy's `str`: `[[1. 2.]\n [3. 4.]]` (through NumPy, so int64 and uint64 values
+    /// print exactly).
     fn __str__(&self, py: Python<'_>) -> PyResult<String> {
-        let t = self.t.clone();
-        run(py, "str", move || Ok(format!("{t}")))
+        let host = crate::interop::to_numpy(py, &self.t, None)?;
+        py.import("numpy")?.getattr("array2string")?.call1((host,))?.extract()
     }
 
     /// Tensors pickle as their host values (dtype and shape kept), unpickled on the CPU.

@@ -97,7 +97,7 @@ def _bitwise(op, f, x1, x2):
         return _gpu_words(op, a.broadcast_to(shape), b.broadcast_to(shape))
     a, b, dt = _int_pair(op, x1, x2)
     with np.errstate(all="ignore"):
-        return _kiln.asarray(np.ascontiguousarray(f(a, b)), dtype=dt, device=x1.device)
+        return _kiln.asarray(np.asarray(f(a, b), order="C"), dtype=dt, device=x1.device)
 
 
 def bitwise_and(x1, x2, /):
@@ -131,7 +131,7 @@ def _shift(op, f, x1, x2):
         r = np.where(big, zero, r)
     else:
         r = np.where(big, np.where(a < 0, np.array(-1).astype(a.dtype), zero), r)
-    return _kiln.asarray(np.ascontiguousarray(r.astype(a.dtype)), dtype=dt, device=x1.device)
+    return _kiln.asarray(np.asarray(r, dtype=a.dtype, order="C"), dtype=dt, device=x1.device)
 
 
 def bitwise_left_shift(x1, x2, /):
@@ -152,4 +152,4 @@ def bitwise_invert(x, /):
         return x.logical_not()
     if x.device.is_gpu:
         return _gpu_words("bitwise_invert", x, x)
-    return _kiln.asarray(np.ascontiguousarray(np.invert(np.asarray(x))), dtype=x.dtype, device=x.device)
+    return _kiln.asarray(np.asarray(np.invert(np.asarray(x)), order="C"), dtype=x.dtype, device=x.device)

@@ -167,6 +167,8 @@ def acosh(x, /):
     t = _where(big, 1.0, x) - 1.0
     small = log1p(t + (t * t + 2.0 * t).sqrt())
     r = _where(big, x.log() + _LN2, small)
+    # Below 1 (large negative inputs included, where `small` overflows to inf or cancels to 0): NaN.
+    r = _where(x < 1.0, x * math.nan, r)
     return _done(r, d)
 
 

@@ -21,11 +21,11 @@ def _host(x):
 
 
 def _back(a, like, dtype):
-    return _kiln.asarray(np.ascontiguousarray(a), dtype=dtype, device=like.device)
+    return _kiln.asarray(np.asarray(a, order="C"), dtype=dtype, device=like.device)
 
 
 def _index(a, like):
-    return _kiln.asarray(np.ascontiguousarray(a, dtype=np.int64), device=like.device)
+    return _kiln.asarray(np.asarray(a, dtype=np.int64, order="C"), device=like.device)
 
 
 def _axis(x, axis):

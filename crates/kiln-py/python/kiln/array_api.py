@@ -108,7 +108,15 @@ def _is_scalar(x):
 # Element-wise functions kiln implements.
 abs = _unary("abs", "abs")
 negative = _unary("negative", "neg")
-sign = _unary("sign", "sign")
+
+
+def sign(x, /):
+    """-1, 0 or 1 by the sign of `x` (NaN stays NaN). Zeros of either sign give +0, as the standard
+    (and NumPy) have it; kiln's `Tensor.sign` keeps the zero's sign."""
+    s = _t(x).sign()
+    return s + 0.0 if s.dtype.is_float else s  # -0 + 0 = +0 (IEEE round to nearest)
+
+
 sqrt = _unary("sqrt", "sqrt")
 exp = _unary("exp", "exp")
 log = _unary("log", "log")
@@ -177,7 +185,7 @@ def squeeze(x, /, axis):
     return _t(x).squeeze(axis)
 
 
-def expand_dims(x, /, *, axis=0):
+def expand_dims(x, /, axis=0):
     """A new axis of size 1 at `axis` (-x.ndim - 1 <= axis <= x.ndim; IndexError outside)."""
     x = _t(x)
     if not isinstance(axis, int) or not -x.ndim - 1 <= axis <= x.ndim:

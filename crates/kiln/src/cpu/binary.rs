@@ -70,6 +70,7 @@ where
         return out;
     }
     strided::for_each_segment(
+        strided::SERIAL_MAX,
         al.dims(),
         [al.strides(), bl.strides()],
         [al.offset(), bl.offset()],
@@ -573,6 +574,7 @@ fn select<T: Copy + Send + Sync + bytemuck::Zeroable>(
         return out;
     }
     strided::for_each_segment(
+        strided::SERIAL_MAX,
         ml.dims(),
         [ml.strides(), tl.strides(), fl.strides()],
         [ml.offset(), tl.offset(), fl.offset()],

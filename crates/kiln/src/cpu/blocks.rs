@@ -60,7 +60,7 @@ where
     if out.is_empty() {
         return out;
     }
-    strided::for_each_segment(l.dims(), [l.strides()], [l.offset()], &mut out, |o, [a], [sa]| {
+    strided::for_each_segment(strided::CHUNK, l.dims(), [l.strides()], [l.offset()], &mut out, |o, [a], [sa]| {
         if sa == 1 {
             f(&data[a..a + o.len()], o);
         } else if o.len() <= SMALL {

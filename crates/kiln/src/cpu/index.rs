@@ -130,6 +130,7 @@ fn gather_t<T: Copy + Send + Sync + bytemuck::Zeroable>(
     let id_strides = il.shape().contiguous_strides();
     let mut out: Vec<T> = strided::zeroed(il.elem_count());
     strided::for_each_segment(
+        strided::CHUNK,
         il.dims(),
         [&src_strides, &id_strides],
         [l.offset(), 0],

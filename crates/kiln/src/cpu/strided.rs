@@ -12,6 +12,13 @@ use std::borrow::Cow;
 /// Elements per parallel task. Large enough to amortise scheduling, small enough to split 1M elements.
 pub(crate) const CHUNK: usize = 1 << 15;
 
+/// Outputs of cheap elementwise ops (binary arithmetic, comparisons, `where`) of at most this many
+/// elements are computed on the calling thread. Below it, handing chunks to rayon's workers (a
+/// wake-up and a wait per op, from a caller outside the pool) costs more than splitting saves: a
+/// 100k-element f32 add from Python took 2.3x NumPy's time in chunks (`crates/kiln-py/bench/percall.py`).
+/// Unary maps (`exp`, `tanh`, casts) and gathers keep [`CHUNK`]: their work per element is larger.
+pub(crate) const SERIAL_MAX: usize = 1 << 17;
+
 /// A zero-initialised vector (an allocation failure unwinds to `alloc::guard`); for large `n` the pages come straight from the OS (no memset pass), and
 /// on Linux they are asked to be transparent huge pages (as NumPy does): faulting in 2 MiB pages
 /// instead of 4 KiB ones is what lets a bandwidth-bound op reach memory speed on fresh output.
@@ -39,9 +46,11 @@ fn advise_huge_pages<T>(v: &[T]) {
     }
 }
 
-/// Runs `row(out_segment, operand_offsets, operand_inner_strides)` over the output in parallel. The
+/// Runs `row(out_segment, operand_offsets, operand_inner_strides)` over the output (in parallel above
+/// `serial_max` elements: [`SERIAL_MAX`] or [`CHUNK`]). The
 /// output is row-major over `dims`; operand `i` is described by `strides[i]` and `offsets[i]`.
 pub(crate) fn for_each_segment<U: Send, const N: usize>(
+    serial_max: usize,
     dims: &[usize],
     strides: [&[usize]; N],
     offsets: [usize; N],
@@ -78,7 +87,7 @@ pub(crate) fn for_each_segment<U: Send, const N: usize>(
             pos += len;
         }
     };
-    if n <= CHUNK {
+    if n <= serial_max {
         run(0, out);
     } else {
         out.par_chunks_mut(CHUNK).enumerate().for_each(|(i, chunk)| run(i * CHUNK, chunk));
@@ -101,7 +110,7 @@ where
     F: Fn(T) -> U + Sync,
 {
     let mut out = zeroed(l.elem_count());
-    for_each_segment(l.dims(), [l.strides()], [l.offset()], &mut out, |o, [a], [sa]| {
+    for_each_segment(CHUNK, l.dims(), [l.strides()], [l.offset()], &mut out, |o, [a], [sa]| {
         if sa == 1 {
             let n = o.len();
             for (o, &x) in o.iter_mut().zip(&data[a..a + n]) {
