@@ -1,7 +1,9 @@
 //! A paged KV cache for serving many sequences: one [`kiln::KvBlockPool`] per layer (fixed-size
-//! blocks, allocated once), a free list, and per sequence a block table. A sequence gets its blocks
-//! when it is admitted ([`PagedPool::reserve`], for every position it can reach) and gives them back
-//! when dropped, so admission is decided by free blocks and memory never grows past the pool.
+//! blocks, allocated once), a free list, and per sequence a block table. A sequence gets blocks for
+//! its first positions when it is admitted ([`PagedPool::reserve`]), more as it generates
+//! ([`PagedPool::grow`], appended to its table) and gives them all back when dropped, so admission is
+//! decided by free blocks and memory never grows past the pool. The block table reaches the kernels
+//! afresh with every batched step, so a grown table is seen at the next step.
 //!
 //! A batched step ([`crate::Model::forward_batch`]) writes the new positions of every decode token and
 //! of every token of prompt chunks up to [`crate::model::PAGED_CHUNK`] tokens with one
@@ -95,6 +97,25 @@ impl PagedPool {
             free: self.free.clone(),
         })
     }
+
+    /// Appends free blocks to `seq`'s table until it holds `positions` positions; `false` (and no
+    /// block taken) when too few are free or `seq` is not from this pool.
+    pub fn grow(&self, seq: &mut PagedSeq, positions: usize) -> bool {
+        if !Arc::ptr_eq(&self.free, &seq.free) {
+            return false;
+        }
+        let n = positions.div_ceil(self.block_size).saturating_sub(seq.blocks.len());
+        if n == 0 {
+            return true;
+        }
+        let Ok(mut free) = self.free.lock() else { return false };
+        if free.len() < n {
+            return false;
+        }
+        let at = free.len() - n;
+        seq.blocks.extend(free.drain(at..).rev());
+        true
+    }
 }
 
 /// One sequence's block table in a [`PagedPool`]; its blocks go back to the pool when dropped.
@@ -173,5 +194,44 @@ impl Drop for PagedSeq {
         if let Ok(mut free) = self.free.lock() {
             free.extend(self.blocks.drain(..).rev());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{LoadOptions, ModelDir};
+    use kiln::{DType, Device};
+
+    fn pool(blocks: usize) -> PagedPool {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llama");
+        let opts = LoadOptions { dtype: DType::F32, max_context: 64, progress: None };
+        let model = ModelDir::open(dir).unwrap().load(&Device::cpu(), opts).unwrap();
+        PagedPool::new(&model, 4, blocks).unwrap()
+    }
+
+    /// Growth appends free blocks to the table (the reserved ones stay first), takes none when too
+    /// few are free, refuses a sequence of another pool, and every block goes back on drop.
+    #[test]
+    fn grow_appends_blocks_or_takes_none() {
+        let p = pool(5);
+        let mut a = p.reserve(3).unwrap();
+        let mut b = p.reserve(4).unwrap();
+        assert_eq!((a.block_table(), b.block_table()), (&[0][..], &[1][..]));
+        assert!(p.grow(&mut a, 4), "within its capacity: nothing to take");
+        assert_eq!(a.capacity(), 4);
+        assert!(p.grow(&mut a, 9));
+        assert_eq!(a.block_table(), &[0, 2, 3]);
+        assert_eq!((a.capacity(), p.used_blocks()), (12, 4));
+        assert!(!p.grow(&mut b, 12), "two more blocks, one free");
+        assert_eq!((b.block_table(), p.free_blocks()), (&[1][..], 1));
+        let other = pool(2);
+        assert!(!other.grow(&mut b, 8), "a sequence of another pool");
+        assert_eq!(other.free_blocks(), 2);
+        drop(a);
+        assert!(p.grow(&mut b, 12));
+        assert_eq!(b.block_table(), &[1, 0, 2]);
+        drop(b);
+        assert_eq!(p.free_blocks(), 5);
     }
 }

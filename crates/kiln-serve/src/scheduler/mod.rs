@@ -1,6 +1,10 @@
 //! The scheduler: one thread that owns the model and runs continuous batching. Requests wait in a
 //! bounded queue; at every token boundary finished and cancelled sequences leave the batch and
-//! waiting ones join it (while the batch has room and the KV pool has blocks for them). One step
+//! waiting ones join it (while the batch has room and the KV pool has blocks for their prompt and a
+//! first block of answer). Before each step a running sequence whose blocks are full gets another;
+//! when the pool has none left, the youngest running sequence is preempted: its blocks go back, and
+//! it waits, ahead of new requests, to be recomputed from its prompt and the tokens it already sent
+//! (as vLLM preempts by recompute), then goes on where it stopped. One step
 //! runs one [`Model::forward_batch`] over every active sequence: a decode token for each running
 //! sequence plus prompt chunks of the ones still prefilling (at most `prefill_chunk` prompt tokens a
 //! step, so a long prompt does not stall the running streams). Nothing here knows about HTTP.
@@ -195,8 +199,27 @@ struct Seq {
     req: GenRequest,
     kv: PagedSeq,
     sampler: Sampler,
-    /// Prompt tokens already through the model.
+    /// After a preemption: the prompt and every answer token but the last, to prefill again.
+    replay: Option<Vec<u32>>,
+    /// Tokens of [`Seq::prefill`] already through the model.
     fed: usize,
+    out: Vec<u32>,
+    arrived: Instant,
+    first_token: Option<Instant>,
+}
+
+impl Seq {
+    /// The tokens to prefill before decoding: the prompt, or after a preemption the prompt and the
+    /// answer so far but its last token (which the next decode step feeds).
+    fn prefill(&self) -> &[u32] {
+        self.replay.as_deref().unwrap_or(&self.req.prompt)
+    }
+}
+
+/// A preempted sequence, without KV blocks, waiting to be recomputed.
+struct Parked {
+    req: GenRequest,
+    sampler: Sampler,
     out: Vec<u32>,
     arrived: Instant,
     first_token: Option<Instant>,
@@ -254,13 +277,16 @@ impl Worker {
     fn run(mut self) {
         let mut waiting: VecDeque<(GenRequest, Instant)> = VecDeque::new();
         let mut active: Vec<Seq> = Vec::new();
+        // Preempted sequences, in the order they were preempted; they rejoin before new requests.
+        let mut parked: VecDeque<Parked> = VecDeque::new();
         let mut connected = true;
         loop {
-            if active.is_empty() && waiting.is_empty() {
+            let idle = active.is_empty() && waiting.is_empty() && parked.is_empty();
+            if idle {
                 self.end_burst();
             }
             // Intake: block only when there is nothing to run.
-            if active.is_empty() && waiting.is_empty() && connected {
+            if idle && connected {
                 match self.rx.recv_timeout(Duration::from_millis(50)) {
                     Ok(r) => waiting.push_back((r, Instant::now())),
                     Err(mpsc::RecvTimeoutError::Timeout) => continue,
@@ -286,25 +312,33 @@ impl Worker {
                 keep
             });
             // Sequences whose client went away leave now (their blocks go back to the pool).
-            let before = active.len();
+            let before = active.len() + parked.len();
             active.retain(|s| !s.req.events.is_closed());
-            self.metrics.cancelled_total.fetch_add((before - active.len()) as u64, Ordering::Relaxed);
+            parked.retain(|s| !s.req.events.is_closed());
+            let cancelled = before - active.len() - parked.len();
+            self.metrics.cancelled_total.fetch_add(cancelled as u64, Ordering::Relaxed);
             if stopping && self.metrics.past_shutdown_deadline() {
+                let late = "the server shut down before the answer ended";
                 for s in active.drain(..) {
-                    let _ = s.req.events.send(Event::Error("the server shut down before the answer ended".into()));
+                    let _ = s.req.events.send(Event::Error(late.into()));
+                }
+                for s in parked.drain(..) {
+                    let _ = s.req.events.send(Event::Error(late.into()));
                 }
             }
-            if active.is_empty() && waiting.is_empty() && !connected {
+            if active.is_empty() && waiting.is_empty() && parked.is_empty() && !connected {
                 break;
             }
-            self.admit(&mut waiting, &mut active);
+            // The running sequences' next positions first; admission takes what is left.
+            self.grow(&mut active, &mut parked);
+            self.admit(&mut waiting, &mut parked, &mut active);
             self.publish(&active);
             if !active.is_empty() {
                 self.start_burst();
                 self.metrics.profile.add(StepPhase::Intake, intake.elapsed());
             }
             if active.is_empty() {
-                if !waiting.is_empty() {
+                if !waiting.is_empty() || !parked.is_empty() {
                     // Nothing fits (cannot happen: a request that fits an empty pool was checked on
                     // arrival); avoid spinning.
                     std::thread::sleep(Duration::from_millis(5));
@@ -354,14 +388,41 @@ impl Worker {
         }
     }
 
-    /// Moves waiting requests into the batch while it has room and the pool has their blocks.
-    fn admit(&mut self, waiting: &mut VecDeque<(GenRequest, Instant)>, active: &mut Vec<Seq>) {
+    /// Positions a sequence gets on admission: the `prefill` tokens and a first block of answer
+    /// (at most `max_tokens`, the context and the whole pool); it grows from there.
+    fn first_span(&self, prefill: usize, max_tokens: usize) -> usize {
+        let first = self.pool.block_size().min(max_tokens);
+        (prefill + first).min(self.model.max_context()).min(self.pool_positions())
+    }
+
+    fn pool_positions(&self) -> usize {
+        self.pool.total_blocks() * self.pool.block_size()
+    }
+
+    /// Moves preempted sequences, then waiting requests, into the batch while it has room and the
+    /// pool has blocks for their prefill and a first block of answer. A preempted sequence that does
+    /// not fit holds back the new requests (so that it cannot starve).
+    fn admit(
+        &mut self,
+        waiting: &mut VecDeque<(GenRequest, Instant)>,
+        parked: &mut VecDeque<Parked>,
+        active: &mut Vec<Seq>,
+    ) {
+        while active.len() < self.opts.max_batch {
+            let Some(p) = parked.front() else { break };
+            // Its KV held the prompt and every answer token but the last.
+            let kept = &p.out[..p.out.len().saturating_sub(1)];
+            let replay: Vec<u32> = p.req.prompt.iter().chain(kept).copied().collect();
+            let Some(kv) = self.pool.reserve(self.first_span(replay.len(), p.req.max_tokens - p.out.len())) else {
+                return;
+            };
+            let Parked { req, sampler, out, arrived, first_token } = parked.pop_front().expect("front");
+            active.push(Seq { req, kv, sampler, replay: Some(replay), fed: 0, out, arrived, first_token });
+        }
         while active.len() < self.opts.max_batch {
             let Some((req, _)) = waiting.front() else { break };
-            // Every position the sequence can reach: its prompt and answer, within the context and
-            // the whole pool (an answer that would outgrow the pool ends there with `length`).
-            let pool = self.pool.total_blocks() * self.pool.block_size();
-            let need = (req.prompt.len() + req.max_tokens).min(self.model.max_context()).min(pool);
+            let pool = self.pool_positions();
+            let need = self.first_span(req.prompt.len(), req.max_tokens);
             if req.prompt.len() >= pool {
                 // The HTTP layer refuses such prompts (400) before they get here.
                 let (req, _) = waiting.pop_front().expect("front");
@@ -382,7 +443,27 @@ impl Worker {
                     continue;
                 }
             };
-            active.push(Seq { req, kv, sampler, fed: 0, out: Vec::new(), arrived, first_token: None });
+            active.push(Seq { req, kv, sampler, replay: None, fed: 0, out: Vec::new(), arrived, first_token: None });
+        }
+    }
+
+    /// Gives every sequence of `active` the blocks its next step writes (all of its prefill, or
+    /// one more position), oldest first; a sequence just admitted has them already. When the pool
+    /// has none left, the youngest running sequence (possibly the one growing) is preempted into
+    /// `parked`, its blocks back in the pool. A sequence alone always fits: `deliver` ends an
+    /// answer whose positions fill the whole pool.
+    fn grow(&self, active: &mut Vec<Seq>, parked: &mut VecDeque<Parked>) {
+        let mut i = 0;
+        while i < active.len() {
+            let s = &mut active[i];
+            let need = s.prefill().len().max(s.kv.len() + 1);
+            if self.pool.grow(&mut s.kv, need) {
+                i += 1;
+                continue;
+            }
+            // Its blocks go back to the pool as `kv` drops.
+            let Seq { req, sampler, out, arrived, first_token, .. } = active.pop().expect("a sequence to preempt");
+            parked.push_back(Parked { req, sampler, out, arrived, first_token });
         }
     }
 
@@ -411,8 +492,8 @@ impl Worker {
             let _ = s.req.events.send(Event::Token(next));
             let stop = s.req.stop_tokens.contains(&next);
             // As `kiln_llm::generate`: the answer ends at max_tokens, a stop token or a full context
-            // (here also: when its KV blocks are full, for an answer capped by the pool's size).
-            let full = s.kv.len() >= self.model.max_context().min(s.kv.capacity());
+            // (here also: when its positions would outgrow the whole pool, which no growth can give).
+            let full = s.kv.len() >= self.model.max_context().min(self.pool_positions());
             if s.out.len() >= s.req.max_tokens || stop || full {
                 let finish = if stop { Finish::Stop } else { Finish::Length };
                 let _ = s.req.events.send(Event::Done {
@@ -472,7 +553,7 @@ mod tests {
         model: Model,
         opts: SchedulerOptions,
         requests: Vec<(Vec<u32>, usize, SamplingParams)>,
-    ) -> (Vec<Vec<u32>>, Arc<Metrics>) {
+    ) -> (Vec<Vec<u32>>, Arc<Metrics>, Vec<Finish>) {
         let metrics = Arc::new(Metrics::default());
         let (tx, rx) = mpsc::channel();
         let mut outs = Vec::new();
@@ -485,25 +566,25 @@ mod tests {
         drop(tx);
         let worker = Worker::new(model, opts, rx, metrics.clone(), Arc::new(AtomicBool::new(false))).unwrap();
         let thread = std::thread::spawn(move || worker.run());
-        let answers = outs
+        let (answers, finishes) = outs
             .into_iter()
             .map(|mut rx| {
                 let mut toks = Vec::new();
                 loop {
                     match rx.blocking_recv() {
                         Some(Event::Token(t)) => toks.push(t),
-                        Some(Event::Done { completion_tokens, .. }) => {
+                        Some(Event::Done { completion_tokens, finish, .. }) => {
                             assert_eq!(completion_tokens, toks.len());
-                            break toks;
+                            break (toks, finish);
                         }
                         Some(Event::Error(e) | Event::Refused(e)) => panic!("generation failed: {e}"),
                         None => panic!("the scheduler stopped before the answer ended"),
                     }
                 }
             })
-            .collect();
+            .unzip();
         thread.join().unwrap();
-        (answers, metrics)
+        (answers, metrics, finishes)
     }
 
     fn options(prefill_chunk: usize) -> SchedulerOptions {
@@ -525,7 +606,7 @@ mod tests {
             let reqs: Vec<_> =
                 (0..8).map(|i| (prompt(3 + i, 5 + 3 * i as usize), 6, SamplingParams::default())).collect();
             let tokens: u64 = reqs.iter().map(|r| r.0.len() as u64).sum();
-            let (answers, m) = serve_burst(load(&dev), options(512), reqs);
+            let (answers, m, _) = serve_burst(load(&dev), options(512), reqs);
             assert!(answers.iter().all(|a| a.len() == 6), "{answers:?}");
             let steps = m.steps_total.load(Ordering::Relaxed);
             assert_eq!(steps, 6, "8 prompts arriving together took {steps} steps for 6 tokens each ({dev:?})");
@@ -543,7 +624,7 @@ mod tests {
     fn warm_up_leaves_nothing_behind() {
         for dev in devices() {
             let reqs: Vec<_> = (0..3).map(|i| (prompt(9 + i, 4 + i as usize), 5, SamplingParams::default())).collect();
-            let (cold, _) = serve_burst(load(&dev), options(512), reqs.clone());
+            let (cold, ..) = serve_burst(load(&dev), options(512), reqs.clone());
             let metrics = Arc::new(Metrics::default());
             let (_tx, rx) = mpsc::channel();
             let mut w =
@@ -553,7 +634,7 @@ mod tests {
             assert_eq!(w.pool.used_blocks(), 0);
             assert_eq!(metrics.steps_total.load(Ordering::Relaxed), 0);
             assert_eq!(metrics.completion_tokens_total.load(Ordering::Relaxed), 0);
-            let (warm, _) = serve_burst(w.model, options(512), reqs);
+            let (warm, ..) = serve_burst(w.model, options(512), reqs);
             assert_eq!(warm, cold, "{dev:?}");
         }
     }
@@ -580,9 +661,60 @@ mod tests {
                     kiln_llm::generate(&model, &mut model.new_cache(), p, &opts, |_| Ok(())).unwrap().0
                 })
                 .collect();
-            let (answers, m) = serve_burst(model, options(48), reqs);
+            let (answers, m, _) = serve_burst(model, options(48), reqs);
             assert_eq!(answers, alone, "{dev:?}");
             assert!(m.profile.budget_full_steps.load(Ordering::Relaxed) > 0, "the budget should cut prompts");
+        }
+    }
+
+    /// Requests without `max_tokens` (their answers may run to the end of the context) are admitted
+    /// by their prompt and a first block, not by the whole span: four fit a pool of 8 blocks at once
+    /// (a pool that holds one such span). As they generate, their blocks grow until the pool runs
+    /// out, and the youngest is preempted and later recomputed: every answer runs until its
+    /// positions fill the whole pool (`length`), token for token the answer it gets alone, and every
+    /// block comes back.
+    #[test]
+    fn open_ended_requests_share_a_small_pool() {
+        for dev in devices() {
+            let opts = SchedulerOptions { max_batch: 8, block_size: 8, kv_blocks: 8, ..options(512) };
+            let pool = opts.block_size * opts.kv_blocks;
+            let model = load(&dev);
+            // Without max_tokens the HTTP layer asks for the rest of the context.
+            let ctx = model.max_context();
+            assert!(ctx > pool);
+            let reqs: Vec<_> = (0..4)
+                .map(|i| {
+                    let p = prompt(7 + i, 3 + i as usize);
+                    let n = ctx - p.len();
+                    (p, n, SamplingParams::default())
+                })
+                .collect();
+
+            // All four join the batch at once.
+            let metrics = Arc::new(Metrics::default());
+            let (_tx, rx) = mpsc::channel();
+            let mut w = Worker::new(model, opts.clone(), rx, metrics, Arc::new(AtomicBool::new(false))).unwrap();
+            let mut waiting: VecDeque<_> =
+                reqs.iter().map(|(p, n, s)| (request(p.clone(), *n, s.clone()).0, Instant::now())).collect();
+            let (mut parked, mut active) = (VecDeque::new(), Vec::new());
+            w.admit(&mut waiting, &mut parked, &mut active);
+            assert_eq!((active.len(), waiting.len()), (4, 0), "{dev:?}");
+            drop(active);
+            assert_eq!(w.pool.used_blocks(), 0);
+
+            let alone: Vec<Vec<u32>> =
+                reqs.iter().map(|r| serve_burst(load(&dev), opts.clone(), vec![r.clone()]).0.remove(0)).collect();
+            let (answers, m, finishes) = serve_burst(w.model, opts.clone(), reqs.clone());
+            for ((a, (p, ..)), f) in alone.iter().zip(&reqs).zip(&finishes) {
+                // Positions 0..pool hold the prompt and every token but the last.
+                assert_eq!(a.len(), pool + 1 - p.len(), "{dev:?}");
+                assert_eq!(*f, Finish::Length);
+            }
+            assert_eq!(answers, alone, "{dev:?}");
+            assert_eq!(m.kv_blocks_used.load(Ordering::Relaxed), 0);
+            let steps = m.steps_total.load(Ordering::Relaxed) as usize;
+            let serial: usize = alone.iter().map(Vec::len).sum();
+            assert!(steps < serial, "{steps} steps: the answers did not run together ({serial} one by one)");
         }
     }
 }

@@ -48,7 +48,7 @@ impl Worker {
         let feeds = active
             .iter()
             .map(|s| {
-                let left = s.req.prompt.len() - s.fed;
+                let left = s.prefill().len() - s.fed;
                 if left == 0 {
                     return Feed::Decode;
                 }
@@ -142,13 +142,13 @@ fn batch_of<'a>(active: &'a mut [Seq], feeds: &[Feed]) -> (Vec<BatchSeq<'a>>, Ve
     let mut counts = RowCounts { decode: 0, prefill: 0, prefill_tokens: 0 };
     let mut batch = Vec::with_capacity(active.len());
     for (i, (s, feed)) in active.iter_mut().zip(feeds).enumerate() {
-        let Seq { req, kv, out, .. } = s;
+        let Seq { req, kv, out, replay, .. } = s;
         let tokens: &[u32] = match *feed {
             Feed::Wait => continue,
             Feed::Prompt(a, b) => {
                 counts.prefill += 1;
                 counts.prefill_tokens += (b - a) as u64;
-                &req.prompt[a..b]
+                &replay.as_deref().unwrap_or(&req.prompt)[a..b]
             }
             Feed::Decode => {
                 counts.decode += 1;
@@ -174,7 +174,8 @@ fn next_tokens(
 ) -> kiln_llm::Result<Vec<Option<u32>>> {
     let produces = |i: usize| match feeds[i] {
         Feed::Decode => true,
-        Feed::Prompt(_, b) => b == active[i].req.prompt.len(),
+        // A recomputed sequence (preempted) already has the token its prefill's last row gives.
+        Feed::Prompt(_, b) => b == active[i].prefill().len() && active[i].out.is_empty(),
         Feed::Wait => false,
     };
     let (mut greedy, mut sampled) = (Vec::new(), Vec::new()); // (logits row, active index)

@@ -64,7 +64,16 @@ impl Worker {
                     GenRequest { prompt, max_tokens, sampling: sampling.clone(), seed: 0, stop_tokens: vec![], events };
                 let sampler = Sampler::new(sampling, 0)?;
                 let arrived = Instant::now();
-                active.push(Seq { req, kv, sampler, fed: 0, out: Vec::new(), arrived, first_token: None });
+                active.push(Seq {
+                    req,
+                    kv,
+                    sampler,
+                    replay: None,
+                    fed: 0,
+                    out: Vec::new(),
+                    arrived,
+                    first_token: None,
+                });
             }
             while !active.is_empty() {
                 self.step(&mut active)?;
