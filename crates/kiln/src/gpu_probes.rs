@@ -35,7 +35,7 @@ pub fn matmul_coop_spec(
     // One read guard when both view the same storage: taking the same lock twice may deadlock.
     let sa = a.storage();
     let sb = if a.shares_storage_with(b) { None } else { Some(b.storage()) };
-    let (Storage::Gpu(ga), Storage::Gpu(gb)) = (&*sa, sb.as_deref().unwrap_or(&*sa)) else { return None };
+    let (ga, gb) = (sa.as_gpu()?, sb.as_deref().unwrap_or(&*sa).as_gpu()?);
     let out = matmul_coop(ga, a.layout(), gb, b.layout(), tile, false, emulate, spec)?;
     let mut dims = a.dims().to_vec();
     *dims.last_mut().unwrap() = b.dims()[b.rank() - 1];
@@ -59,7 +59,7 @@ pub fn sdpa_coop_tensors(
     let d = q.dims()[3];
     let scale = scale.unwrap_or(1.0 / (d.max(1) as f64).sqrt());
     let (sq, sk, sv) = (q.storage(), k.storage(), v.storage());
-    let (Storage::Gpu(gq), Storage::Gpu(gk), Storage::Gpu(gv)) = (&*sq, &*sk, &*sv) else { return None };
+    let (gq, gk, gv) = (sq.as_gpu()?, sk.as_gpu()?, sv.as_gpu()?);
     let p = AttentionParams { scale, causal };
     let out = try_flash_coop(gq, q.layout(), gk, k.layout(), gv, v.layout(), p, emulate, true)?;
     let dims = vec![q.dims()[0], q.dims()[1], q.dims()[2], v.dims()[3]];

@@ -55,6 +55,15 @@ macro_rules! three {
 }
 
 impl Storage {
+    /// The GPU storage, or `None` on another backend (the probes of `gpu_probes.rs` call GPU kernels
+    /// directly; every other op goes through the backend seam).
+    pub(crate) fn as_gpu(&self) -> Option<&GpuStorage> {
+        match self {
+            Storage::Gpu(g) => Some(g),
+            Storage::Cpu(_) => None,
+        }
+    }
+
     pub fn dtype(&self) -> DType {
         match self {
             Storage::Cpu(s) => s.dtype(),
