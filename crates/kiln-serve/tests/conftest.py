@@ -66,10 +66,14 @@ class Server:
 
 
 def generate(device, prompt, max_tokens, *extra):
-    """`kiln generate`'s answer text (stdout is the prompt, the answer, a newline)."""
+    """`kiln generate`'s answer text (stdout is the prompt, the answer, a newline), sampled as the
+    server samples a request: the fields the request names (in `extra`), else greedy with no top-k
+    and no repeat penalty (`kiln generate`'s own defaults are chat sampling, docs/LLM.md)."""
+    neutral = {"--temperature": "0", "--top-k": "0", "--repeat-penalty": "1"}
+    greedy = [x for flag, v in neutral.items() if flag not in extra for x in (flag, v)]
     out = subprocess.run(
         [str(KILN), "generate", "--model", str(FIXTURE), "--device", device, "--max-context", "256",
-         "--prompt", prompt, "--max-tokens", str(max_tokens), *extra],
+         "--prompt", prompt, "--max-tokens", str(max_tokens), *greedy, *extra],
         capture_output=True, text=True, timeout=300, check=True,
     ).stdout
     assert out.startswith(prompt) and out.endswith("\n"), out
