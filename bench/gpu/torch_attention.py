@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
 """PyTorch's scaled_dot_product_attention on the cases of examples/coop_attention.rs (issue 34's three
-shapes first): the same shapes, dtypes and FLOP count, timed with CUDA events (median of 50 runs after
-warm-up and a second of back-to-back runs). Prints one line per case, in the example's naming.
+shapes first): the same shapes, dtypes and FLOP count, timed as torch_ref.py times every op (its
+`measure`: CUDA events, the median of 50 runs after warm-up and a second of back-to-back runs).
+Prints one line per case, in the example's naming.
 
 Usage: python3 bench/gpu/torch_attention.py
 """
 
-import statistics
-import time
-
 import torch
 import torch.nn.functional as F
+
+from torch_ref import measure
 
 CASES = [
     (1, 32, 8, 2048, 128, True),
@@ -22,25 +22,6 @@ CASES = [
 ]
 
 
-def median_us(op, runs=50):
-    for _ in range(5):
-        op()
-    torch.cuda.synchronize()
-    end = time.time() + 1.0
-    while time.time() < end:
-        op()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(runs):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        op()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3)
-    return statistics.median(times)
-
-
 def main():
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}")
     for dtype, name in [(torch.float16, "f16"), (torch.bfloat16, "bf16")]:
@@ -49,7 +30,7 @@ def main():
             q = torch.randn(b, hq, t, d, device="cuda", dtype=dtype, generator=g)
             k = torch.randn(b, hkv, t, d, device="cuda", dtype=dtype, generator=g)
             v = torch.randn(b, hkv, t, d, device="cuda", dtype=dtype, generator=g)
-            us = median_us(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hq != hkv))
+            us = 1e6 * measure(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=hq != hkv))
             pairs = t * (t + 1) // 2 if causal else t * t
             flops = 4 * b * hq * d * pairs
             label = f"{name} {b}x{hq}/{hkv}x{t}x{d}{' causal' if causal else ''}"
