@@ -93,6 +93,9 @@ fn main() -> Result<()> {
         Case { name: "rand 16x16 d16", hq: 1, hkv: 1, tq: 16, tk: 16, d: 16, dv: 16, causal: false, kind: 0 },
         Case { name: "rand 4/2x70 d64 causal", hq: 4, hkv: 2, tq: 70, tk: 70, d: 64, dv: 64, causal: true, kind: 0 },
         Case { name: "rand 2/1x130 d128 causal", hq: 2, hkv: 1, tq: 130, tk: 130, d: 128, dv: 128, causal: true, kind: 0 },
+        // Past 7 key tiles (lavapipe's loop limit cut the emulated kernel short there) and tk > tq.
+        Case { name: "rand 1/1x130x900 d128 causal", hq: 1, hkv: 1, tq: 130, tk: 900, d: 128, dv: 128, causal: true, kind: 0 },
+        Case { name: "k0 32x900 d128", hq: 1, hkv: 1, tq: 32, tk: 900, d: 128, dv: 128, causal: false, kind: 1 },
     ];
     for c in &cases {
         let mut q = rng_vals(c.hq * c.tq * c.d, 1);

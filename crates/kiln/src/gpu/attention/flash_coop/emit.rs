@@ -1,0 +1,562 @@
+//! The kernel's source: `flash_coop.wgsl` with its placeholders filled for one [`Config`].
+
+use super::{emulation, Config, CoopAttnParams};
+use crate::gpu::pointwise::line_maxima::LINE_EXP;
+use crate::gpu::runtime::kernels::render;
+use crate::gpu::runtime::wgsl::PRELUDE;
+
+const SOURCE: &str = include_str!("flash_coop.wgsl");
+
+impl Config {
+    fn mat(&self, t: &str, role: &str) -> String {
+        format!("coop_mat{s}x{s}<{t}, {role}>", s = self.s)
+    }
+    /// A fragment of `role` at half index `idx` of `arr`, row-major (`t`) or column-major, rows `ld`
+    /// apart.
+    fn frag(&self, t: bool, role: &str, arr: &str, idx: String, ld: u32) -> String {
+        if self.emulate {
+            format!("vec3<u32>({idx}, {ld}u, {}u)", t as u32)
+        } else {
+            let (idx, ld) = self.unit_index(idx, ld);
+            format!("{}<{}>(&{arr}[{idx}], {ld}u)", if t { "coopLoadT" } else { "coopLoad" }, self.mat("f16", role))
+        }
+    }
+    /// An element index and row stride in units of the workgroup arrays' element.
+    fn unit_index(&self, idx: String, ld: u32) -> (String, u32) {
+        if self.unit == 1 {
+            (idx, ld)
+        } else {
+            (format!("({idx}) >> 2u"), ld / 4)
+        }
+    }
+    /// `acc += a b` for the product `which` (`qk` or `pv`).
+    fn mma(&self, which: &str, a: &str, b: &str, acc: &str) -> String {
+        if self.emulate {
+            format!("{acc} = emu_mma_{which}({a}, {b}, {acc}, lane);")
+        } else {
+            format!("{acc} = coopMultiplyAdd({a}, {b}, {acc});")
+        }
+    }
+    /// Stores accumulator `acc` row-major at f32 index `off` of `ss`.
+    fn store(&self, acc: &str, off: String) -> String {
+        if self.emulate {
+            format!("emu_store({acc}, {off}, {}u, lane);", self.ls())
+        } else {
+            let (off, ld) = self.unit_index(off, self.ls());
+            format!("coopStoreT({acc}, &ss[{off}], {ld}u);")
+        }
+    }
+    /// Loads accumulator `acc` row-major from f32 index `off` of `ss`.
+    fn load_acc(&self, acc: &str, off: String) -> String {
+        if self.emulate {
+            format!("{acc} = emu_load_c({off}, {}u, lane);", self.ls())
+        } else {
+            let (off, ld) = self.unit_index(off, self.ls());
+            format!("{acc} = coopLoadT<{}>(&ss[{off}], {ld}u);", self.mat("f32", "C"))
+        }
+    }
+    fn mt(&self) -> u32 {
+        self.r() / self.s
+    }
+}
+
+/// The kernel source for `c`.
+pub(crate) fn source(c: &Config) -> String {
+    let (s, unit) = (c.s, c.unit);
+    let (lq, lv, lp) = c.strides();
+    let (enable, zero, sg_param, sg_let) = flavour(c);
+    let (stage_q, stage_k, stage_v) = staging(c);
+    let num = |v: u32| v.to_string();
+    let u = |v: u32| v / unit;
+    let score = if c.bf16 { "unscale(x[e], eq + sx[col]) * cs" } else { "x[e] * cs" };
+    let p_at = if unit == 4 { "f32(sk[(prow + col) >> 2u][(prow + col) & 3u])" } else { "f32(sk[prow + col])" };
+    render(
+        SOURCE,
+        &[
+            ("PARAMS", &CoopAttnParams::wgsl()),
+            ("ENABLE", &enable),
+            ("DST", if c.pairs { "array<u32>" } else { "array<f32>" }),
+            ("BUF", if c.bf16 { "vec2<u32>" } else { "vec4<f16>" }),
+            ("MX_BINDING", if c.bf16 { "@group(0) @binding(4) var<storage, read> mx: array<u32>;" } else { "" }),
+            (
+                "SX_DECL",
+                if c.bf16 { "// bf16: the key tile's line exponents.\nvar<workgroup> sx: array<i32, BK>;" } else { "" },
+            ),
+            ("STAGE_Q", &stage_q),
+            ("STAGE_K", &stage_k),
+            ("STAGE_V", &stage_v),
+            ("SCORES", &scores(c)),
+            ("SCORE", score),
+            ("RESCALE", &rescale(c)),
+            ("PV", &products_pv(c)),
+            ("S_DECL", &decls(c, "s", c.bk / s)),
+            ("O_DECL", &decls(c, "o", c.dv / s)),
+            ("EPILOGUE", &epilogue(c)),
+            ("P_AT", p_at),
+            ("S", &num(s)),
+            ("SG", &num(c.sg)),
+            ("R", &num(c.r())),
+            ("MT", &num(c.mt())),
+            ("NSG", &num(c.nsg)),
+            ("WG", &num(c.nsg * c.sg)),
+            ("BQ", &num(c.bq())),
+            ("BK", &num(c.bk)),
+            ("D", &num(c.d)),
+            ("DV", &num(c.dv)),
+            ("LQ", &num(lq)),
+            ("LV", &num(lv)),
+            ("LP", &num(lp)),
+            ("LS", &num(c.ls())),
+            ("SE", if unit == 4 { "vec4<f16>" } else { "f16" }),
+            ("SSE", if unit == 4 { "vec4<f32>" } else { "f32" }),
+            ("SQ_N", &num(u(c.bq() * lq))),
+            ("SK_N", &num(u(c.sk_halves()))),
+            ("SV_N", &num(u(c.bk * lv))),
+            ("SS_N", &num(u(c.bq() * c.ls()))),
+            ("PRELUDE", PRELUDE),
+            ("EXTRA", &bf16_extra(c)),
+            ("LOADERS", &loaders(c)),
+            ("PUTS", &puts(c)),
+            ("EQ", if c.bf16 { "line_exp(mx[xq + min(i, tq - 1u)])" } else { "0" }),
+            ("PW", &num(c.dv.div_ceil(32))),
+            ("ZERO", &zero),
+            ("SG_PARAM", &sg_param),
+            ("SG_LET", &sg_let),
+            ("EMU", &if c.emulate { emulation::functions(c) } else { String::new() }),
+        ],
+    )
+}
+
+/// `var {name}_{m}_{n} = zero;` for this subgroup's `mt x cols` accumulators.
+fn decls(c: &Config, name: &str, cols: u32) -> String {
+    if c.emulate {
+        return format!("    var {name}_acc: array<array<f32, {}>, {}>;\n", c.s * c.s / c.sg, c.mt() * cols);
+    }
+    let mut out = String::new();
+    for m in 0..c.mt() {
+        for n in 0..cols {
+            out += &format!("    var {name}_{m}_{n} = zero;\n");
+        }
+    }
+    out
+}
+
+/// The scores of this subgroup's rows against the key tile (`SCORES`), stored row-major at `slot` of
+/// `ss`: every key fragment feeds all `mt` query fragments.
+fn scores(c: &Config) -> String {
+    let (s, mt, nk) = (c.s, c.mt(), c.bk / c.s);
+    let (lq, _, _) = c.strides();
+    if c.emulate {
+        return format!(
+            "        for (var f = 0u; f < {n}u; f++) {{
+            s_acc[f] = zero;
+        }}
+        for (var ks = 0u; ks < {ksn}u; ks++) {{
+            for (var f = 0u; f < {n}u; f++) {{
+                let a = vec3<u32>(sg * {rl}u + (f / {nk}u) * {sl}u + ks * {s}u, {lq}u, 1u);
+                let b = vec3<u32>((f % {nk}u) * {sl}u + ks * {s}u, {lq}u, 0u);
+                s_acc[f] = emu_mma_qk(a, b, s_acc[f], lane);
+            }}
+        }}
+        for (var f = 0u; f < {n}u; f++) {{
+            emu_store(s_acc[f], slot + (f / {nk}u) * {ss}u + (f % {nk}u) * {s}u, {ls}u, lane);
+        }}
+",
+            n = mt * nk,
+            ksn = c.d / s,
+            rl = c.r() * lq,
+            sl = s * lq,
+            ss = s * c.ls(),
+            ls = c.ls(),
+        );
+    }
+    let mut out = String::new();
+    for m in 0..mt {
+        for n in 0..nk {
+            out += &format!("        s_{m}_{n} = zero;\n");
+        }
+    }
+    for ks in 0..c.d / s {
+        out += "        {\n";
+        for m in 0..mt {
+            let idx = format!("sg * {}u + {}u", c.r() * lq, m * s * lq + ks * s);
+            out += &format!("        let qa{m} = {};\n", c.frag(true, "A", "sq", idx, lq));
+        }
+        for n in 0..nk {
+            let kb = c.frag(false, "B", "sk", format!("{}u", n * s * lq + ks * s), lq);
+            out += &format!("        {{\n        let kb = {kb};\n");
+            for m in 0..mt {
+                out += &format!("        {}\n", c.mma("qk", &format!("qa{m}"), "kb", &format!("s_{m}_{n}")));
+            }
+            out += "        }\n";
+        }
+        out += "        }\n";
+    }
+    for m in 0..mt {
+        for n in 0..nk {
+            out +=
+                &format!("        {}\n", c.store(&format!("s_{m}_{n}"), format!("slot + {}u", m * s * c.ls() + n * s)));
+        }
+    }
+    out
+}
+
+/// P v into the output accumulators (`PV`): P from this subgroup's rows of `sk`, every value
+/// fragment feeding all `mt` probability fragments.
+fn products_pv(c: &Config) -> String {
+    let (s, mt) = (c.s, c.mt());
+    let (_, lv, lp) = c.strides();
+    if c.emulate {
+        let nv = c.dv / s;
+        return format!(
+            "        for (var ks = 0u; ks < {ksn}u; ks++) {{
+            for (var f = 0u; f < {n}u; f++) {{
+                let a = vec3<u32>(sg * {rl}u + (f / {nv}u) * {pl}u + ks * {s}u, {lp}u, 1u);
+                let b = vec3<u32>(ks * {vl}u + (f % {nv}u) * {s}u, {lv}u, 1u);
+                o_acc[f] = emu_mma_pv(a, b, o_acc[f], lane);
+            }}
+        }}
+",
+            ksn = c.bk / s,
+            n = mt * nv,
+            rl = c.r() * lp,
+            pl = s * lp,
+            vl = s * lv,
+        );
+    }
+    let mut out = String::new();
+    for ks in 0..c.bk / s {
+        out += "        {\n";
+        for m in 0..mt {
+            let idx = format!("sg * {}u + {}u", c.r() * lp, m * s * lp + ks * s);
+            out += &format!("        let pa{m} = {};\n", c.frag(true, "A", "sk", idx, lp));
+        }
+        for n in 0..c.dv / s {
+            let vb = c.frag(true, "B", "sv", format!("{}u", ks * s * lv + n * s), lv);
+            out += &format!("        {{\n        let vb = {vb};\n");
+            for m in 0..mt {
+                out += &format!("        {}\n", c.mma("pv", &format!("pa{m}"), "vb", &format!("o_{m}_{n}")));
+            }
+            out += "        }\n";
+        }
+        out += "        }\n";
+    }
+    out
+}
+
+/// The output accumulators in rounds of `bk / s` column fragments through this subgroup's rows of
+/// `ss`: `(first fragment, fragments)` per round.
+fn rounds(c: &Config) -> Vec<(u32, u32)> {
+    let (per, n) = (c.bk / c.s, c.dv / c.s);
+    (0..n).step_by(per as usize).map(|n0| (n0, per.min(n - n0))).collect()
+}
+
+/// Stores (or loads) round `(n0, cnt)` of the output accumulators at this subgroup's rows of `ss`.
+fn round_io(c: &Config, n0: u32, cnt: u32, load: bool) -> String {
+    if c.emulate {
+        let (nv, ls) = (c.dv / c.s, c.ls());
+        let (s, m_stride) = (c.s, c.s * ls);
+        let at = format!("slot + (f / {cnt}u) * {m_stride}u + (f % {cnt}u) * {s}u");
+        let acc = format!("o_acc[(f / {cnt}u) * {nv}u + {n0}u + f % {cnt}u]");
+        let op = if load {
+            format!("{acc} = emu_load_c({at}, {ls}u, lane);")
+        } else {
+            format!("emu_store({acc}, {at}, {ls}u, lane);")
+        };
+        return format!(
+            "            for (var f = 0u; f < {}u; f++) {{\n                {op}\n            }}\n",
+            c.mt() * cnt
+        );
+    }
+    let mut out = String::new();
+    for m in 0..c.mt() {
+        for n in n0..n0 + cnt {
+            let off = format!("slot + {}u", m * c.s * c.ls() + (n - n0) * c.s);
+            let acc = format!("o_{m}_{n}");
+            out += &format!("            {}\n", if load { c.load_acc(&acc, off) } else { c.store(&acc, off) });
+        }
+    }
+    out
+}
+
+/// Rows that moved their reference maximum scale their accumulators by `alpha` (`RESCALE`; every
+/// other row by 1): through `ss`, a round of column fragments at a time.
+fn rescale(c: &Config) -> String {
+    let mut out = String::new();
+    for (ri, &(n0, cnt)) in rounds(c).iter().enumerate() {
+        if ri > 0 {
+            out += "            workgroupBarrier();\n";
+        }
+        out += &round_io(c, n0, cnt, false);
+        out += &format!(
+            "            workgroupBarrier();
+            for (var c4 = 0u; c4 < {}u; c4 += 4u) {{
+                ss_wr4(srow + c4, ss_rd4(srow + c4) * alpha);
+            }}
+            workgroupBarrier();
+",
+            cnt * c.s
+        );
+        out += &round_io(c, n0, cnt, true);
+    }
+    out
+}
+
+/// The output (`EPILOGUE`): each round of accumulators through `ss`, then each lane writes its row,
+/// divided by the row's sum, bf16 scaling undone, non-finite values applied.
+fn epilogue(c: &Config) -> String {
+    let unscale_v = if c.bf16 { "v = unscale(v, line_exp(mx[xv + q]));" } else { "" };
+    let value = format!(
+        "var v = ss_rd(srow + jj + u) * inv_l;
+                    {unscale_v}
+                    let wd = q >> 5u;
+                    let bit = 1u << (q & 31u);
+                    if (bad || (nanb[wd] & bit) != 0u || (pinf[wd] & ninf[wd] & bit) != 0u) {{
+                        v = nan_f32();
+                    }} else if ((pinf[wd] & bit) != 0u) {{
+                        v = inf_f32();
+                    }} else if ((ninf[wd] & bit) != 0u) {{
+                        v = -inf_f32();
+                    }}"
+    );
+    let write = if c.pairs {
+        let pack = if c.bf16 { "bf16_bits(vals.x) | (bf16_bits(vals.y) << 16u)" } else { "pack2x16float(vals)" };
+        format!(
+            "for (var jj = 0u; jj < W; jj += 2u) {{
+                let oc = n0 + jj;
+                if (oc >= dv) {{ break; }}
+                var vals = vec2<f32>();
+                for (var u = 0u; u < 2u; u++) {{
+                    let q = oc + u;
+                    {value}
+                    vals[u] = v;
+                }}
+                dst[(orow + oc) >> 1u] = {pack};
+            }}"
+        )
+    } else {
+        format!(
+            "for (var jj = 0u; jj < W; jj++) {{
+                let oc = n0 + jj;
+                if (oc >= dv) {{ break; }}
+                let u = 0u;
+                let q = oc;
+                {value}
+                dst[orow + oc] = v;
+            }}"
+        )
+    };
+    let mut out = String::new();
+    for (n0, cnt) in rounds(c) {
+        out += "    workgroupBarrier();\n    {\n";
+        out += &round_io(c, n0, cnt, false);
+        out += &format!(
+            "        workgroupBarrier();
+        let n0 = {}u;
+        const W = {}u;
+        if (i < tq) {{
+            {write}
+        }}
+    }}
+",
+            n0 * c.s,
+            cnt * c.s
+        );
+    }
+    out
+}
+
+/// The element loaders (`LOADERS`): `ld1_{q,k,v}` reads one element as f32; f16 has `ldh4_*`, 4
+/// halves (one vector read where the view allows), bf16 `ld4_*`, 4 values as f32.
+fn loaders(c: &Config) -> String {
+    let mut out = String::new();
+    if c.bf16 {
+        out += "// One element of q/k/v (bf16, two per word) at element index e.
+fn word_of(x: vec2<u32>, e: u32) -> u32 {
+    return select(x.x, x.y, (e & 2u) != 0u);
+}
+";
+    }
+    for (buf, name) in [("qx", "q"), ("kx", "k"), ("vx", "v")] {
+        if c.bf16 {
+            out += &format!(
+                "fn ld1_{name}(e: u32) -> f32 {{
+    let w = word_of({buf}[e >> 2u], e);
+    return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (e & 1u) == 1u));
+}}
+fn ld4_{name}(e: u32, se: u32, n: u32) -> vec4<f32> {{
+    if (se == 1u && (e & 3u) == 0u && n >= 4u) {{
+        let w = {buf}[e >> 2u];
+        return vec4<f32>(bitcast<f32>(w.x << 16u), bitcast<f32>(w.x & 0xffff0000u), bitcast<f32>(w.y << 16u), bitcast<f32>(w.y & 0xffff0000u));
+    }}
+    var x = vec4<f32>(0.0);
+    for (var j = 0u; j < 4u; j++) {{
+        if (j < n) {{
+            x[j] = ld1_{name}(e + j * se);
+        }}
+    }}
+    return x;
+}}
+"
+            );
+        } else {
+            out += &format!(
+                "fn ld1_{name}(e: u32) -> f32 {{
+    return f32({buf}[e >> 2u][e & 3u]);
+}}
+fn ldh4_{name}(e: u32, se: u32, n: u32) -> vec4<f16> {{
+    if (se == 1u && (e & 3u) == 0u && n >= 4u) {{
+        return {buf}[e >> 2u];
+    }}
+    var x = vec4<f16>();
+    for (var j = 0u; j < 4u; j++) {{
+        if (j < n) {{
+            let f = e + j * se;
+            x[j] = {buf}[f >> 2u][f & 3u];
+        }}
+    }}
+    return x;
+}}
+"
+            );
+        }
+    }
+    out
+}
+
+/// The staged-tile stores (`put_{q,k,v,p}`, 4 halves at a half index that is a multiple of 4) and
+/// the accessors of `ss` by f32 index (`ss_rd`, `ss_wr`, and 4 at a time `ss_rd4`, `ss_wr4`).
+fn puts(c: &Config) -> String {
+    let mut out = String::new();
+    for (name, arr) in [("q", "sq"), ("k", "sk"), ("v", "sv"), ("p", "sk")] {
+        out += &if c.unit == 4 {
+            format!("fn put_{name}(i: u32, v: vec4<f16>) {{ {arr}[i >> 2u] = v; }}\n")
+        } else {
+            format!("fn put_{name}(i: u32, v: vec4<f16>) {{ {arr}[i] = v.x; {arr}[i + 1u] = v.y; {arr}[i + 2u] = v.z; {arr}[i + 3u] = v.w; }}\n")
+        };
+    }
+    out += if c.unit == 4 {
+        "fn ss_rd(i: u32) -> f32 { return ss[i >> 2u][i & 3u]; }
+fn ss_wr(i: u32, v: f32) { ss[i >> 2u][i & 3u] = v; }
+fn ss_rd4(i: u32) -> vec4<f32> { return ss[i >> 2u]; }
+fn ss_wr4(i: u32, v: vec4<f32>) { ss[i >> 2u] = v; }
+"
+    } else {
+        "fn ss_rd(i: u32) -> f32 { return ss[i]; }
+fn ss_wr(i: u32, v: f32) { ss[i] = v; }
+fn ss_rd4(i: u32) -> vec4<f32> { return vec4<f32>(ss[i], ss[i + 1u], ss[i + 2u], ss[i + 3u]); }
+fn ss_wr4(i: u32, v: vec4<f32>) { ss[i] = v.x; ss[i + 1u] = v.y; ss[i + 2u] = v.z; ss[i + 3u] = v.w; }
+"
+    };
+    out
+}
+
+/// One staging loop: `rows x width` elements of an operand into its tile, 4 at a time.
+fn stage_loop(rows: &str, width: &str, tile_stride: &str, guard: &str, load: &str, put: &str) -> String {
+    format!(
+        "        for (var e = li; e < {rows} * {width} / 4u; e += WG) {{
+            let row = e / ({width} / 4u);
+            let c4 = 4u * (e % ({width} / 4u));
+            var x = vec4<f16>();
+            if ({guard}) {{
+                {load}
+            }}
+            put_{put}(row * {tile_stride} + c4, x);
+        }}
+"
+    )
+}
+
+/// The loops that stage the queries (`STAGE_Q`), a key tile (`STAGE_K`, and for bf16 its line
+/// exponents) and a value tile (`STAGE_V`, values that are not finite staged as 0 and flagged).
+fn staging(c: &Config) -> (String, String, String) {
+    let at = |base: &str, row: &str, st: &str, se: &str| format!("{base} + ({row}) * {st} + c4 * {se}");
+    let (q_at, k_at, v_at) = (
+        at("qbase", "q0 + row", "qst", "qse"),
+        at("kbase", "j0 + row", "kst", "kse"),
+        at("vbase", "j0 + row", "vst", "vse"),
+    );
+    let (lq, lv) = ("LQ", "LV");
+    let (q_load, k_load, v_load) = if c.bf16 {
+        (
+            format!("x = vec4<f16>(ldexp(ld4_q({q_at}, qse, d - c4), vec4<i32>(-line_exp(mx[xq + q0 + row]))));"),
+            format!("x = vec4<f16>(ldexp(ld4_k({k_at}, kse, d - c4), vec4<i32>(-line_exp(mx[xk + j0 + row]))));"),
+            format!(
+                "var y = ld4_v({v_at}, vse, dv - c4);
+                y = ldexp(y, -vec4<i32>(line_exp(mx[xv + min(c4, dv - 1u)]), line_exp(mx[xv + min(c4 + 1u, dv - 1u)]), \
+                 line_exp(mx[xv + min(c4 + 2u, dv - 1u)]), line_exp(mx[xv + min(c4 + 3u, dv - 1u)])));
+                let fin = (bitcast<vec4<u32>>(y) & vec4<u32>(0x7f800000u)) != vec4<u32>(0x7f800000u);
+                if (!all(fin)) {{
+                    atomicOr(&vbad[t & 1u], 1u);
+                    y = select(vec4<f32>(0.0), y, fin);
+                }}
+                x = vec4<f16>(y);"
+            ),
+        )
+    } else {
+        (
+            format!("x = ldh4_q({q_at}, qse, d - c4);"),
+            format!("x = ldh4_k({k_at}, kse, d - c4);"),
+            format!(
+                "x = ldh4_v({v_at}, vse, dv - c4);
+                let fin = abs(x) <= vec4<f16>(65504.0h);
+                if (!all(fin)) {{
+                    atomicOr(&vbad[t & 1u], 1u);
+                    x = select(vec4<f16>(), x, fin);
+                }}"
+            ),
+        )
+    };
+    let stage_q = stage_loop("BQ", "D", lq, "q0 + row < tq && c4 < d", &q_load, "q").replace("        ", "    ");
+    let mut stage_k = stage_loop("BK", "D", lq, "j0 + row < tk && c4 < d", &k_load, "k");
+    if c.bf16 {
+        stage_k += "        for (var e = li; e < BK; e += WG) {
+            sx[e] = select(0, line_exp(mx[xk + min(j0 + e, tk - 1u)]), j0 + e < tk);
+        }
+";
+    }
+    let stage_v = stage_loop("BK", "DV", lv, "j0 + row < tk && c4 < dv", &v_load, "v");
+    (stage_q, stage_k, stage_v)
+}
+
+/// bf16's helpers (`EXTRA`): the line exponents and the unscaling of a value.
+fn bf16_extra(c: &Config) -> String {
+    if c.bf16 {
+        format!(
+            "{LINE_EXP}
+// `v * 2^e` in two steps of the same sign: no intermediate overflows unless the result does.
+fn unscale(v: f32, e: i32) -> f32 {{
+    let h = e / 2;
+    return ldexp(ldexp(v, h), e - h);
+}}
+"
+        )
+    } else {
+        String::new()
+    }
+}
+
+/// What differs between the cooperative kernel and its emulation: `ENABLE`, `ZERO`, `SG_PARAM` and
+/// `SG_LET`.
+fn flavour(c: &Config) -> (String, String, String, String) {
+    if c.emulate {
+        (
+            String::new(),
+            format!("array<f32, {}>()", c.s * c.s / c.sg),
+            String::new(),
+            format!("let sg = li / {}u;\n    let lane = li % {}u;", c.sg, c.sg),
+        )
+    } else {
+        let (zero, ld) = c.unit_index("0u".into(), c.ls());
+        (
+            "enable wgpu_cooperative_matrix;".to_string(),
+            // A copy of zeroed workgroup memory (a zero-valued coop_mat constructor has no
+            // zero-fill guarantee in Metal's simdgroup_matrix).
+            format!("coopLoadT<{}>(&ss[{zero}], {ld}u)", c.mat("f32", "C")),
+            // The lane from the local index (a subgroup is 32 consecutive invocations on the
+            // adapters that run this), as the emulated kernel does.
+            "@builtin(subgroup_id) sg: u32,".to_string(),
+            format!("let lane = li % {}u;", c.sg),
+        )
+    }
+}

@@ -1,0 +1,311 @@
+//! Prefill attention on cooperative matrices (`flash_coop.wgsl`, issues 22 and 34): f16 and bf16
+//! queries, keys and values with head sizes up to 128, where the adapter has f16 cooperative
+//! matrices. One pass over the keys with a lazily rescaled maximum; the kernel's layout and steps
+//! are described in the `.wgsl`. `emulate` builds the same kernel with plain WGSL in place of the
+//! cooperative ops (`emulation.rs`; same workgroup-memory layouts), which the conformance tests run
+//! on adapters without cooperative matrices.
+
+mod emit;
+mod emulation;
+
+use super::params::AttnParams;
+use crate::gpu::pointwise::line_maxima::{self, Lines};
+use crate::gpu::runtime::coop::support;
+use crate::gpu::runtime::params::params;
+use crate::gpu::runtime::wgsl;
+use crate::gpu::runtime::{GpuContext, GpuStorage};
+use crate::op::AttentionParams;
+use crate::{DType, Layout, Result};
+
+pub(crate) use emit::source;
+
+/// `(subgroups, keys per tile)` in order of preference: the first whose workgroup memory fits the
+/// adapter is taken. 48 KiB (NVIDIA's Vulkan limit) holds 2 x 32 key tiles at head size 128 and
+/// 2 x 64 at 64; lavapipe's 32 KiB holds 1 x 32 at 128.
+const SHAPES: [(u32, u32); 6] = [(4, 64), (2, 64), (4, 32), (2, 32), (1, 32), (1, 16)];
+/// Largest head size (q/k and v).
+pub(crate) const MAX_HEAD: usize = 128;
+/// Below this many workgroups the plain flash kernel, which also splits the keys, is used.
+const MIN_GROUPS: usize = 64;
+
+/// One specialisation of the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Config {
+    /// Cooperative matrix size (16 or 8) and subgroup size (also the query rows of a subgroup: one
+    /// per lane).
+    pub(crate) s: u32,
+    pub(crate) sg: u32,
+    /// Halves per workgroup-memory element: 4 (`vec4<f16>`, Vulkan) or 1 (Metal).
+    pub(crate) unit: u32,
+    /// Head sizes rounded up to a multiple of `s`.
+    pub(crate) d: u32,
+    pub(crate) dv: u32,
+    /// bf16 inputs (scaled per line into f16), else f16.
+    pub(crate) bf16: bool,
+    /// Output: the input dtype in pairs (even dv), else f32.
+    pub(crate) pairs: bool,
+    /// Subgroups per workgroup and keys per tile.
+    pub(crate) nsg: u32,
+    pub(crate) bk: u32,
+    pub(crate) emulate: bool,
+}
+
+impl Config {
+    /// Query rows of a subgroup (one per lane) and of the workgroup.
+    fn r(&self) -> u32 {
+        self.sg
+    }
+    fn bq(&self) -> u32 {
+        self.nsg * self.r()
+    }
+    fn pad(&self) -> u32 {
+        if self.unit == 4 {
+            8
+        } else {
+            4
+        }
+    }
+    /// Row strides in halves of the staged queries and keys, values and probabilities.
+    fn strides(&self) -> (u32, u32, u32) {
+        (self.d + self.pad(), self.dv + self.pad(), self.bk + self.pad())
+    }
+    /// Row stride in f32 of the scores (16-byte multiples, conflict-free 16-byte reads).
+    fn ls(&self) -> u32 {
+        self.bk + 4
+    }
+    /// Halves of `sk`: the key tile, then the workgroup's probabilities.
+    fn sk_halves(&self) -> u32 {
+        let (lq, _, lp) = self.strides();
+        (self.bk * lq).max(self.bq() * lp)
+    }
+    /// Bytes of workgroup memory.
+    pub(crate) fn workgroup_bytes(&self) -> u32 {
+        let (lq, lv, _) = self.strides();
+        2 * (self.bq() * lq + self.sk_halves() + self.bk * lv)
+            + 4 * self.bq() * self.ls()
+            + 32
+            + if self.bf16 { 4 * self.bk } else { 0 }
+    }
+    pub(crate) fn key(&self) -> String {
+        format!(
+            "attention_flash_coop{}:{}x{}:sg{}:u{}:d{}:dv{}:{}:{}:nsg{}:bk{}",
+            if self.emulate { "_emulated" } else { "" },
+            self.s,
+            self.s,
+            self.sg,
+            self.unit,
+            self.d,
+            self.dv,
+            if self.bf16 { "bf16" } else { "f16" },
+            if self.pairs { "pairs" } else { "f32" },
+            self.nsg,
+            self.bk
+        )
+    }
+}
+
+/// The configuration for these head sizes on `ctx` (`emulate: Some(s)` on any adapter with
+/// SHADER_F16), or `None` when the kernel does not apply.
+pub(crate) fn config(ctx: &GpuContext, bf16: bool, d: usize, dv: usize, emulate: Option<u32>) -> Option<Config> {
+    let (s, sg) = match emulate {
+        Some(s) => (ctx.has(wgpu::Features::SHADER_F16) && matches!(s, 8 | 16)).then_some((s, 32))?,
+        None => support(ctx)?,
+    };
+    if d == 0 || dv == 0 || d > MAX_HEAD || dv > MAX_HEAD || !sg.is_multiple_of(s) {
+        return None;
+    }
+    let vulkan = ctx.summary.backend == "Vulkan" || emulate.is_some();
+    let round = |x: usize| (x.div_ceil(s as usize) * s as usize) as u32;
+    let base = Config {
+        s,
+        sg,
+        unit: if vulkan { 4 } else { 1 },
+        d: round(d).max(4),
+        dv: round(dv),
+        bf16,
+        pairs: dv.is_multiple_of(2),
+        nsg: 0,
+        bk: 0,
+        emulate: emulate.is_some(),
+    };
+    let lim = &ctx.limits;
+    shape(base, lim.max_compute_workgroup_storage_size, lim.max_compute_invocations_per_workgroup)
+}
+
+/// `base` with the first of [`SHAPES`] that fits `bytes` of workgroup memory and `invocations`.
+fn shape(base: Config, bytes: u32, invocations: u32) -> Option<Config> {
+    SHAPES
+        .into_iter()
+        .filter(|&(_, bk)| bk.is_multiple_of(base.s))
+        .map(|(nsg, bk)| Config { nsg, bk, ..base })
+        .find(|c| c.workgroup_bytes() <= bytes && c.nsg * c.sg <= invocations)
+}
+
+/// The automatic path takes this kernel only with `KILN_COOP_ATTN=1`: it is right on an H100 since
+/// its workgroup variables are 16-byte multiples (`flash_coop.wgsl`), but no faster there than the
+/// plain flash kernel (0.95-1.2x; docs/PERFORMANCE.md).
+fn disabled_by_env() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OFF.get_or_init(|| !crate::settings::COOP_ATTN.is_one())
+}
+
+/// Attention through the cooperative kernel, or `None` where it does not apply (dtype, head sizes,
+/// adapter, too few workgroups without `force`, views whose indices do not fit in u32).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn try_flash_coop(
+    q: &GpuStorage,
+    ql: &Layout,
+    k: &GpuStorage,
+    kl: &Layout,
+    v: &GpuStorage,
+    vl: &Layout,
+    p: AttentionParams,
+    emulate: Option<u32>,
+    force: bool,
+) -> Option<Result<GpuStorage>> {
+    if !force && emulate.is_none() && disabled_by_env() {
+        return None;
+    }
+    let dt = q.dtype;
+    if !matches!(dt, DType::F16 | DType::BF16) || k.dtype != dt || v.dtype != dt {
+        return None;
+    }
+    let (b, hq, tq, d) = (ql.dims()[0], ql.dims()[1], ql.dims()[2], ql.dims()[3]);
+    let (hkv, tk, dv) = (kl.dims()[1], kl.dims()[2], vl.dims()[3]);
+    if b * hq * tq * tk == 0 || hkv == 0 || hq % hkv != 0 {
+        return None;
+    }
+    let ctx = &q.ctx;
+    let c = config(ctx, dt == DType::BF16, d, dv, emulate)?;
+    let nqb = tq.div_ceil(c.bq() as usize);
+    let groups = b * hq * nqb;
+    if !force && groups < MIN_GROUPS {
+        return None;
+    }
+    let fits = wgsl::indexable;
+    let aligned = [q, k, v].iter().all(|s| s.buffer.size().is_multiple_of(8));
+    if !fits(ql) || !fits(kl) || !fits(vl) || !aligned || (b * hq * tq * dv) as u64 >= u32::MAX as u64 {
+        return None;
+    }
+    Some(run(q, ql, k, kl, v, vl, p, &c, groups))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run(
+    q: &GpuStorage,
+    ql: &Layout,
+    k: &GpuStorage,
+    kl: &Layout,
+    v: &GpuStorage,
+    vl: &Layout,
+    p: AttentionParams,
+    c: &Config,
+    groups: usize,
+) -> Result<GpuStorage> {
+    let ctx = &q.ctx;
+    let dt = q.dtype;
+    let (b, hq, tq, d) = (ql.dims()[0], ql.dims()[1], ql.dims()[2], ql.dims()[3]);
+    let (hkv, tk, dv) = (kl.dims()[1], kl.dims()[2], vl.dims()[3]);
+    let out_dt = if c.pairs { dt } else { DType::F32 };
+    let out = GpuStorage::alloc(ctx, out_dt, b * hq * tq * dv)?;
+    let (xq, xk, xv) = (0, b * hq * tq, b * hq * tq + b * hkv * tk);
+    let [q_off, q_sb, q_sh, q_st, q_se] = wgsl::view_words(ql);
+    let [k_off, k_sb, k_sh, k_st, k_se] = wgsl::view_words(kl);
+    let [v_off, v_sb, v_sh, v_st, v_se] = wgsl::view_words(vl);
+    #[rustfmt::skip]
+    let base = AttnParams {
+        b: b as u32, hq: hq as u32, hkv: hkv as u32, tq: tq as u32, tk: tk as u32, d: d as u32, dv: dv as u32,
+        scale: p.scale as f32,
+        causal: p.causal as u32,
+        blocks: tq.div_ceil(c.bq() as usize) as u32,
+        groups: groups as u32,
+        q_off, q_sb, q_sh, q_st, q_se,
+        k_off, k_sb, k_sh, k_st, k_se,
+        v_off, v_sb, v_sh, v_st, v_se,
+        ..AttnParams::default()
+    };
+    let params =
+        CoopAttnParams { base, xq: xq as u32, xk: xk as u32, xv: xv as u32, lane_elems: c.s * c.s / c.sg }.words();
+    // bf16: the largest magnitude of every query row, key row and value column.
+    let mx = if c.bf16 {
+        let mx = line_maxima::maxima_buffer(ctx, xv + b * hkv * dv)?;
+        let (sq, sk, sv) = (ql.strides(), kl.strides(), vl.strides());
+        let (qd, kd) = ([b, hq], [b, hkv]);
+        let (qs, ks, vs) = ([sq[0], sq[1]], [sk[0], sk[1]], [sv[0], sv[1]]);
+        let lq = Lines {
+            lines: tq,
+            k: d,
+            offset: ql.offset(),
+            line_stride: sq[2],
+            k_stride: sq[3],
+            batch: b * hq,
+            dims: &qd,
+            strides: &qs,
+        };
+        let lk = Lines {
+            lines: tk,
+            k: d,
+            offset: kl.offset(),
+            line_stride: sk[2],
+            k_stride: sk[3],
+            batch: b * hkv,
+            dims: &kd,
+            strides: &ks,
+        };
+        let lv = Lines {
+            lines: dv,
+            k: tk,
+            offset: vl.offset(),
+            line_stride: sv[3],
+            k_stride: sv[2],
+            batch: b * hkv,
+            dims: &kd,
+            strides: &vs,
+        };
+        line_maxima::line_maxima(q, &lq, &mx, xq)?;
+        line_maxima::line_maxima(k, &lk, &mx, xk)?;
+        line_maxima::line_maxima(v, &lv, &mx, xv)?;
+        Some(mx)
+    } else {
+        None
+    };
+    let kernel = ctx.pipelines.get(ctx, &c.key(), if c.bf16 { 4 } else { 3 }, || source(c))?;
+    let mut bufs = vec![out.buffer.raw(), q.buffer.raw(), k.buffer.raw(), v.buffer.raw()];
+    bufs.extend(mx.as_ref().map(|m| m.buffer.raw()));
+    let wg = (c.nsg * c.sg) as usize;
+    let grid = wgsl::grid(groups * wg, wg, ctx.limits.max_compute_workgroups_per_dimension);
+    ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(ctx, &kernel, &bufs, &params, grid)?;
+    out.finish(dt)
+}
+
+params! {
+    /// The coop flash kernel's parameters: those of the flash kernel (`blocks` the query blocks; no
+    /// splits), where the q, k and v line maxima start in `mx` (bf16), and the emulated kernel's
+    /// loop bounds (elements per lane, fragment size).
+    struct CoopAttnParams: AttnParams {
+        xq: u32,
+        xk: u32,
+        xv: u32,
+        lane_elems: u32,
+    }
+}
+
+/// Every variant, for the translation test.
+pub(crate) fn catalog() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (s, unit, emulate) in [(16, 4, false), (8, 1, false), (16, 4, true)] {
+        for bf16 in [false, true] {
+            for (d, dv, pairs) in [(128, 128, true), (64, 64, true), (80, 48, false)] {
+                let base = Config { s, sg: 32, unit, d, dv, bf16, pairs, nsg: 0, bk: 0, emulate };
+                // The shapes taken with 48 KiB (NVIDIA) and 32 KiB (lavapipe, many mobile GPUs).
+                for bytes in [48 << 10, 32 << 10] {
+                    let c = shape(base, bytes, 1024).expect("a shape fits");
+                    if !out.iter().any(|(k, _)| *k == c.key()) {
+                        out.push((c.key(), source(&c)));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
