@@ -134,8 +134,13 @@ pub(crate) fn config(ctx: &GpuContext, bf16: bool, d: usize, dv: usize, emulate:
 
 /// `base` with the first of [`SHAPES`] that fits `bytes` of workgroup memory and `invocations`.
 fn shape(base: Config, bytes: u32, invocations: u32) -> Option<Config> {
-    SHAPES
+    let chosen = crate::settings::COOP_ATTN_SHAPE.get().ok().and_then(|v| {
+        let (a, b) = v.split_once(',')?;
+        Some((a.trim().parse::<u32>().ok()?, b.trim().parse::<u32>().ok()?))
+    });
+    chosen
         .into_iter()
+        .chain(SHAPES)
         .filter(|&(_, bk)| bk.is_multiple_of(base.s))
         .map(|(nsg, bk)| Config { nsg, bk, ..base })
         .find(|c| c.workgroup_bytes() <= bytes && c.nsg * c.sg <= invocations)
