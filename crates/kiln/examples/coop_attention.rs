@@ -5,7 +5,8 @@
 //! (the plain flash kernel; `KILN_COOP_ATTN=1` makes the cooperative one the default), and the
 //! emulated kernel's error as a control.
 //!
-//! Run: `cargo run --release -p kiln --example coop_attention`.
+//! Run: `cargo run --release -p kiln --example coop_attention` (`ONLY=a,b`: the cases whose name
+//! contains one of these).
 
 use kiln::gpu_probes::sdpa_coop_tensors;
 use kiln::{DType, Device, Result, Tensor};
@@ -39,8 +40,15 @@ fn rel_err(got: &Tensor, reference: &Tensor) -> Result<f64> {
 fn main() -> Result<()> {
     let dev = Device::gpu()?;
     println!("device {dev}");
+    // ONLY=a,b: the cases whose name contains one of these.
+    let only: Vec<String> =
+        std::env::var("ONLY").unwrap_or_default().split(',').filter(|x| !x.is_empty()).map(String::from).collect();
     for dt in [DType::F16, DType::BF16] {
         for (b, hq, hkv, t, d, causal) in CASES {
+            let name = format!("{dt} {b}x{hq}/{hkv}x{t}x{d}{}", if causal { " causal" } else { "" });
+            if !only.is_empty() && !only.iter().any(|o| name.contains(o.as_str())) {
+                continue;
+            }
             let q = Tensor::randn(0.0, 1.0, vec![b, hq, t, d], dt, 1, &dev)?;
             let k = Tensor::randn(0.0, 1.0, vec![b, hkv, t, d], dt, 2, &dev)?;
             let v = Tensor::randn(0.0, 1.0, vec![b, hkv, t, d], dt, 3, &dev)?;
@@ -48,7 +56,6 @@ fn main() -> Result<()> {
             let reference = f32s(&q)?.sdpa(&f32s(&k)?, &f32s(&v)?, causal, None)?;
             let pairs = if causal { t * (t + 1) / 2 } else { t * t };
             let flops = 4.0 * (b * hq * d * pairs) as f64;
-            let name = format!("{dt} {b}x{hq}/{hkv}x{t}x{d}{}", if causal { " causal" } else { "" });
             let coop = || -> Result<Tensor> {
                 sdpa_coop_tensors(&q, &k, &v, causal, None, None).unwrap_or_else(|| {
                     Err(kiln::Error::InvalidArgument {

@@ -95,7 +95,9 @@ settings! {
     COOP_ATTN = "KILN_COOP_ATTN", "kiln", default "0",
         "1: attention may take the cooperative-matrix flash kernel (off: it gave wrong results on an H100, docs/PERFORMANCE.md).";
     COOP_ATTN_SHAPE = "KILN_COOP_ATTN_SHAPE", "kiln", default "by head size",
-        "The cooperative flash kernel's `subgroups,keys` per workgroup and tile (e.g. `2,32`), where it fits.";
+        "The cooperative flash kernel's `subgroups,keys,lanes` per workgroup, key tile and query row (e.g. `4,32,2`), where it fits.";
+    COOP_ATTN_ABLATE = "KILN_COOP_ATTN_ABLATE", "kiln", default "none",
+        "Leaves a part of the cooperative flash kernel out, to time the rest (wrong results): `stage`, `scores`, `softmax` or `pv`.";
     DECODE_SPLIT = "KILN_DECODE_SPLIT", "kiln", default "by context length",
         "Keys per split of decode attention (at least 16).";
     DECODE_SG = "KILN_DECODE_SG", "kiln", default "1",

@@ -1,6 +1,6 @@
 //! The kernel's source: `flash_coop.wgsl` with its placeholders filled for one [`Config`].
 
-use super::{emulation, Config, CoopAttnParams};
+use super::{emulation, Ablate, Config, CoopAttnParams};
 use crate::gpu::pointwise::line_maxima::LINE_EXP;
 use crate::gpu::runtime::kernels::render;
 use crate::gpu::runtime::wgsl::PRELUDE;
@@ -69,6 +69,16 @@ pub(crate) fn source(c: &Config) -> String {
     let num = |v: u32| v.to_string();
     let u = |v: u32| v / unit;
     let score = if c.bf16 { "unscale(x[e], eq + sx[col]) * cs" } else { "x[e] * cs" };
+    // The lanes of a row agree on its maximum and whether it saw a NaN or +Inf, and sum its parts.
+    let (row_max, row_sum) = if c.lpr == 2 {
+        (
+            "        mt = max(mt, subgroupShuffleXor(mt, 1u));
+        bad = bad || subgroupShuffleXor(select(0u, 1u, bad), 1u) != 0u;",
+            "    l += subgroupShuffleXor(l, 1u);",
+        )
+    } else {
+        ("", "")
+    };
     let p_at = if unit == 4 { "f32(sk[(prow + col) >> 2u][(prow + col) & 3u])" } else { "f32(sk[prow + col])" };
     render(
         SOURCE,
@@ -83,12 +93,12 @@ pub(crate) fn source(c: &Config) -> String {
                 if c.bf16 { "// bf16: the key tile's line exponents.\nvar<workgroup> sx: array<i32, BK>;" } else { "" },
             ),
             ("STAGE_Q", &stage_q),
-            ("STAGE_K", &stage_k),
-            ("STAGE_V", &stage_v),
-            ("SCORES", &scores(c)),
+            ("STAGE_K", if c.ablate == Ablate::Stage { "" } else { &stage_k }),
+            ("STAGE_V", if c.ablate == Ablate::Stage { "" } else { &stage_v }),
+            ("SCORES", &if c.ablate == Ablate::Scores { String::new() } else { scores(c) }),
             ("SCORE", score),
             ("RESCALE", &rescale(c)),
-            ("PV", &products_pv(c)),
+            ("PV", &if c.ablate == Ablate::Pv { String::new() } else { products_pv(c) }),
             ("S_DECL", &decls(c, "s", c.bk / s)),
             ("O_DECL", &decls(c, "o", c.dv / s)),
             ("EPILOGUE", &epilogue(c)),
@@ -96,6 +106,11 @@ pub(crate) fn source(c: &Config) -> String {
             ("S", &num(s)),
             ("SG", &num(c.sg)),
             ("R", &num(c.r())),
+            ("LPR", &num(c.lpr)),
+            ("ROW_MAX", row_max),
+            ("ROW_SUM", row_sum),
+            ("ABLATE_SOFTMAX_BEGIN", if c.ablate == Ablate::Softmax { "if (false) {" } else { "" }),
+            ("ABLATE_SOFTMAX_END", if c.ablate == Ablate::Softmax { "}" } else { "" }),
             ("MT", &num(c.mt())),
             ("NSG", &num(c.nsg)),
             ("WG", &num(c.nsg * c.sg)),
@@ -290,12 +305,12 @@ fn rescale(c: &Config) -> String {
         out += &round_io(c, n0, cnt, false);
         out += &format!(
             "            workgroupBarrier();
-            for (var c4 = 0u; c4 < {}u; c4 += 4u) {{
+            for (var c4 = part * {w}u; c4 < (part + 1u) * {w}u; c4 += 4u) {{
                 ss_wr4(srow + c4, ss_rd4(srow + c4) * alpha);
             }}
             workgroupBarrier();
 ",
-            cnt * c.s
+            w = cnt * c.s / c.lpr
         );
         out += &round_io(c, n0, cnt, true);
     }
@@ -322,7 +337,7 @@ fn epilogue(c: &Config) -> String {
     let write = if c.pairs {
         let pack = if c.bf16 { "bf16_bits(vals.x) | (bf16_bits(vals.y) << 16u)" } else { "pack2x16float(vals)" };
         format!(
-            "for (var jj = 0u; jj < W; jj += 2u) {{
+            "for (var jj = part * W; jj < (part + 1u) * W; jj += 2u) {{
                 let oc = n0 + jj;
                 if (oc >= dv) {{ break; }}
                 var vals = vec2<f32>();
@@ -336,7 +351,7 @@ fn epilogue(c: &Config) -> String {
         )
     } else {
         format!(
-            "for (var jj = 0u; jj < W; jj++) {{
+            "for (var jj = part * W; jj < (part + 1u) * W; jj++) {{
                 let oc = n0 + jj;
                 if (oc >= dv) {{ break; }}
                 let u = 0u;
@@ -353,6 +368,7 @@ fn epilogue(c: &Config) -> String {
         out += &format!(
             "        workgroupBarrier();
         let n0 = {}u;
+        // This lane's columns of the round.
         const W = {}u;
         if (i < tq) {{
             {write}
@@ -360,7 +376,7 @@ fn epilogue(c: &Config) -> String {
     }}
 ",
             n0 * c.s,
-            cnt * c.s
+            cnt * c.s / c.lpr
         );
     }
     out

@@ -2,12 +2,14 @@
 // prefill with f16 or bf16 q/k/v: one pass over the keys (FlashAttention-2's loop order), no T x T
 // matrix anywhere.
 // One workgroup of {{NSG}} subgroups per (batch, query head, block of {{BQ}} queries). Subgroup `sg`
-// owns {{R}} query rows, one per lane ({{MT}} fragments of {{S}} rows), so every key and value
-// fragment it loads feeds {{MT}} products. Per tile of {{BK}} keys:
+// owns {{R}} query rows ({{MT}} fragments of {{S}} rows; every key and value fragment it loads feeds
+// {{MT}} products), {{LPR}} lanes per row, each taking a contiguous part of the row's keys and
+// output columns (the lanes of a row are adjacent and agree on its maximum through a shuffle).
+// Per tile of {{BK}} keys:
 // 1. the workgroup stages the key and value tiles (`sk`, `sv`);
 // 2. each subgroup computes its scores S = q k^T with cooperative products (queries from `sq`) and
 //    stores them to its rows of `ss`;
-// 3. each lane reads its row, takes the tile's maximum and turns the scores into probabilities
+// 3. the lanes of a row read it, take the tile's maximum and turn the scores into probabilities
 //    P = 2^(s - m) in f16, written over the key tile (`sk`, which no subgroup reads any more);
 // 4. O += P v in cooperative accumulators that stay in registers.
 // The reference maximum `m` is lazy (FlashAttention-3): it moves only when a score passes it by more
@@ -49,6 +51,9 @@ const LP: u32 = {{LP}}u;
 const LS: u32 = {{LS}}u;
 // How far (log2) a score may pass the reference maximum before the row is rescaled.
 const TH: f32 = 8.0;
+// Lanes per query row, and the keys of a tile each of them takes.
+const LPR: u32 = {{LPR}}u;
+const KPL: u32 = BK / LPR;
 
 // Every workgroup variable is a multiple of 16 bytes long: the driver orders them as it likes, and
 // NVIDIA's cooperative loads from rows whose stride is a multiple of 16 bytes assume a 16-byte
@@ -125,15 +130,18 @@ fn main(
 {{STAGE_Q}}
     workgroupBarrier();
     let zero = {{ZERO}};
-    // This lane's query row and the keys it sees.
-    let i = q0 + sg * R + lane;
+    // This lane's query row, its part of the row, and the keys the row sees.
+    let row = lane / LPR;
+    let part = lane % LPR;
+    let i = q0 + sg * R + row;
     var ivis = 0u;
     if (i < tq) {
         ivis = visible(i, tq, tk, causal);
     }
     let slot = sg * R * LS;
-    let srow = slot + lane * LS;
-    let prow = sg * R * LP + lane * LP;
+    let srow = slot + row * LS;
+    let prow = sg * R * LP + row * LP;
+    let k0 = part * KPL;
     let eq = {{EQ}};
 
 {{S_DECL}}
@@ -158,7 +166,8 @@ fn main(
         workgroupBarrier();
         // The tile's maximum of this row (a NaN or +Inf score marks the row).
         var mt = -inf_f32();
-        for (var c4 = 0u; c4 < BK; c4 += 4u) {
+{{ABLATE_SOFTMAX_BEGIN}}
+        for (var c4 = k0; c4 < k0 + KPL; c4 += 4u) {
             let x = ss_rd4(srow + c4);
             for (var e = 0u; e < 4u; e++) {
                 let col = c4 + e;
@@ -172,6 +181,7 @@ fn main(
                 }
             }
         }
+{{ROW_MAX}}
         var alpha = 1.0;
         if (mt > m + TH) {
             if (m != -inf_f32()) {
@@ -182,7 +192,7 @@ fn main(
         }
         l *= alpha;
         // The probabilities, over the key tile.
-        for (var c4 = 0u; c4 < BK; c4 += 4u) {
+        for (var c4 = k0; c4 < k0 + KPL; c4 += 4u) {
             let x = ss_rd4(srow + c4);
             var pv = vec4<f32>(0.0);
             for (var e = 0u; e < 4u; e++) {
@@ -197,6 +207,7 @@ fn main(
             l += pv.x + pv.y + pv.z + pv.w;
             put_p(prow + c4, vec4<f16>(pv));
         }
+{{ABLATE_SOFTMAX_END}}
         // A barrier: P is complete, and whether any row moved its maximum is known to all.
         if (workgroupUniformLoad(&resc[t & 1u]) != 0u) {
 {{RESCALE}}
@@ -226,6 +237,7 @@ fn main(
             }
         }
     }
+{{ROW_SUM}}
     // Every visible score -Inf: the reference's softmax is 0/0.
     bad = bad || (ivis > 0u && l == 0.0);
     let inv_l = select(0.0, 1.0 / l, l > 0.0);

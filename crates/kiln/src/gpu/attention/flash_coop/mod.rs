@@ -19,10 +19,10 @@ use crate::{DType, Layout, Result};
 
 pub(crate) use emit::source;
 
-/// `(subgroups, keys per tile)` in order of preference: the first whose workgroup memory fits the
-/// adapter is taken. 48 KiB (NVIDIA's Vulkan limit) holds 2 x 32 key tiles at head size 128 and
-/// 2 x 64 at 64; lavapipe's 32 KiB holds 1 x 32 at 128.
-const SHAPES: [(u32, u32); 6] = [(4, 64), (2, 64), (4, 32), (2, 32), (1, 32), (1, 16)];
+/// `(subgroups, keys per tile, lanes per query row)` in order of preference: the first whose
+/// workgroup memory fits the adapter is taken.
+const SHAPES: [(u32, u32, u32); 8] =
+    [(4, 64, 2), (4, 32, 2), (2, 64, 2), (2, 32, 2), (2, 32, 1), (1, 32, 1), (2, 16, 2), (1, 16, 1)];
 /// Largest head size (q/k and v).
 pub(crate) const MAX_HEAD: usize = 128;
 /// Below this many workgroups the plain flash kernel, which also splits the keys, is used.
@@ -44,16 +44,45 @@ pub(crate) struct Config {
     pub(crate) bf16: bool,
     /// Output: the input dtype in pairs (even dv), else f32.
     pub(crate) pairs: bool,
-    /// Subgroups per workgroup and keys per tile.
+    /// Subgroups per workgroup, keys per tile and lanes per query row (1 or 2).
     pub(crate) nsg: u32,
     pub(crate) bk: u32,
+    pub(crate) lpr: u32,
     pub(crate) emulate: bool,
+    /// A part left out, to see what it costs (`KILN_COOP_ATTN_ABLATE`; wrong results).
+    pub(crate) ablate: Ablate,
+}
+
+/// The parts of the kernel an ablation can leave out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ablate {
+    None,
+    /// Staging the key and value tiles.
+    Stage,
+    /// The scores' products.
+    Scores,
+    /// The maximum and the probabilities.
+    Softmax,
+    /// P v.
+    Pv,
+}
+
+impl Ablate {
+    fn from_env() -> Ablate {
+        match crate::settings::COOP_ATTN_ABLATE.get().as_deref() {
+            Ok("stage") => Ablate::Stage,
+            Ok("scores") => Ablate::Scores,
+            Ok("softmax") => Ablate::Softmax,
+            Ok("pv") => Ablate::Pv,
+            _ => Ablate::None,
+        }
+    }
 }
 
 impl Config {
-    /// Query rows of a subgroup (one per lane) and of the workgroup.
+    /// Query rows of a subgroup and of the workgroup.
     fn r(&self) -> u32 {
-        self.sg
+        self.sg / self.lpr
     }
     fn bq(&self) -> u32 {
         self.nsg * self.r()
@@ -88,7 +117,7 @@ impl Config {
     }
     pub(crate) fn key(&self) -> String {
         format!(
-            "attention_flash_coop{}:{}x{}:sg{}:u{}:d{}:dv{}:{}:{}:nsg{}:bk{}",
+            "attention_flash_coop{}:{}x{}:sg{}:u{}:d{}:dv{}:{}:{}:nsg{}:bk{}:lpr{}{}",
             if self.emulate { "_emulated" } else { "" },
             self.s,
             self.s,
@@ -99,7 +128,9 @@ impl Config {
             if self.bf16 { "bf16" } else { "f16" },
             if self.pairs { "pairs" } else { "f32" },
             self.nsg,
-            self.bk
+            self.bk,
+            self.lpr,
+            if self.ablate == Ablate::None { String::new() } else { format!(":ablate-{:?}", self.ablate) }
         )
     }
 }
@@ -126,24 +157,34 @@ pub(crate) fn config(ctx: &GpuContext, bf16: bool, d: usize, dv: usize, emulate:
         pairs: dv.is_multiple_of(2),
         nsg: 0,
         bk: 0,
+        lpr: 1,
         emulate: emulate.is_some(),
+        ablate: Ablate::from_env(),
     };
+    // Two lanes per row agree through subgroup shuffles: adjacent invocations share a subgroup
+    // wherever subgroups exist (the emulated kernel's 32-lane "subgroups" included).
+    let shuffles = ctx.has(wgpu::Features::SUBGROUP);
     let lim = &ctx.limits;
-    shape(base, lim.max_compute_workgroup_storage_size, lim.max_compute_invocations_per_workgroup)
+    shape(base, lim.max_compute_workgroup_storage_size, lim.max_compute_invocations_per_workgroup, shuffles)
 }
 
-/// `base` with the first of [`SHAPES`] that fits `bytes` of workgroup memory and `invocations`.
-fn shape(base: Config, bytes: u32, invocations: u32) -> Option<Config> {
+/// `base` with the first of [`SHAPES`] (after `KILN_COOP_ATTN_SHAPE`'s) that fits `bytes` of
+/// workgroup memory and `invocations`, with two lanes per row only where `shuffles`.
+fn shape(base: Config, bytes: u32, invocations: u32, shuffles: bool) -> Option<Config> {
     let chosen = crate::settings::COOP_ATTN_SHAPE.get().ok().and_then(|v| {
-        let (a, b) = v.split_once(',')?;
-        Some((a.trim().parse::<u32>().ok()?, b.trim().parse::<u32>().ok()?))
+        let n: Vec<u32> = v.split(',').map(|x| x.trim().parse().ok()).collect::<Option<_>>()?;
+        (n.len() == 3).then(|| (n[0], n[1], n[2]))
     });
-    chosen
-        .into_iter()
-        .chain(SHAPES)
-        .filter(|&(_, bk)| bk.is_multiple_of(base.s))
-        .map(|(nsg, bk)| Config { nsg, bk, ..base })
-        .find(|c| c.workgroup_bytes() <= bytes && c.nsg * c.sg <= invocations)
+    chosen.into_iter().chain(SHAPES).map(|(nsg, bk, lpr)| Config { nsg, bk, lpr, ..base }).find(|c| {
+        c.bk.is_multiple_of(c.s)
+            && matches!(c.lpr, 1 | 2)
+            && (c.bk / c.lpr).is_multiple_of(4)
+            && (c.lpr == 1 || shuffles)
+            && c.sg.is_multiple_of(c.lpr)
+            && c.r().is_multiple_of(c.s)
+            && c.workgroup_bytes() <= bytes
+            && c.nsg * c.sg <= invocations
+    })
 }
 
 /// The automatic path takes this kernel only with `KILN_COOP_ATTN=1`: it is right on an H100 since
@@ -301,10 +342,11 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
     for (s, unit, emulate) in [(16, 4, false), (8, 1, false), (16, 4, true)] {
         for bf16 in [false, true] {
             for (d, dv, pairs) in [(128, 128, true), (64, 64, true), (80, 48, false)] {
-                let base = Config { s, sg: 32, unit, d, dv, bf16, pairs, nsg: 0, bk: 0, emulate };
+                let ablate = Ablate::None;
+                let base = Config { s, sg: 32, unit, d, dv, bf16, pairs, nsg: 0, bk: 0, lpr: 1, emulate, ablate };
                 // The shapes taken with 48 KiB (NVIDIA) and 32 KiB (lavapipe, many mobile GPUs).
                 for bytes in [48 << 10, 32 << 10] {
-                    let c = shape(base, bytes, 1024).expect("a shape fits");
+                    let c = shape(base, bytes, 1024, true).expect("a shape fits");
                     if !out.iter().any(|(k, _)| *k == c.key()) {
                         out.push((c.key(), source(&c)));
                     }
