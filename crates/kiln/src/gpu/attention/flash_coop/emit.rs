@@ -65,7 +65,7 @@ pub(crate) fn source(c: &Config) -> String {
     let (s, unit) = (c.s, c.unit);
     let (lq, lv, lp) = c.strides();
     let (enable, zero, sg_param, sg_let) = flavour(c);
-    let (stage_q, stage_k, stage_v) = staging(c);
+    let (fetch_decl, fetch, put_kv) = fetch_put(c);
     let num = |v: u32| v.to_string();
     let u = |v: u32| v / unit;
     let score = if c.bf16 { "unscale(x[e], eq + sx[col]) * cs" } else { "x[e] * cs" };
@@ -73,7 +73,9 @@ pub(crate) fn source(c: &Config) -> String {
     let (row_max, row_sum) = if c.lpr == 2 {
         (
             "        mt = max(mt, subgroupShuffleXor(mt, 1u));
-        bad = bad || subgroupShuffleXor(select(0u, 1u, bad), 1u) != 0u;",
+        // Outside `||`, whose short circuit would leave the shuffle to some lanes only.
+        let other_bad = subgroupShuffleXor(select(0u, 1u, bad), 1u);
+        bad = bad || other_bad != 0u;",
             "    l += subgroupShuffleXor(l, 1u);",
         )
     } else {
@@ -92,9 +94,10 @@ pub(crate) fn source(c: &Config) -> String {
                 "SX_DECL",
                 if c.bf16 { "// bf16: the key tile's line exponents.\nvar<workgroup> sx: array<i32, BK>;" } else { "" },
             ),
-            ("STAGE_Q", &stage_q),
-            ("STAGE_K", if c.ablate == Ablate::Stage { "" } else { &stage_k }),
-            ("STAGE_V", if c.ablate == Ablate::Stage { "" } else { &stage_v }),
+            ("STAGE_Q", &stage_q(c)),
+            ("FETCH_DECL", &fetch_decl),
+            ("FETCH", if c.ablate == Ablate::Stage { "" } else { &fetch }),
+            ("PUT_KV", if c.ablate == Ablate::Stage { "" } else { &put_kv }),
             ("SCORES", &if c.ablate == Ablate::Scores { String::new() } else { scores(c) }),
             ("SCORE", score),
             ("RESCALE", &rescale(c)),
@@ -109,7 +112,7 @@ pub(crate) fn source(c: &Config) -> String {
             ("LPR", &num(c.lpr)),
             ("ROW_MAX", row_max),
             ("ROW_SUM", row_sum),
-            ("ABLATE_SOFTMAX_BEGIN", if c.ablate == Ablate::Softmax { "if (false) {" } else { "" }),
+            ("ABLATE_SOFTMAX_BEGIN", if c.ablate == Ablate::Softmax { "if (p.b == 0u) {" } else { "" }),
             ("ABLATE_SOFTMAX_END", if c.ablate == Ablate::Softmax { "}" } else { "" }),
             ("MT", &num(c.mt())),
             ("NSG", &num(c.nsg)),
@@ -382,14 +385,18 @@ fn epilogue(c: &Config) -> String {
     out
 }
 
-/// The element loaders (`LOADERS`): `ld1_{q,k,v}` reads one element as f32; f16 has `ldh4_*`, 4
-/// halves (one vector read where the view allows), bf16 `ld4_*`, 4 values as f32.
+/// The element loaders (`LOADERS`): `ld1_{q,k,v}` reads one element as f32, `raw4_*` 4 elements as
+/// stored (one vector read where the view allows: f16 as `vec4<f16>`, bf16 as two words that
+/// `bf16x4` widens).
 fn loaders(c: &Config) -> String {
     let mut out = String::new();
     if c.bf16 {
         out += "// One element of q/k/v (bf16, two per word) at element index e.
 fn word_of(x: vec2<u32>, e: u32) -> u32 {
     return select(x.x, x.y, (e & 2u) != 0u);
+}
+fn bf16x4(w: vec2<u32>) -> vec4<f32> {
+    return vec4<f32>(bitcast<f32>(w.x << 16u), bitcast<f32>(w.x & 0xffff0000u), bitcast<f32>(w.y << 16u), bitcast<f32>(w.y & 0xffff0000u));
 }
 ";
     }
@@ -400,18 +407,19 @@ fn word_of(x: vec2<u32>, e: u32) -> u32 {
     let w = word_of({buf}[e >> 2u], e);
     return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (e & 1u) == 1u));
 }}
-fn ld4_{name}(e: u32, se: u32, n: u32) -> vec4<f32> {{
+fn raw4_{name}(e: u32, se: u32, n: u32) -> vec2<u32> {{
     if (se == 1u && (e & 3u) == 0u && n >= 4u) {{
-        let w = {buf}[e >> 2u];
-        return vec4<f32>(bitcast<f32>(w.x << 16u), bitcast<f32>(w.x & 0xffff0000u), bitcast<f32>(w.y << 16u), bitcast<f32>(w.y & 0xffff0000u));
+        return {buf}[e >> 2u];
     }}
-    var x = vec4<f32>(0.0);
+    var v = vec2<u32>();
     for (var j = 0u; j < 4u; j++) {{
         if (j < n) {{
-            x[j] = ld1_{name}(e + j * se);
+            let f = e + j * se;
+            let h = (word_of({buf}[f >> 2u], f) >> ((f & 1u) * 16u)) & 0xffffu;
+            v[j >> 1u] |= h << ((j & 1u) * 16u);
         }}
     }}
-    return x;
+    return v;
 }}
 "
             );
@@ -420,7 +428,7 @@ fn ld4_{name}(e: u32, se: u32, n: u32) -> vec4<f32> {{
                 "fn ld1_{name}(e: u32) -> f32 {{
     return f32({buf}[e >> 2u][e & 3u]);
 }}
-fn ldh4_{name}(e: u32, se: u32, n: u32) -> vec4<f16> {{
+fn raw4_{name}(e: u32, se: u32, n: u32) -> vec4<f16> {{
     if (se == 1u && (e & 3u) == 0u && n >= 4u) {{
         return {buf}[e >> 2u];
     }}
@@ -467,72 +475,164 @@ fn ss_wr4(i: u32, v: vec4<f32>) { ss[i] = v.x; ss[i + 1u] = v.y; ss[i + 2u] = v.
     out
 }
 
-/// One staging loop: `rows x width` elements of an operand into its tile, 4 at a time.
-fn stage_loop(rows: &str, width: &str, tile_stride: &str, guard: &str, load: &str, put: &str) -> String {
+/// The query staging (`STAGE_Q`): `BQ x D` into `sq`, 4 values at a time, bf16 scaled per row.
+fn stage_q(c: &Config) -> String {
+    let load = if c.bf16 {
+        "x = vec4<f16>(ldexp(bf16x4(raw4_q(qbase + (q0 + row) * qst + c4 * qse, qse, d - c4)), \
+         vec4<i32>(-line_exp(mx[xq + q0 + row]))));"
+    } else {
+        "x = raw4_q(qbase + (q0 + row) * qst + c4 * qse, qse, d - c4);"
+    };
     format!(
-        "        for (var e = li; e < {rows} * {width} / 4u; e += WG) {{
-            let row = e / ({width} / 4u);
-            let c4 = 4u * (e % ({width} / 4u));
-            var x = vec4<f16>();
-            if ({guard}) {{
-                {load}
-            }}
-            put_{put}(row * {tile_stride} + c4, x);
+        "    for (var e = li; e < BQ * D / 4u; e += WG) {{
+        let row = e / (D / 4u);
+        let c4 = 4u * (e % (D / 4u));
+        var x = vec4<f16>();
+        if (q0 + row < tq && c4 < d) {{
+            {load}
         }}
+        put_q(row * LQ + c4, x);
+    }}
 "
     )
 }
 
-/// The loops that stage the queries (`STAGE_Q`), a key tile (`STAGE_K`, and for bf16 its line
-/// exponents) and a value tile (`STAGE_V`, values that are not finite staged as 0 and flagged).
-fn staging(c: &Config) -> (String, String, String) {
-    let at = |base: &str, row: &str, st: &str, se: &str| format!("{base} + ({row}) * {st} + c4 * {se}");
-    let (q_at, k_at, v_at) = (
-        at("qbase", "q0 + row", "qst", "qse"),
-        at("kbase", "j0 + row", "kst", "kse"),
-        at("vbase", "j0 + row", "vst", "vse"),
-    );
-    let (lq, lv) = ("LQ", "LV");
-    let (q_load, k_load, v_load) = if c.bf16 {
-        (
-            format!("x = vec4<f16>(ldexp(ld4_q({q_at}, qse, d - c4), vec4<i32>(-line_exp(mx[xq + q0 + row]))));"),
-            format!("x = vec4<f16>(ldexp(ld4_k({k_at}, kse, d - c4), vec4<i32>(-line_exp(mx[xk + j0 + row]))));"),
+/// Chunks of 4 values of a `BK x width` tile each invocation moves.
+fn chunks(c: &Config, width: u32) -> u32 {
+    (c.bk * width / 4).div_ceil(c.nsg * c.sg)
+}
+
+/// The registers that hold a key and value tile between its reads and its staging (`FETCH_DECL`;
+/// bf16: also each key row's line maximum, and the exponents of each value chunk's columns, the same
+/// for every tile), the reads of tile `jn` into them (`FETCH`), and their staging into `sk` and `sv`
+/// (`PUT_KV`; values that are not finite staged as 0 and flagged).
+fn fetch_put(c: &Config) -> (String, String, String) {
+    let reg = if c.bf16 { "vec2<u32>" } else { "vec4<f16>" };
+    let (nk, nv) = (chunks(c, c.d), chunks(c, c.dv));
+    let mut decl = String::new();
+    let mut fetch = String::new();
+    let mut put = String::new();
+    let chunk = |j: u32, width: &str| {
+        format!(
+            "            let e = li + {}u;
+            let row = e / ({width} / 4u);
+            let c4 = 4u * (e % ({width} / 4u));
+",
+            j * c.nsg * c.sg
+        )
+    };
+    for j in 0..nk {
+        decl += &format!(
+            "    var rk{j} = {reg}();
+"
+        );
+        let ex = if c.bf16 {
+            decl += &format!(
+                "    var ek{j} = 0u;
+"
+            );
             format!(
-                "var y = ld4_v({v_at}, vse, dv - c4);
-                y = ldexp(y, -vec4<i32>(line_exp(mx[xv + min(c4, dv - 1u)]), line_exp(mx[xv + min(c4 + 1u, dv - 1u)]), \
-                 line_exp(mx[xv + min(c4 + 2u, dv - 1u)]), line_exp(mx[xv + min(c4 + 3u, dv - 1u)])));
+                "
+                ek{j} = mx[xk + jn + row];"
+            )
+        } else {
+            String::new()
+        };
+        fetch += &format!(
+            "        {{
+{}            rk{j} = {reg}();
+            if (e < BK * D / 4u && jn + row < tk && c4 < d) {{
+                rk{j} = raw4_k(kbase + (jn + row) * kst + c4 * kse, kse, d - c4);{ex}
+            }}
+        }}
+",
+            chunk(j, "D")
+        );
+        let x = if c.bf16 {
+            format!("vec4<f16>(ldexp(bf16x4(rk{j}), vec4<i32>(-line_exp(ek{j}))))")
+        } else {
+            format!("rk{j}")
+        };
+        put += &format!(
+            "        {{
+{}            if (e < BK * D / 4u) {{
+                put_k(row * LQ + c4, {x});
+            }}
+        }}
+",
+            chunk(j, "D")
+        );
+    }
+    for j in 0..nv {
+        decl += &format!(
+            "    var rv{j} = {reg}();
+"
+        );
+        fetch += &format!(
+            "        {{
+{}            rv{j} = {reg}();
+            if (e < BK * DV / 4u && jn + row < tk && c4 < dv) {{
+                rv{j} = raw4_v(vbase + (jn + row) * vst + c4 * vse, vse, dv - c4);
+            }}
+        }}
+",
+            chunk(j, "DV")
+        );
+        let x = if c.bf16 {
+            // The chunk's columns, and so their exponents, are the same in every tile.
+            decl += &format!(
+                "    var ve{j} = 0u;
+    {{
+{}            for (var q = 0u; q < 4u; q++) {{
+                ve{j} |= u32(line_exp(mx[xv + min(c4 + q, dv - 1u)]) + 128) << (8u * q);
+            }}
+    }}
+",
+                chunk(j, "DV")
+            );
+            format!(
+                "var y = ldexp(bf16x4(rv{j}), -(vec4<i32>((vec4<u32>(ve{j}) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu)) - vec4<i32>(128)));
                 let fin = (bitcast<vec4<u32>>(y) & vec4<u32>(0x7f800000u)) != vec4<u32>(0x7f800000u);
                 if (!all(fin)) {{
                     atomicOr(&vbad[t & 1u], 1u);
                     y = select(vec4<f32>(0.0), y, fin);
                 }}
-                x = vec4<f16>(y);"
-            ),
-        )
-    } else {
-        (
-            format!("x = ldh4_q({q_at}, qse, d - c4);"),
-            format!("x = ldh4_k({k_at}, kse, d - c4);"),
+                let x = vec4<f16>(y);"
+            )
+        } else {
             format!(
-                "x = ldh4_v({v_at}, vse, dv - c4);
+                "var x = rv{j};
                 let fin = abs(x) <= vec4<f16>(65504.0h);
                 if (!all(fin)) {{
                     atomicOr(&vbad[t & 1u], 1u);
                     x = select(vec4<f16>(), x, fin);
                 }}"
-            ),
-        )
-    };
-    let stage_q = stage_loop("BQ", "D", lq, "q0 + row < tq && c4 < d", &q_load, "q").replace("        ", "    ");
-    let mut stage_k = stage_loop("BK", "D", lq, "j0 + row < tk && c4 < d", &k_load, "k");
+            )
+        };
+        put += &format!(
+            "        {{
+{}            if (e < BK * DV / 4u) {{
+                {x}
+                put_v(row * LV + c4, x);
+            }}
+        }}
+",
+            chunk(j, "DV")
+        );
+    }
     if c.bf16 {
-        stage_k += "        for (var e = li; e < BK; e += WG) {
-            sx[e] = select(0, line_exp(mx[xk + min(j0 + e, tk - 1u)]), j0 + e < tk);
+        decl += "    var rsx = 0u;
+";
+        fetch += "        if (li < BK) {
+            rsx = select(0u, mx[xk + min(jn + li, tk - 1u)], jn + li < tk);
+        }
+";
+        put += "        if (li < BK) {
+            sx[li] = line_exp(rsx);
         }
 ";
     }
-    let stage_v = stage_loop("BK", "DV", lv, "j0 + row < tk && c4 < dv", &v_load, "v");
-    (stage_q, stage_k, stage_v)
+    (decl, fetch, put)
 }
 
 /// bf16's helpers (`EXTRA`): the line exponents and the unscaling of a value.

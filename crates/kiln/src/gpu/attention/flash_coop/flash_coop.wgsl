@@ -152,6 +152,13 @@ fn main(
     var nanb = array<u32, {{PW}}>();
     var pinf = array<u32, {{PW}}>();
     var ninf = array<u32, {{PW}}>();
+    // The key and value tiles are read into registers one tile ahead: tile t + 1's reads are in
+    // flight while tile t is multiplied.
+{{FETCH_DECL}}
+    {
+        let jn = 0u;
+{{FETCH}}
+    }
     for (var t = 0u; t < steps; t++) {
         let j0 = t * BK;
         workgroupBarrier();
@@ -159,9 +166,12 @@ fn main(
             atomicStore(&vbad[(t + 1u) & 1u], 0u);
             resc[(t + 1u) & 1u] = 0u;
         }
-{{STAGE_K}}
-{{STAGE_V}}
+{{PUT_KV}}
         workgroupBarrier();
+        if (t + 1u < steps) {
+            let jn = j0 + BK;
+{{FETCH}}
+        }
 {{SCORES}}
         workgroupBarrier();
         // The tile's maximum of this row (a NaN or +Inf score marks the row).
@@ -181,6 +191,7 @@ fn main(
                 }
             }
         }
+{{ABLATE_SOFTMAX_END}}
 {{ROW_MAX}}
         var alpha = 1.0;
         if (mt > m + TH) {
@@ -192,6 +203,7 @@ fn main(
         }
         l *= alpha;
         // The probabilities, over the key tile.
+{{ABLATE_SOFTMAX_BEGIN}}
         for (var c4 = k0; c4 < k0 + KPL; c4 += 4u) {
             let x = ss_rd4(srow + c4);
             var pv = vec4<f32>(0.0);
