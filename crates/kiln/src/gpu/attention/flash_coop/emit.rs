@@ -65,10 +65,11 @@ pub(crate) fn source(c: &Config) -> String {
     let (s, unit) = (c.s, c.unit);
     let (lq, lv, lp) = c.strides();
     let (enable, zero, sg_param, sg_let) = flavour(c);
+    let score = if c.bf16 { "unscale(x[e], eq + sx[col]) * cs" } else { "x[e] * cs" };
     let (fetch_decl, fetch, put_kv) = fetch_put(c);
+    let (read_s, pass_max, pass_p) = softmax(c, score);
     let num = |v: u32| v.to_string();
     let u = |v: u32| v / unit;
-    let score = if c.bf16 { "unscale(x[e], eq + sx[col]) * cs" } else { "x[e] * cs" };
     // The lanes of a row agree on its maximum and whether it saw a NaN or +Inf, and sum its parts.
     let (row_max, row_sum) = if c.lpr == 2 {
         (
@@ -101,6 +102,9 @@ pub(crate) fn source(c: &Config) -> String {
             ("SCORES", &if c.ablate == Ablate::Scores { String::new() } else { scores(c) }),
             ("SCORE", score),
             ("RESCALE", &rescale(c)),
+            ("READ_S", &read_s),
+            ("PASS_MAX", &pass_max),
+            ("PASS_P", &pass_p),
             ("PV", &if c.ablate == Ablate::Pv { String::new() } else { products_pv(c) }),
             ("S_DECL", &decls(c, "s", c.bk / s)),
             ("O_DECL", &decls(c, "o", c.dv / s)),
@@ -260,6 +264,53 @@ fn products_pv(c: &Config) -> String {
         out += "        }\n";
     }
     out
+}
+
+/// The lane's scores of a tile, read from `ss` into registers once (`READ_S`: `x0`, `x1`, ..., 4
+/// each), the pass that takes their maximum (`PASS_MAX`) and the one that writes the probabilities
+/// over the key tile (`PASS_P`); `score` is the scaled score of `x[e]`, column `col`.
+fn softmax(c: &Config, score: &str) -> (String, String, String) {
+    let (mut read, mut max, mut prob) = (String::new(), String::new(), String::new());
+    for v in 0..c.bk / c.lpr / 4 {
+        read += &format!("        let x{v} = ss_rd4(srow + k0 + {}u);\n", 4 * v);
+        max += &format!(
+            "        for (var e = 0u; e < 4u; e++) {{
+            let x = x{v};
+            let col = k0 + {}u + e;
+            if (j0 + col < ivis) {{
+                let s = {score};
+                if (is_nan(s) || s == inf_f32()) {{
+                    bad = true;
+                }} else {{
+                    mt = max(mt, s);
+                }}
+            }}
+        }}
+",
+            4 * v
+        );
+        prob += &format!(
+            "        {{
+            let x = x{v};
+            var pv = vec4<f32>(0.0);
+            for (var e = 0u; e < 4u; e++) {{
+                let col = k0 + {}u + e;
+                if (j0 + col < ivis && !bad) {{
+                    let s = {score};
+                    if (s != -inf_f32()) {{
+                        pv[e] = exp2(s - m);
+                    }}
+                }}
+            }}
+            l += pv.x + pv.y + pv.z + pv.w;
+            put_p(prow + k0 + {}u, vec4<f16>(pv));
+        }}
+",
+            4 * v,
+            4 * v
+        );
+    }
+    (read, max, prob)
 }
 
 /// The output accumulators in rounds of `bk / s` column fragments through this subgroup's rows of

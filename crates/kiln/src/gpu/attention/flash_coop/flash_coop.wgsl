@@ -174,23 +174,12 @@ fn main(
         }
 {{SCORES}}
         workgroupBarrier();
-        // The tile's maximum of this row (a NaN or +Inf score marks the row).
+        // This lane's scores of the tile, read once; their maximum (a NaN or +Inf score marks the
+        // row).
         var mt = -inf_f32();
+{{READ_S}}
 {{ABLATE_SOFTMAX_BEGIN}}
-        for (var c4 = k0; c4 < k0 + KPL; c4 += 4u) {
-            let x = ss_rd4(srow + c4);
-            for (var e = 0u; e < 4u; e++) {
-                let col = c4 + e;
-                if (j0 + col < ivis) {
-                    let s = {{SCORE}};
-                    if (is_nan(s) || s == inf_f32()) {
-                        bad = true;
-                    } else {
-                        mt = max(mt, s);
-                    }
-                }
-            }
-        }
+{{PASS_MAX}}
 {{ABLATE_SOFTMAX_END}}
 {{ROW_MAX}}
         var alpha = 1.0;
@@ -204,21 +193,7 @@ fn main(
         l *= alpha;
         // The probabilities, over the key tile.
 {{ABLATE_SOFTMAX_BEGIN}}
-        for (var c4 = k0; c4 < k0 + KPL; c4 += 4u) {
-            let x = ss_rd4(srow + c4);
-            var pv = vec4<f32>(0.0);
-            for (var e = 0u; e < 4u; e++) {
-                let col = c4 + e;
-                if (j0 + col < ivis && !bad) {
-                    let s = {{SCORE}};
-                    if (s != -inf_f32()) {
-                        pv[e] = exp2(s - m);
-                    }
-                }
-            }
-            l += pv.x + pv.y + pv.z + pv.w;
-            put_p(prow + c4, vec4<f16>(pv));
-        }
+{{PASS_P}}
 {{ABLATE_SOFTMAX_END}}
         // A barrier: P is complete, and whether any row moved its maximum is known to all.
         if (workgroupUniformLoad(&resc[t & 1u]) != 0u) {
