@@ -65,9 +65,8 @@ pub(crate) fn source(c: &Config) -> String {
     let (s, unit) = (c.s, c.unit);
     let (lq, lv, lp) = c.strides();
     let (enable, zero, sg_param, sg_let) = flavour(c);
-    let score = if c.bf16 { "unscale(x[e], eq + sx[col]) * cs" } else { "x[e] * cs" };
     let (fetch_decl, fetch, put_kv) = fetch_put(c);
-    let (read_s, pass_max, pass_p) = softmax(c, score);
+    let (read_s, pass_max, pass_p) = softmax(c);
     let num = |v: u32| v.to_string();
     let u = |v: u32| v / unit;
     // The lanes of a row agree on its maximum and whether it saw a NaN or +Inf, and sum its parts.
@@ -100,7 +99,6 @@ pub(crate) fn source(c: &Config) -> String {
             ("FETCH", if c.ablate == Ablate::Stage { "" } else { &fetch }),
             ("PUT_KV", if c.ablate == Ablate::Stage { "" } else { &put_kv }),
             ("SCORES", &if c.ablate == Ablate::Scores { String::new() } else { scores(c) }),
-            ("SCORE", score),
             ("RESCALE", &rescale(c)),
             ("READ_S", &read_s),
             ("PASS_MAX", &pass_max),
@@ -267,47 +265,48 @@ fn products_pv(c: &Config) -> String {
 }
 
 /// The lane's scores of a tile, read from `ss` into registers once (`READ_S`: `x0`, `x1`, ..., 4
-/// each), the pass that takes their maximum (`PASS_MAX`) and the one that writes the probabilities
-/// over the key tile (`PASS_P`); `score` is the scaled score of `x[e]`, column `col`.
-fn softmax(c: &Config, score: &str) -> (String, String, String) {
+/// each), the pass that scales and masks them (`s0`, ...: -Inf where a key is not visible) and takes
+/// their maximum (`PASS_MAX`), and the one that writes the probabilities over the key tile
+/// (`PASS_P`). Whole vectors, no element picked by a variable index (which can put a vector in
+/// local memory).
+fn softmax(c: &Config) -> (String, String, String) {
     let (mut read, mut max, mut prob) = (String::new(), String::new(), String::new());
     for v in 0..c.bk / c.lpr / 4 {
-        read += &format!("        let x{v} = ss_rd4(srow + k0 + {}u);\n", 4 * v);
-        max += &format!(
-            "        for (var e = 0u; e < 4u; e++) {{
-            let x = x{v};
-            let col = k0 + {}u + e;
-            if (j0 + col < ivis) {{
-                let s = {score};
-                if (is_nan(s) || s == inf_f32()) {{
-                    bad = true;
-                }} else {{
-                    mt = max(mt, s);
-                }}
+        let col = format!("k0 + {}u", 4 * v);
+        read += &format!("        let x{v} = ss_rd4(srow + {col});\n");
+        let scaled = if c.bf16 {
+            // 2^(eq + e_key) as one exact f32 where it is normal, else in two steps.
+            format!(
+                "var y{v} = vec4<f32>();
+        {{
+            let n = vec4<i32>(eq) + vec4<i32>(sx[{col}], sx[{col} + 1u], sx[{col} + 2u], sx[{col} + 3u]);
+            if (all(abs(n) < vec4<i32>(126))) {{
+                y{v} = x{v} * pow2_4(n);
+            }} else {{
+                y{v} = vec4<f32>(unscale(x{v}.x, n.x), unscale(x{v}.y, n.y), unscale(x{v}.z, n.z), unscale(x{v}.w, n.w));
             }}
         }}
-",
-            4 * v
+        "
+            )
+        } else {
+            format!("let y{v} = x{v};\n        ")
+        };
+        max += &format!(
+            "        {scaled}let s{v} = select(vec4<f32>(-inf_f32()), y{v} * cs, vec4<u32>(j0 + {col}) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(ivis));
+        bad = bad || any((bitcast<vec4<u32>>(s{v}) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u)) || any(s{v} == vec4<f32>(inf_f32()));
+        mt = max(mt, max(max(s{v}.x, s{v}.y), max(s{v}.z, s{v}.w)));
+"
         );
         prob += &format!(
             "        {{
-            let x = x{v};
-            var pv = vec4<f32>(0.0);
-            for (var e = 0u; e < 4u; e++) {{
-                let col = k0 + {}u + e;
-                if (j0 + col < ivis && !bad) {{
-                    let s = {score};
-                    if (s != -inf_f32()) {{
-                        pv[e] = exp2(s - m);
-                    }}
-                }}
+            var pv = select(vec4<f32>(0.0), exp2(s{v} - vec4<f32>(m)), s{v} > vec4<f32>(-inf_f32()));
+            if (bad) {{
+                pv = vec4<f32>(0.0);
             }}
             l += pv.x + pv.y + pv.z + pv.w;
-            put_p(prow + k0 + {}u, vec4<f16>(pv));
+            put_p(prow + {col}, vec4<f16>(pv));
         }}
-",
-            4 * v,
-            4 * v
+"
         );
     }
     (read, max, prob)
@@ -529,8 +528,8 @@ fn ss_wr4(i: u32, v: vec4<f32>) { ss[i] = v.x; ss[i + 1u] = v.y; ss[i + 2u] = v.
 /// The query staging (`STAGE_Q`): `BQ x D` into `sq`, 4 values at a time, bf16 scaled per row.
 fn stage_q(c: &Config) -> String {
     let load = if c.bf16 {
-        "x = vec4<f16>(ldexp(bf16x4(raw4_q(qbase + (q0 + row) * qst + c4 * qse, qse, d - c4)), \
-         vec4<i32>(-line_exp(mx[xq + q0 + row]))));"
+        "x = vec4<f16>(bf16x4(raw4_q(qbase + (q0 + row) * qst + c4 * qse, qse, d - c4)) \
+         * pow2_4(vec4<i32>(-line_exp(mx[xq + q0 + row]))));"
     } else {
         "x = raw4_q(qbase + (q0 + row) * qst + c4 * qse, qse, d - c4);"
     };
@@ -560,9 +559,17 @@ fn chunks(c: &Config, width: u32) -> u32 {
 fn fetch_put(c: &Config) -> (String, String, String) {
     let reg = if c.bf16 { "vec2<u32>" } else { "vec4<f16>" };
     let (nk, nv) = (chunks(c, c.d), chunks(c, c.dv));
-    let mut decl = String::new();
+    let mut decl = String::from(
+        "    // Whole tiles of contiguous, aligned rows are read without per-chunk checks.
+    let kfast = kse == 1u && (kbase & 3u) == 0u && (kst & 3u) == 0u && d == D;
+    let vfast = vse == 1u && (vbase & 3u) == 0u && (vst & 3u) == 0u && dv == DV;
+",
+    );
+    let (mut kf, mut kg, mut vf, mut vg) = (String::new(), String::new(), String::new(), String::new());
     let mut fetch = String::new();
     let mut put = String::new();
+    // Whether every chunk index is inside the tile (no guard needed).
+    let exact = |width: u32, n: u32| n * c.nsg * c.sg == c.bk * width / 4;
     let chunk = |j: u32, width: &str| {
         format!(
             "            let e = li + {}u;
@@ -589,7 +596,7 @@ fn fetch_put(c: &Config) -> (String, String, String) {
         } else {
             String::new()
         };
-        fetch += &format!(
+        kg += &format!(
             "        {{
 {}            rk{j} = {reg}();
             if (e < BK * D / 4u && jn + row < tk && c4 < d) {{
@@ -599,8 +606,18 @@ fn fetch_put(c: &Config) -> (String, String, String) {
 ",
             chunk(j, "D")
         );
+        let guard = if exact(c.d, nk) { "true" } else { "e < BK * D / 4u" };
+        kf += &format!(
+            "        {{
+{}            if ({guard}) {{
+                rk{j} = kx[(kbase + (jn + row) * kst + c4) >> 2u];{ex}
+            }}
+        }}
+",
+            chunk(j, "D")
+        );
         let x = if c.bf16 {
-            format!("vec4<f16>(ldexp(bf16x4(rk{j}), vec4<i32>(-line_exp(ek{j}))))")
+            format!("vec4<f16>(bf16x4(rk{j}) * pow2_4(vec4<i32>(-line_exp(ek{j}))))")
         } else {
             format!("rk{j}")
         };
@@ -619,11 +636,21 @@ fn fetch_put(c: &Config) -> (String, String, String) {
             "    var rv{j} = {reg}();
 "
         );
-        fetch += &format!(
+        vg += &format!(
             "        {{
 {}            rv{j} = {reg}();
             if (e < BK * DV / 4u && jn + row < tk && c4 < dv) {{
                 rv{j} = raw4_v(vbase + (jn + row) * vst + c4 * vse, vse, dv - c4);
+            }}
+        }}
+",
+            chunk(j, "DV")
+        );
+        let guard = if exact(c.dv, nv) { "true" } else { "e < BK * DV / 4u" };
+        vf += &format!(
+            "        {{
+{}            if ({guard}) {{
+                rv{j} = vx[(vbase + (jn + row) * vst + c4) >> 2u];
             }}
         }}
 ",
@@ -642,7 +669,7 @@ fn fetch_put(c: &Config) -> (String, String, String) {
                 chunk(j, "DV")
             );
             format!(
-                "var y = ldexp(bf16x4(rv{j}), -(vec4<i32>((vec4<u32>(ve{j}) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu)) - vec4<i32>(128)));
+                "var y = bf16x4(rv{j}) * pow2_4(vec4<i32>(128) - vec4<i32>((vec4<u32>(ve{j}) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu)));
                 let fin = (bitcast<vec4<u32>>(y) & vec4<u32>(0x7f800000u)) != vec4<u32>(0x7f800000u);
                 if (!all(fin)) {{
                     atomicOr(&vbad[t & 1u], 1u);
@@ -671,6 +698,10 @@ fn fetch_put(c: &Config) -> (String, String, String) {
             chunk(j, "DV")
         );
     }
+    fetch += &format!(
+        "        if (kfast && jn + BK <= tk) {{\n{kf}        }} else {{\n{kg}        }}
+        if (vfast && jn + BK <= tk) {{\n{vf}        }} else {{\n{vg}        }}\n"
+    );
     if c.bf16 {
         decl += "    var rsx = 0u;
 ";
@@ -691,6 +722,10 @@ fn bf16_extra(c: &Config) -> String {
     if c.bf16 {
         format!(
             "{LINE_EXP}
+// 2^n, exact, for |n| < 127.
+fn pow2_4(n: vec4<i32>) -> vec4<f32> {{
+    return bitcast<vec4<f32>>(vec4<u32>(n + vec4<i32>(127)) << vec4<u32>(23u));
+}}
 // `v * 2^e` in two steps of the same sign: no intermediate overflows unless the result does.
 fn unscale(v: f32, e: i32) -> f32 {{
     let h = e / 2;
