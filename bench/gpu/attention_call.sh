@@ -25,7 +25,8 @@ for variant in ${VARIANTS:-auto/none}; do
     shape=${variant%/*}
     echo "== coop_attention $variant" >> "$log"
     if [ "$shape" = auto ]; then unset KILN_COOP_ATTN_SHAPE; else export KILN_COOP_ATTN_SHAPE=$shape; fi
-    KILN_COOP_ATTN_ABLATE=${variant#*/} timeout 240 .devbin/coop_attention >> "$log" 2>&1
+    # The example's "default" row is the plain flash kernel.
+    KILN_COOP_ATTN=0 KILN_COOP_ATTN_ABLATE=${variant#*/} timeout 240 .devbin/coop_attention >> "$log" 2>&1
 done
 unset KILN_COOP_ATTN_SHAPE
 echo "== torch" >> "$log"

@@ -1,8 +1,8 @@
-//! Prefill attention on cooperative matrices (`gpu/attention/flash_coop.rs`) on the device: each
+//! Prefill attention on cooperative matrices (`gpu/attention/flash_coop/`) on the device: each
 //! case checked against the f32 attention of the same inputs (relative L2 error; the probabilities'
 //! f16 rounding and the output's rounding give ~1e-3 for f16, ~4e-3 for bf16) and timed with GPU
 //! timestamps (median of `RUNS` after 0.3 s of back-to-back runs), beside the default `sdpa` path
-//! (the plain flash kernel; `KILN_COOP_ATTN=1` makes the cooperative one the default), and the
+//! (the cooperative kernel itself, or with `KILN_COOP_ATTN=0` the plain flash kernel), and the
 //! emulated kernel's error as a control.
 //!
 //! Run: `cargo run --release -p kiln --example coop_attention` (`ONLY=a,b`: the cases whose name

@@ -92,8 +92,8 @@ settings! {
         "The staging of the cooperative matmul on Vulkan: `h1` or `h4`.";
     COOP_TILE = "KILN_COOP_TILE", "kiln", default "auto",
         "The cooperative matmul's tile: `large`, `wide` or `small`; anything else chooses by shape.";
-    COOP_ATTN = "KILN_COOP_ATTN", "kiln", default "0",
-        "1: attention may take the cooperative-matrix flash kernel (off: it gave wrong results on an H100, docs/PERFORMANCE.md).";
+    COOP_ATTN = "KILN_COOP_ATTN", "kiln", default "1",
+        "0: prefill attention keeps to the plain flash kernel where the cooperative-matrix one applies.";
     COOP_ATTN_SHAPE = "KILN_COOP_ATTN_SHAPE", "kiln", default "by head size",
         "The cooperative flash kernel's `subgroups,keys,lanes` per workgroup, key tile and query row (e.g. `4,32,2`), where it fits.";
     COOP_ATTN_ABLATE = "KILN_COOP_ATTN_ABLATE", "kiln", default "none",

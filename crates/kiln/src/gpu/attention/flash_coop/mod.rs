@@ -187,12 +187,11 @@ fn shape(base: Config, bytes: u32, invocations: u32, shuffles: bool) -> Option<C
     })
 }
 
-/// The automatic path takes this kernel only with `KILN_COOP_ATTN=1`: it is right on an H100 since
-/// its workgroup variables are 16-byte multiples (`flash_coop.wgsl`), but no faster there than the
-/// plain flash kernel (0.95-1.2x; docs/PERFORMANCE.md).
+/// The automatic path takes this kernel unless `KILN_COOP_ATTN=0`: on an H200 it is 2.7-4.3x the
+/// plain flash kernel in f16 and 1.7-3.9x in bf16 (docs/PERFORMANCE.md).
 fn disabled_by_env() -> bool {
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *OFF.get_or_init(|| !crate::settings::COOP_ATTN.is_one())
+    *OFF.get_or_init(|| !crate::settings::COOP_ATTN.is_not_zero())
 }
 
 /// Attention through the cooperative kernel, or `None` where it does not apply (dtype, head sizes,
