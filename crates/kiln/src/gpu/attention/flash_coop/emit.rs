@@ -1,6 +1,7 @@
 //! The kernel's source: `flash_coop.wgsl` with its placeholders filled for one [`Config`].
 
-use super::{emulation, Ablate, Config, CoopAttnParams};
+use super::config::{Ablate, Config, CoopAttnParams};
+use super::emulation;
 use crate::gpu::pointwise::line_maxima::LINE_EXP;
 use crate::gpu::runtime::kernels::render;
 use crate::gpu::runtime::wgsl::PRELUDE;

@@ -3,7 +3,7 @@
 //! A fragment is `(half index, row stride, row-major)` into a staged tile; an accumulator is the
 //! `s*s/sg` elements `lane + sg*q` (row-major) of its tile that this invocation owns.
 
-use super::Config;
+use super::config::Config;
 
 /// The stand-ins (`EMU`): the two products (`emu_mma_qk`: queries from `sq`, keys from `sk`;
 /// `emu_mma_pv`: probabilities from `sk`, values from `sv`) and an accumulator's store to and load
