@@ -82,8 +82,8 @@ fn shape(base: Config, bytes: u32, invocations: u32, shuffles: bool) -> Option<C
     })
 }
 
-/// The automatic path takes this kernel unless `KILN_COOP_ATTN=0`: on an H200 it is 2.7-4.3x the
-/// plain flash kernel in f16 and 1.7-3.9x in bf16 (docs/PERFORMANCE.md).
+/// The automatic path takes this kernel unless `KILN_COOP_ATTN=0`: on an H100 it is 2.6-4.4x the
+/// plain flash kernel in f16 and 1.7-4.1x in bf16 (docs/PERFORMANCE.md).
 fn disabled_by_env() -> bool {
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *OFF.get_or_init(|| !crate::settings::COOP_ATTN.is_not_zero())
