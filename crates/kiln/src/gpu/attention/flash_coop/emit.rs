@@ -559,34 +559,74 @@ fn chunks(c: &Config, width: u32) -> u32 {
 /// (`PUT_KV`; values that are not finite staged as 0 and flagged).
 fn fetch_put(c: &Config) -> (String, String, String) {
     let reg = if c.bf16 { "vec2<u32>" } else { "vec4<f16>" };
-    let (nk, nv) = (chunks(c, c.d), chunks(c, c.dv));
+    let (k, v) = (key_chunks(c, reg), value_chunks(c, reg));
     let mut decl = String::from(
         "    // Whole tiles of contiguous, aligned rows are read without per-chunk checks.
     let kfast = kse == 1u && (kbase & 3u) == 0u && (kst & 3u) == 0u && d == D;
     let vfast = vse == 1u && (vbase & 3u) == 0u && (vst & 3u) == 0u && dv == DV;
 ",
     );
-    let (mut kf, mut kg, mut vf, mut vg) = (String::new(), String::new(), String::new(), String::new());
+    decl += &k.decl;
+    decl += &v.decl;
+    let mut put = k.put + &v.put;
     let mut fetch = String::new();
-    let mut put = String::new();
-    // Whether every chunk index is inside the tile (no guard needed).
-    let exact = |width: u32, n: u32| n * c.nsg * c.sg == c.bk * width / 4;
-    let chunk = |j: u32, width: &str| {
-        format!(
-            "            let e = li + {}u;
+    fetch += &format!(
+        "        if (kfast && jn + BK <= tk) {{\n{}        }} else {{\n{}        }}
+        if (vfast && jn + BK <= tk) {{\n{}        }} else {{\n{}        }}\n",
+        k.fast, k.generic, v.fast, v.generic
+    );
+    if c.bf16 {
+        decl += "    var rsx = 0u;
+";
+        fetch += "        if (li < BK) {
+            rsx = select(0u, mx[xk + min(jn + li, tk - 1u)], jn + li < tk);
+        }
+";
+        put += "        if (li < BK) {
+            sx[li] = line_exp(rsx);
+        }
+";
+    }
+    (decl, fetch, put)
+}
+
+/// One operand's part of [`fetch_put`]: its registers, its reads of a whole aligned tile (`fast`) and
+/// of any tile (`generic`), and its staging.
+#[derive(Default)]
+struct Chunks {
+    decl: String,
+    fast: String,
+    generic: String,
+    put: String,
+}
+
+/// Where chunk `j` of this invocation lies in a tile `width` wide (`e`, `row`, `c4`).
+fn chunk(c: &Config, j: u32, width: &str) -> String {
+    format!(
+        "            let e = li + {}u;
             let row = e / ({width} / 4u);
             let c4 = 4u * (e % ({width} / 4u));
 ",
-            j * c.nsg * c.sg
-        )
-    };
+        j * c.nsg * c.sg
+    )
+}
+
+/// Whether the `n` chunks of every invocation cover a tile `width` wide exactly (no guard needed).
+fn exact(c: &Config, width: u32, n: u32) -> bool {
+    n * c.nsg * c.sg == c.bk * width / 4
+}
+
+/// The key tile's chunks (bf16: with each key row's line maximum).
+fn key_chunks(c: &Config, reg: &str) -> Chunks {
+    let nk = chunks(c, c.d);
+    let mut p = Chunks::default();
     for j in 0..nk {
-        decl += &format!(
+        p.decl += &format!(
             "    var rk{j} = {reg}();
 "
         );
         let ex = if c.bf16 {
-            decl += &format!(
+            p.decl += &format!(
                 "    var ek{j} = 0u;
 "
             );
@@ -597,7 +637,7 @@ fn fetch_put(c: &Config) -> (String, String, String) {
         } else {
             String::new()
         };
-        kg += &format!(
+        p.generic += &format!(
             "        {{
 {}            rk{j} = {reg}();
             if (e < BK * D / 4u && jn + row < tk && c4 < d) {{
@@ -605,39 +645,47 @@ fn fetch_put(c: &Config) -> (String, String, String) {
             }}
         }}
 ",
-            chunk(j, "D")
+            chunk(c, j, "D")
         );
-        let guard = if exact(c.d, nk) { "true" } else { "e < BK * D / 4u" };
-        kf += &format!(
+        let guard = if exact(c, c.d, nk) { "true" } else { "e < BK * D / 4u" };
+        p.fast += &format!(
             "        {{
 {}            if ({guard}) {{
                 rk{j} = kx[(kbase + (jn + row) * kst + c4) >> 2u];{ex}
             }}
         }}
 ",
-            chunk(j, "D")
+            chunk(c, j, "D")
         );
         let x = if c.bf16 {
             format!("vec4<f16>(bf16x4(rk{j}) * pow2_4(vec4<i32>(-line_exp(ek{j}))))")
         } else {
             format!("rk{j}")
         };
-        put += &format!(
+        p.put += &format!(
             "        {{
 {}            if (e < BK * D / 4u) {{
                 put_k(row * LQ + c4, {x});
             }}
         }}
 ",
-            chunk(j, "D")
+            chunk(c, j, "D")
         );
     }
+    p
+}
+
+/// The value tile's chunks (bf16: with the exponents of each chunk's columns, the same in every
+/// tile); values that are not finite are staged as 0 and flagged.
+fn value_chunks(c: &Config, reg: &str) -> Chunks {
+    let nv = chunks(c, c.dv);
+    let mut p = Chunks::default();
     for j in 0..nv {
-        decl += &format!(
+        p.decl += &format!(
             "    var rv{j} = {reg}();
 "
         );
-        vg += &format!(
+        p.generic += &format!(
             "        {{
 {}            rv{j} = {reg}();
             if (e < BK * DV / 4u && jn + row < tk && c4 < dv) {{
@@ -645,21 +693,21 @@ fn fetch_put(c: &Config) -> (String, String, String) {
             }}
         }}
 ",
-            chunk(j, "DV")
+            chunk(c, j, "DV")
         );
-        let guard = if exact(c.dv, nv) { "true" } else { "e < BK * DV / 4u" };
-        vf += &format!(
+        let guard = if exact(c, c.dv, nv) { "true" } else { "e < BK * DV / 4u" };
+        p.fast += &format!(
             "        {{
 {}            if ({guard}) {{
                 rv{j} = vx[(vbase + (jn + row) * vst + c4) >> 2u];
             }}
         }}
 ",
-            chunk(j, "DV")
+            chunk(c, j, "DV")
         );
         let x = if c.bf16 {
             // The chunk's columns, and so their exponents, are the same in every tile.
-            decl += &format!(
+            p.decl += &format!(
                 "    var ve{j} = 0u;
     {{
 {}            for (var q = 0u; q < 4u; q++) {{
@@ -667,7 +715,7 @@ fn fetch_put(c: &Config) -> (String, String, String) {
             }}
     }}
 ",
-                chunk(j, "DV")
+                chunk(c, j, "DV")
             );
             format!(
                 "var y = bf16x4(rv{j}) * pow2_4(vec4<i32>(128) - vec4<i32>((vec4<u32>(ve{j}) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu)));
@@ -688,7 +736,7 @@ fn fetch_put(c: &Config) -> (String, String, String) {
                 }}"
             )
         };
-        put += &format!(
+        p.put += &format!(
             "        {{
 {}            if (e < BK * DV / 4u) {{
                 {x}
@@ -696,26 +744,10 @@ fn fetch_put(c: &Config) -> (String, String, String) {
             }}
         }}
 ",
-            chunk(j, "DV")
+            chunk(c, j, "DV")
         );
     }
-    fetch += &format!(
-        "        if (kfast && jn + BK <= tk) {{\n{kf}        }} else {{\n{kg}        }}
-        if (vfast && jn + BK <= tk) {{\n{vf}        }} else {{\n{vg}        }}\n"
-    );
-    if c.bf16 {
-        decl += "    var rsx = 0u;
-";
-        fetch += "        if (li < BK) {
-            rsx = select(0u, mx[xk + min(jn + li, tk - 1u)], jn + li < tk);
-        }
-";
-        put += "        if (li < BK) {
-            sx[li] = line_exp(rsx);
-        }
-";
-    }
-    (decl, fetch, put)
+    p
 }
 
 /// bf16's helpers (`EXTRA`): the line exponents and the unscaling of a value.
