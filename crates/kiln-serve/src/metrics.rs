@@ -171,6 +171,8 @@ pub struct Metrics {
     pub steps_total: AtomicU64,
     pub batch_rows_total: AtomicU64,
     pub cancelled_total: AtomicU64,
+    /// Sequences preempted (their KV blocks returned, recomputed later) because the pool ran out.
+    pub preemptions_total: AtomicU64,
     pub kv_blocks_total: AtomicU64,
     pub kv_blocks_used: AtomicU64,
     ttft_micros_sum: AtomicU64,
@@ -195,6 +197,7 @@ impl Default for Metrics {
             steps_total: AtomicU64::new(0),
             batch_rows_total: AtomicU64::new(0),
             cancelled_total: AtomicU64::new(0),
+            preemptions_total: AtomicU64::new(0),
             kv_blocks_total: AtomicU64::new(0),
             kv_blocks_used: AtomicU64::new(0),
             ttft_micros_sum: AtomicU64::new(0),
@@ -288,6 +291,12 @@ impl Metrics {
             "counter",
             "Sequences freed because their client went away.",
             g(&self.cancelled_total).to_string(),
+        );
+        one(
+            "kiln_preemptions_total",
+            "counter",
+            "Sequences preempted when the KV pool ran out (blocks returned, recomputed later).",
+            g(&self.preemptions_total).to_string(),
         );
         one("kiln_kv_blocks_total", "gauge", "Blocks in the paged KV pool.", g(&self.kv_blocks_total).to_string());
         one("kiln_kv_blocks_used", "gauge", "KV blocks held by sequences.", g(&self.kv_blocks_used).to_string());

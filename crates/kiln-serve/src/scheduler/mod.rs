@@ -464,6 +464,7 @@ impl Worker {
             // Its blocks go back to the pool as `kv` drops.
             let Seq { req, sampler, out, arrived, first_token, .. } = active.pop().expect("a sequence to preempt");
             parked.push_back(Parked { req, sampler, out, arrived, first_token });
+            self.metrics.preemptions_total.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -702,8 +703,15 @@ mod tests {
             drop(active);
             assert_eq!(w.pool.used_blocks(), 0);
 
-            let alone: Vec<Vec<u32>> =
-                reqs.iter().map(|r| serve_burst(load(&dev), opts.clone(), vec![r.clone()]).0.remove(0)).collect();
+            // Alone, an answer never needs a preemption.
+            let alone: Vec<Vec<u32>> = reqs
+                .iter()
+                .map(|r| {
+                    let (mut a, m, _) = serve_burst(load(&dev), opts.clone(), vec![r.clone()]);
+                    assert_eq!(m.preemptions_total.load(Ordering::Relaxed), 0, "{dev:?}");
+                    a.remove(0)
+                })
+                .collect();
             let (answers, m, finishes) = serve_burst(w.model, opts.clone(), reqs.clone());
             for ((a, (p, ..)), f) in alone.iter().zip(&reqs).zip(&finishes) {
                 // Positions 0..pool hold the prompt and every token but the last.
@@ -712,6 +720,10 @@ mod tests {
             }
             assert_eq!(answers, alone, "{dev:?}");
             assert_eq!(m.kv_blocks_used.load(Ordering::Relaxed), 0);
+            // Together they outgrew the pool: some were preempted, and /metrics counts them.
+            let preempted = m.preemptions_total.load(Ordering::Relaxed);
+            assert!(preempted > 0, "{dev:?}: four open-ended answers in a pool of one span, no preemption");
+            assert!(m.render().contains(&format!("kiln_preemptions_total {preempted}\n")));
             let steps = m.steps_total.load(Ordering::Relaxed) as usize;
             let serial: usize = alone.iter().map(Vec::len).sum();
             assert!(steps < serial, "{steps} steps: the answers did not run together ({serial} one by one)");
