@@ -110,7 +110,7 @@ impl Reader {
     fn read(&mut self) -> Result<Input, String> {
         match self {
             Reader::Lines(stdin) => {
-                eprint!("> ");
+                errs!("> ");
                 let mut line = String::new();
                 match stdin.read_line(&mut line).map_err(|e| e.to_string())? {
                     0 => Ok(Input::Eof),
@@ -166,7 +166,7 @@ pub fn chat(args: ChatArgs) -> ExitCode {
     match run_chat(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("kiln chat: {e}");
+            errln!("kiln chat: {e}");
             ExitCode::FAILURE
         }
     }
@@ -180,7 +180,7 @@ fn stop_flag(interactive: bool) -> Arc<AtomicBool> {
     if interactive {
         let flag = stop.clone();
         if let Err(e) = ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst)) {
-            eprintln!("warning: Ctrl-C will end the chat rather than stop an answer ({e})");
+            errln!("warning: Ctrl-C will end the chat rather than stop an answer ({e})");
         }
     }
     stop
@@ -195,7 +195,7 @@ fn run_chat(args: ChatArgs) -> Result<(), String> {
     let stop_tokens = dir.stop_tokens(&tok).map_err(|e| e.to_string())?;
     let (ctx, note) = limits::context(dir.config(), args.model.max_context);
     if let Some(note) = note {
-        eprintln!("{note}");
+        errln!("{note}");
     }
     let model = load(&args.model, &device, &dir, ctx)?;
     let ctx = model.max_context();
@@ -214,12 +214,12 @@ fn run_chat(args: ChatArgs) -> Result<(), String> {
     let interactive = matches!(reader, Reader::Editor(..));
     let stop = stop_flag(interactive);
     let keys = if interactive { ", Ctrl-C stops an answer, Ctrl-D quits" } else { "" };
-    eprintln!("chat: type a message and press enter; /help lists the commands{keys}");
+    errln!("chat: type a message and press enter; /help lists the commands{keys}");
     loop {
         let line = match reader.read()? {
             Input::Line(l) => l,
             Input::Interrupted => {
-                eprintln!("(line cleared; /quit or Ctrl-D quits)");
+                errln!("(line cleared; /quit or Ctrl-D quits)");
                 continue;
             }
             Input::Eof => break,
@@ -229,7 +229,7 @@ fn run_chat(args: ChatArgs) -> Result<(), String> {
             Line::Quit => break,
             Line::Help => {
                 for (cmd, what) in COMMANDS {
-                    eprintln!("  {cmd:<8} {what}");
+                    errln!("  {cmd:<8} {what}");
                 }
                 continue;
             }
@@ -238,11 +238,11 @@ fn run_chat(args: ChatArgs) -> Result<(), String> {
                 cache.reset();
                 cached.clear();
                 let kept = if messages.is_empty() { "" } else { " (the system message stays)" };
-                eprintln!("(conversation cleared{kept})");
+                errln!("(conversation cleared{kept})");
                 continue;
             }
             Line::Unknown(cmd) => {
-                eprintln!("unknown command {cmd}: /help lists the commands (start with // to send a message that begins with /)");
+                errln!("unknown command {cmd}: /help lists the commands (start with // to send a message that begins with /)");
                 continue;
             }
             Line::Message(m) => m,
@@ -251,13 +251,13 @@ fn run_chat(args: ChatArgs) -> Result<(), String> {
         // A full context drops the oldest turns (the system prompt stays), as chat programs do.
         match limits::fit_history(&mut messages, ctx - reserve, count) {
             Ok(0) => {}
-            Ok(n) => eprintln!(
+            Ok(n) => errln!(
                 "(the conversation filled the context of {ctx} positions: dropped the {n} oldest messages; \
                  /reset starts over)"
             ),
             Err(e) => {
                 messages.pop();
-                eprintln!(
+                errln!(
                     "this message does not fit: {e} (the context of {ctx} positions less {reserve} for the \
                      answer); send a shorter one or raise --max-context"
                 );
@@ -298,7 +298,7 @@ fn run_chat(args: ChatArgs) -> Result<(), String> {
                 print_stats(&stats);
                 let last_is_stop = answer.last().is_some_and(|t| stop_tokens.contains(t));
                 if answer.len() < args.max_tokens && !last_is_stop {
-                    eprintln!(
+                    errln!(
                         "(the answer was cut at {} tokens: the context of {ctx} positions is full; the oldest \
                          turns make room for the next message)",
                         answer.len()
@@ -310,7 +310,7 @@ fn run_chat(args: ChatArgs) -> Result<(), String> {
                 answer
             }
             Err(_) if stop.load(Ordering::SeqCst) => {
-                eprintln!("(answer stopped; the conversation goes on)");
+                errln!("(answer stopped; the conversation goes on)");
                 cached = ids;
                 cached.extend_from_slice(&shown);
                 shown

@@ -103,7 +103,7 @@ impl SamplingArgs {
             format!("repeat penalty {} over the last {}", p.repeat_penalty, p.repeat_last_n)
         };
         let source = if from_file { "generation_config.json and flags" } else { "kiln's defaults and flags" };
-        eprintln!("sampling: {what}, {penalty} ({source})");
+        errln!("sampling: {what}, {penalty} ({source})");
         Ok(p)
     }
 }
@@ -222,7 +222,7 @@ pub(crate) fn tokenizer_of(dir: &ModelSource, file: Option<&PathBuf>) -> Result<
         None => {
             let tok = dir.tokenizer().map_err(|e| e.to_string())?;
             if let Err(e) = tok.check_vocab(rows) {
-                eprintln!("warning: {e}");
+                errln!("warning: {e}");
             }
             Ok(tok)
         }
@@ -243,7 +243,7 @@ pub(crate) fn model_path(path: &Path) -> Result<PathBuf, String> {
         match ggufs.as_slice() {
             [] => {}
             [one] => {
-                eprintln!("note: {} holds no config.json; using its GGUF file {}", path.display(), one.display());
+                errln!("note: {} holds no config.json; using its GGUF file {}", path.display(), one.display());
                 return Ok(one.clone());
             }
             many => {
@@ -294,7 +294,7 @@ pub(crate) fn open_source(args: &ModelArgs) -> Result<(Device, ModelSource), Str
 /// A software GPU (lavapipe, llvmpipe, SwiftShader) runs models slower than the CPU backend.
 fn warn_software_gpu(device: &Device) {
     if let Some(a) = device.gpu_info().filter(|a| a.software) {
-        eprintln!("warning: {device} is a software GPU ({}): it runs models slower than --device cpu", a.name);
+        errln!("warning: {device} is a software GPU ({}): it runs models slower than --device cpu", a.name);
     }
 }
 
@@ -305,7 +305,7 @@ pub(crate) fn open(args: &ModelArgs) -> Result<(ModelSource, Model), String> {
     tokenizer_of(&src, args.tokenizer.as_ref())?;
     let (ctx, note) = limits::context(src.config(), args.max_context);
     if let Some(note) = note {
-        eprintln!("{note}");
+        errln!("{note}");
     }
     let model = load(args, &device, &src, ctx)?;
     Ok((src, model))
@@ -322,11 +322,16 @@ pub(crate) fn load(args: &ModelArgs, device: &Device, dir: &ModelSource, max_con
     });
     let est = dir.estimate(dtype, max_context);
     let ctx = kiln_llm::model::effective_context(c, max_context);
-    eprintln!(
+    errln!(
         "model: {:?}, {} layers, hidden {}, {}/{} heads, vocab {} on {device} in {dtype}",
-        c.arch, c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.vocab_size
+        c.arch,
+        c.num_layers,
+        c.hidden_size,
+        c.num_heads,
+        c.num_kv_heads,
+        c.vocab_size
     );
-    eprintln!(
+    errln!(
         "memory estimate: weights {} + KV cache {} ({ctx} positions) = {}",
         human_bytes(est.weight_bytes),
         human_bytes(est.kv_cache_bytes),
@@ -338,12 +343,12 @@ pub(crate) fn load(args: &ModelArgs, device: &Device, dir: &ModelSource, max_con
     let mut model = dir.load(device, opts).map_err(|e| e.to_string())?;
     device.synchronize().map_err(|e| e.to_string())?;
     progress.finish();
-    eprintln!("loaded in {:.1} s", start.elapsed().as_secs_f64());
+    errln!("loaded in {:.1} s", start.elapsed().as_secs_f64());
     if let Some(qt) = args.quantize {
         let start = Instant::now();
         let n = model.quantize(qt).map_err(|e| e.to_string())?;
         device.synchronize().map_err(|e| e.to_string())?;
-        eprintln!(
+        errln!(
             "quantized {n} weights to {qt} in {:.1} s: weights now {}",
             start.elapsed().as_secs_f64(),
             human_bytes(model.weight_bytes())
@@ -363,14 +368,14 @@ pub(crate) fn print_stats(s: &GenerateStats) {
     if let Some(p) = s.peak_gpu_bytes {
         line += &format!(" | peak GPU memory {}", human_bytes(p));
     }
-    eprintln!("\n{line}");
+    errln!("\n{line}");
 }
 
 pub fn generate(args: GenerateArgs) -> ExitCode {
     match run_generate(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("kiln generate: {e}");
+            errln!("kiln generate: {e}");
             ExitCode::FAILURE
         }
     }
@@ -398,7 +403,7 @@ fn run_generate(args: GenerateArgs) -> Result<(), String> {
     let prompt = tok.encode(&prompt_text, true).map_err(|e| e.to_string())?;
     let (ctx, note) = limits::context(dir.config(), args.model.max_context);
     if let Some(note) = note {
-        eprintln!("{note}");
+        errln!("{note}");
     }
     limits::check_prompt(dir.config(), prompt.len(), ctx)?;
     let model = load(&args.model, &device, &dir, ctx)?;
@@ -416,7 +421,7 @@ fn run_generate(args: GenerateArgs) -> Result<(), String> {
     print_stats(&stats);
     let last_is_stop = answer.last().is_some_and(|t| opts.stop_tokens.contains(t));
     if let Some(m) = limits::cut_short(dir.config(), model.max_context(), answer.len(), args.max_tokens, last_is_stop) {
-        eprintln!("{m}");
+        errln!("{m}");
     }
     Ok(())
 }
@@ -425,7 +430,7 @@ pub fn llm_bench(args: LlmBenchArgs) -> ExitCode {
     match run_llm_bench(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("kiln llm-bench: {e}");
+            errln!("kiln llm-bench: {e}");
             ExitCode::FAILURE
         }
     }
@@ -516,9 +521,11 @@ fn run_llm_bench(args: LlmBenchArgs) -> Result<(), String> {
         args.decode_tokens,
         args.model.max_context,
     )?;
-    eprintln!(
+    errln!(
         "runs: prefill of {} tokens, {} decode steps at context {:?}",
-        plan.prefill, plan.decode_tokens, plan.contexts
+        plan.prefill,
+        plan.decode_tokens,
+        plan.contexts
     );
     let model = load(&args.model, &device, &dir, plan.max_context)?;
     let err = |e: kiln_llm::LlmError| e.to_string();

@@ -112,7 +112,7 @@ fn bench(args: BenchArgs) -> ExitCode {
     let device = match open_device(args.device) {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("kiln bench: {e}");
+            errln!("kiln bench: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -121,16 +121,16 @@ fn bench(args: BenchArgs) -> ExitCode {
     let terminal = std::io::stderr().is_terminal();
     let report = bench::run(&device, &cfg, |name| {
         if terminal {
-            eprint!("\r\x1b[2Krunning {name} ...");
+            errs!("\r\x1b[2Krunning {name} ...");
         } else {
-            eprintln!("running {name} ...");
+            errln!("running {name} ...");
         }
     });
     if terminal {
-        eprint!("\r\x1b[2K");
+        errs!("\r\x1b[2K");
     }
     if report.rows.is_empty() {
-        eprintln!("kiln bench: no benchmark name contains '{}'", args.filter.unwrap_or_default());
+        errln!("kiln bench: no benchmark name contains '{}'", args.filter.unwrap_or_default());
         return ExitCode::FAILURE;
     }
     let cpu = sysinfo::CpuInfo::detect();
@@ -142,7 +142,7 @@ fn bench(args: BenchArgs) -> ExitCode {
     // KILN_PROFILE=1 times every GPU kernel (serialising the GPU, so the table above is slower).
     let profile = device.profile();
     if !profile.is_empty() {
-        eprintln!("\nper-kernel GPU time (KILN_PROFILE=1):\n{}", kiln::gpu::format_report(&profile));
+        errln!("\nper-kernel GPU time (KILN_PROFILE=1):\n{}", kiln::gpu::format_report(&profile));
     }
     ExitCode::SUCCESS
 }

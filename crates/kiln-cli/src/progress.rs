@@ -33,7 +33,7 @@ impl LoadProgress {
         let mut lines = PlainLines::default();
         let callback = Box::new(move |done, total| {
             if let Some(line) = lines.update(done, total) {
-                eprintln!("{line}");
+                errln!("{line}");
             }
         });
         LoadProgress { callback: Some(callback), bar: None }
@@ -77,7 +77,7 @@ impl Phases {
                 b.set_message(what.to_string());
                 b.reset_elapsed();
             }
-            None => eprintln!("{what} ..."),
+            None => errln!("{what} ..."),
         }
     }
 
@@ -85,7 +85,7 @@ impl Phases {
     pub fn println(&self, line: &str) {
         match &self.bar {
             Some(b) => b.println(line),
-            None => eprintln!("{line}"),
+            None => errln!("{line}"),
         }
     }
 

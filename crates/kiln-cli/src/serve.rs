@@ -65,7 +65,7 @@ pub fn serve(args: ServeArgs) -> ExitCode {
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("kiln serve: {e}");
+            errln!("kiln serve: {e}");
             ExitCode::FAILURE
         }
     }
@@ -82,7 +82,7 @@ fn run(args: ServeArgs) -> Result<(), String> {
     let template = match src.chat_template() {
         Ok(t) => Some(t),
         Err(e) => {
-            eprintln!("kiln serve: no chat template ({e}): /v1/chat/completions will answer 400");
+            errln!("kiln serve: no chat template ({e}): /v1/chat/completions will answer 400");
             None
         }
     };
@@ -93,9 +93,12 @@ fn run(args: ServeArgs) -> Result<(), String> {
         let p = &args.model.model;
         p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned())
     });
-    eprintln!(
+    errln!(
         "kiln serve: batch up to {} sequences, queue {}, KV pool {} blocks of {} positions, context {ctx}",
-        args.max_batch, args.max_queue, kv_blocks, args.block_size
+        args.max_batch,
+        args.max_queue,
+        kv_blocks,
+        args.block_size
     );
     kiln_serve::serve_on(
         listener,

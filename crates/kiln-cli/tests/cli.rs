@@ -406,6 +406,22 @@ fn a_closed_stdout_ends_the_command_quietly() {
     }
 }
 
+/// A closed stderr (`2>&-`, a reader gone): diagnostics are dropped, the command is not ended by
+/// a panic (status 101). A missing model is still status 1; a generation still succeeds.
+#[test]
+fn a_closed_stderr_does_not_panic() {
+    let gen = ["generate", "--model", FIXTURE, "--device", "cpu", "--prompt", "hi", "--max-tokens", "4"];
+    let missing = ["generate", "--model", "/nonexistent/model", "--device", "cpu", "--prompt", "hi"];
+    for (args, status) in [(&gen[..], 0), (&missing[..], 1)] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kiln"));
+        cmd.args(args).env_remove("KILN_DEVICE").stdout(std::process::Stdio::piped()).stderr(writer);
+        let o = cmd.output().unwrap();
+        assert_eq!(o.status.code(), Some(status), "{args:?}");
+    }
+}
+
 #[test]
 fn bad_values_get_one_exit_status_and_one_frame() {
     let gen = ["generate", "--model", FIXTURE, "--device", "cpu", "--prompt", "hi"];
