@@ -144,6 +144,19 @@ pub(super) fn quant_block(qt: QuantType, x: &[f32], out: &mut [u8]) {
     }
 }
 
+/// The 16-byte head of a Q4_K / Q5_K block: `d`, `dmin`, then the 8 sub-blocks' 6-bit scales
+/// `sc` and mins `mn` packed in 12 bytes.
+fn put_header(out: &mut [u8], d: f16, dmin: f16, sc: &[u8], mn: &[u8]) {
+    out[..2].copy_from_slice(&d.to_le_bytes());
+    out[2..4].copy_from_slice(&dmin.to_le_bytes());
+    let scales = &mut out[4..16];
+    for j in 0..4 {
+        scales[j] = (sc[j] & 63) | ((sc[j + 4] >> 4) << 6);
+        scales[j + 4] = (mn[j] & 63) | ((mn[j + 4] >> 4) << 6);
+        scales[j + 8] = (sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4);
+    }
+}
+
 /// Q4_K: each 32-value sub-block gets scale (max - min) / 15 and min -min (min clamped to <= 0);
 /// both are stored as 6-bit multiples of the super-block's f16 `d` and `dmin` (rounded up, so the
 /// grid covers the sub-block), then every value is rounded to the nearest of its 16 levels.
@@ -163,14 +176,7 @@ fn quant_q4k(x: &[f32], out: &mut [u8]) {
     let q6 = |v: f32, unit: f32| if unit > 0.0 { ((v / unit).ceil() as i32).clamp(0, 63) as u8 } else { 0 };
     let sc: Vec<u8> = scale.iter().map(|&s| q6(s, df)).collect();
     let mn: Vec<u8> = minv.iter().map(|&m| q6(m, mf)).collect();
-    out[..2].copy_from_slice(&d.to_le_bytes());
-    out[2..4].copy_from_slice(&dmin.to_le_bytes());
-    let scales = &mut out[4..16];
-    for j in 0..4 {
-        scales[j] = (sc[j] & 63) | ((sc[j + 4] >> 4) << 6);
-        scales[j + 4] = (mn[j] & 63) | ((mn[j + 4] >> 4) << 6);
-        scales[j + 8] = (sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4);
-    }
+    put_header(out, d, dmin, &sc, &mn);
     let mut q = [0u8; 256];
     for j in 0..8 {
         let (d1, m1) = (df * sc[j] as f32, mf * mn[j] as f32);
@@ -270,14 +276,7 @@ fn quant_min_k(qt: QuantType, x: &[f32], out: &mut [u8]) {
         out[80..82].copy_from_slice(&d.to_le_bytes());
         out[82..84].copy_from_slice(&dmin.to_le_bytes());
     } else {
-        out[..2].copy_from_slice(&d.to_le_bytes());
-        out[2..4].copy_from_slice(&dmin.to_le_bytes());
-        let scales = &mut out[4..16];
-        for j in 0..4 {
-            scales[j] = (sc[j] & 63) | ((sc[j + 4] >> 4) << 6);
-            scales[j + 4] = (mn[j] & 63) | ((mn[j + 4] >> 4) << 6);
-            scales[j + 8] = (sc[j + 4] & 0xF) | ((mn[j + 4] & 0xF) << 4);
-        }
+        put_header(out, d, dmin, &sc, &mn);
         out[16..48].fill(0);
         for p in 0..4 {
             for l in 0..32 {
