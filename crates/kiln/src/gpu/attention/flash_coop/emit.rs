@@ -436,9 +436,9 @@ fn epilogue(c: &Config) -> String {
     out
 }
 
-/// The element loaders (`LOADERS`): `ld1_{q,k,v}` reads one element as f32, `raw4_*` 4 elements as
-/// stored (one vector read where the view allows: f16 as `vec4<f16>`, bf16 as two words that
-/// `bf16x4` widens).
+/// The element loaders (`LOADERS`): `raw4_{q,k,v}` reads 4 elements as stored (one vector read
+/// where the view allows: f16 as `vec4<f16>`, bf16 as two words that `bf16x4` widens), `ld1_v` one
+/// value as f32 (the accounting of values that are not finite).
 fn loaders(c: &Config) -> String {
     let mut out = String::new();
     if c.bf16 {
@@ -454,11 +454,7 @@ fn bf16x4(w: vec2<u32>) -> vec4<f32> {
     for (buf, name) in [("qx", "q"), ("kx", "k"), ("vx", "v")] {
         if c.bf16 {
             out += &format!(
-                "fn ld1_{name}(e: u32) -> f32 {{
-    let w = word_of({buf}[e >> 2u], e);
-    return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (e & 1u) == 1u));
-}}
-fn raw4_{name}(e: u32, se: u32, n: u32) -> vec2<u32> {{
+                "fn raw4_{name}(e: u32, se: u32, n: u32) -> vec2<u32> {{
     if (se == 1u && (e & 3u) == 0u && n >= 4u) {{
         return {buf}[e >> 2u];
     }}
@@ -476,10 +472,7 @@ fn raw4_{name}(e: u32, se: u32, n: u32) -> vec2<u32> {{
             );
         } else {
             out += &format!(
-                "fn ld1_{name}(e: u32) -> f32 {{
-    return f32({buf}[e >> 2u][e & 3u]);
-}}
-fn raw4_{name}(e: u32, se: u32, n: u32) -> vec4<f16> {{
+                "fn raw4_{name}(e: u32, se: u32, n: u32) -> vec4<f16> {{
     if (se == 1u && (e & 3u) == 0u && n >= 4u) {{
         return {buf}[e >> 2u];
     }}
@@ -496,6 +489,18 @@ fn raw4_{name}(e: u32, se: u32, n: u32) -> vec4<f16> {{
             );
         }
     }
+    out += if c.bf16 {
+        "fn ld1_v(e: u32) -> f32 {
+    let w = word_of(vx[e >> 2u], e);
+    return bitcast<f32>(select(w << 16u, w & 0xffff0000u, (e & 1u) == 1u));
+}
+"
+    } else {
+        "fn ld1_v(e: u32) -> f32 {
+    return f32(vx[e >> 2u][e & 3u]);
+}
+"
+    };
     out
 }
 
