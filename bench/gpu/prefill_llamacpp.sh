@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # 8B-shaped prefill, kiln against llama.cpp's Vulkan backend on the same GPU and the same GGUF file
-# (issue 34's target: prefill of 8192 tokens): a random-weight f16 Llama-3-8B-shaped GGUF written by
-# ../shared/device/llama-cpp/make_gguf.py, then llama.cpp's prefill (lcpp_bench.py, flash attention
-# on) and `kiln llm-bench --prefill N` for each N in PREFILL (default "2048 8192"). Run from the
-# repository root with .gl/, .lcpp/ (../shared/device/llama-cpp/pack.sh) and .devbin.tar.xz carried.
-# Writes $OUT/prefill.txt.
+# (issue 34's target: prefill of 8192 tokens): a random-weight f16 Llama-3-8B-shaped GGUF, then
+# llama.cpp's prefill (flash attention on) and `kiln llm-bench --prefill N` for each N in PREFILL
+# (default "2048 8192"). The GGUF writer and llama.cpp's timer are in .lcpp/, which
+# ../../../shared/device/llama-cpp/pack.sh makes. Run from the repository root with .gl/, .lcpp/ and
+# .devbin.tar.xz carried. Writes $OUT/prefill.txt.
 set -u
 OUT=${OUT:-/tmp/kiln-out}
 mkdir -p "$OUT"

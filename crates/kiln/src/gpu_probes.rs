@@ -43,7 +43,7 @@ pub fn matmul_coop_spec(
 }
 
 /// `q.sdpa(k, v)` of f16/bf16 GPU tensors through the cooperative prefill kernel
-/// (`gpu/attention/flash_coop.rs`) whatever the number of workgroups; `emulate: Some(s)` runs it
+/// (`gpu/attention/flash_coop/mod.rs`) whatever the number of workgroups; `emulate: Some(s)` runs it
 /// with plain WGSL in place of the cooperative ops on any adapter with SHADER_F16.
 pub fn sdpa_coop_tensors(
     q: &Tensor,
