@@ -59,6 +59,10 @@ pub struct SamplingArgs {
     /// [default: generation_config.json, else 0.95].
     #[arg(long, allow_hyphen_values = true, value_parser = parse_top_p)]
     top_p: Option<f64>,
+    /// Sample only from the tokens at least P times as likely as the most likely one; 0 turns it off
+    /// [default: generation_config.json, else 0 (off)].
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_min_p)]
+    min_p: Option<f64>,
     /// Divide the logits of recent tokens by this (1 turns it off) [default: generation_config.json's
     /// repetition_penalty, else 1.1].
     #[arg(long, allow_hyphen_values = true, value_parser = parse_repeat_penalty)]
@@ -85,6 +89,9 @@ impl SamplingArgs {
         if let Some(top_p) = self.top_p {
             p.top_p = Some(top_p);
         }
+        if let Some(min_p) = self.min_p {
+            p.min_p = Some(min_p);
+        }
         if let Some(r) = self.repeat_penalty {
             p.repeat_penalty = r;
         }
@@ -95,7 +102,8 @@ impl SamplingArgs {
         } else {
             let k = p.top_k.filter(|&k| k > 0).map_or("off".into(), |k| k.to_string());
             let top_p = p.top_p.filter(|&x| x < 1.0).map_or("off".into(), |x| x.to_string());
-            format!("temperature {}, top-k {k}, top-p {top_p}, seed {}", p.temperature, self.seed)
+            let min_p = p.min_p.filter(|&x| x > 0.0).map_or("off".into(), |x| x.to_string());
+            format!("temperature {}, top-k {k}, top-p {top_p}, min-p {min_p}, seed {}", p.temperature, self.seed)
         };
         let penalty = if p.repeat_penalty == 1.0 {
             "no repeat penalty".to_string()
@@ -183,6 +191,14 @@ fn parse_top_p(s: &str) -> Result<f64, String> {
     let p = parse_number(s)?;
     if !(p > 0.0 && p <= 1.0) {
         return Err("must be in (0, 1] (1 turns top-p off)".into());
+    }
+    Ok(p)
+}
+
+fn parse_min_p(s: &str) -> Result<f64, String> {
+    let p = parse_number(s)?;
+    if !(0.0..=1.0).contains(&p) {
+        return Err("must be in [0, 1] (0 turns min-p off)".into());
     }
     Ok(p)
 }

@@ -429,6 +429,7 @@ fn bad_values_get_one_exit_status_and_one_frame() {
         (&["--temperature", "-1"][..], "--temperature", "must be >= 0"),
         (&["--temperature", "hot"], "--temperature", "must be a number"),
         (&["--top-p", "-0.5"], "--top-p", "must be in (0, 1]"),
+        (&["--min-p", "1.5"], "--min-p", "must be in [0, 1]"),
         (&["--top-k", "-3"], "--top-k", "whole number"),
         (&["--repeat-penalty", "-1.1"], "--repeat-penalty", "must be > 0"),
         (&["--repeat-penalty", "0"], "--repeat-penalty", "must be > 0"),
@@ -470,12 +471,23 @@ fn sampling_defaults_come_from_generation_config_else_chat_defaults() {
     // Without generation_config.json: llama.cpp's and Ollama's chat defaults, not greedy.
     let (out, err) = generate_with(FIXTURE, &[]);
     assert!(
-        err.contains("sampling: temperature 0.8, top-k 40, top-p 0.95, seed 0, repeat penalty 1.1 over the last 64"),
+        err.contains(
+            "sampling: temperature 0.8, top-k 40, top-p 0.95, min-p off, seed 0, repeat penalty 1.1 over the last 64"
+        ),
         "{err}"
     );
     let flags = ["--temperature", "0.8", "--top-k", "40", "--top-p", "0.95", "--repeat-penalty", "1.1"];
     assert_eq!(out, generate_with(FIXTURE, &flags).0);
     assert_ne!(out, greedy, "the defaults sample");
+    // min-p 1 keeps only the most likely token, whatever the temperature: greedy again.
+    let (only_max, err) = generate_with(FIXTURE, &["--temperature", "1.5", "--min-p", "1", "--repeat-penalty", "1"]);
+    assert!(err.contains("min-p 1,"), "{err}");
+    assert_eq!(only_max, greedy);
+    assert_ne!(
+        generate_with(FIXTURE, &["--temperature", "1.5", "--repeat-penalty", "1"]).0,
+        greedy,
+        "negative control"
+    );
     // generation_config.json's fields, as transformers reads them; flags win over them.
     let with_config = |name: &str, json: &str| {
         let dir = partial_fixture(name, &[], |_, b| b);

@@ -1,6 +1,7 @@
 //! Choosing the next token from the logits: greedy (argmax on the device, one index read back) or,
-//! with a temperature, top-k / top-p sampling from a seeded ChaCha generator (reproducible for a seed
-//! on every machine). The repeat penalty follows transformers: a logit of a token already in the
+//! with a temperature, top-k / top-p / min-p sampling from a seeded ChaCha generator (reproducible
+//! for a seed on every machine). The order is transformers': top-k, the temperature, top-p, then
+//! min-p on the tempered probabilities. The repeat penalty follows transformers: a logit of a token already in the
 //! window is divided by the penalty when positive and multiplied by it when negative.
 
 use crate::{LlmError, Result};
@@ -17,6 +18,9 @@ pub struct SamplingParams {
     pub top_k: Option<usize>,
     /// Keep the smallest set of most likely tokens whose probabilities sum to at least `p`.
     pub top_p: Option<f64>,
+    /// Keep only the tokens whose probability is at least `min_p` times the most likely one's
+    /// (`None` or 0: all).
+    pub min_p: Option<f64>,
     /// 1 means none.
     pub repeat_penalty: f32,
     /// How many of the last tokens the penalty looks at.
@@ -25,20 +29,35 @@ pub struct SamplingParams {
 
 impl Default for SamplingParams {
     fn default() -> Self {
-        SamplingParams { temperature: 0.0, top_k: None, top_p: None, repeat_penalty: 1.0, repeat_last_n: 64 }
+        SamplingParams {
+            temperature: 0.0,
+            top_k: None,
+            top_p: None,
+            min_p: None,
+            repeat_penalty: 1.0,
+            repeat_last_n: 64,
+        }
     }
 }
 
 impl SamplingParams {
     /// What kiln samples with when the model says nothing: the chat defaults of llama.cpp and Ollama
-    /// (temperature 0.8, top-k 40, top-p 0.95, repeat penalty 1.1 over the last 64 tokens). Greedy
-    /// decoding of small models loops ("the most beautiful and beautiful ..."); these do not.
+    /// (temperature 0.8, top-k 40, top-p 0.95, repeat penalty 1.1 over the last 64 tokens; min-p
+    /// off, as Ollama has it). Greedy decoding of small models loops ("the most beautiful and
+    /// beautiful ..."); these do not.
     pub fn chat_defaults() -> SamplingParams {
-        SamplingParams { temperature: 0.8, top_k: Some(40), top_p: Some(0.95), repeat_penalty: 1.1, repeat_last_n: 64 }
+        SamplingParams {
+            temperature: 0.8,
+            top_k: Some(40),
+            top_p: Some(0.95),
+            min_p: None,
+            repeat_penalty: 1.1,
+            repeat_last_n: 64,
+        }
     }
 
     /// [`SamplingParams::chat_defaults`] with what a model's `generation_config.json` sets, as
-    /// transformers reads it: `temperature`, `top_k`, `top_p`, `repetition_penalty`, and
+    /// transformers reads it: `temperature`, `top_k`, `top_p`, `min_p`, `repetition_penalty`, and
     /// `"do_sample": false` for greedy decoding. A missing file gives the defaults; a field with a
     /// value no sampler can use is an error naming the field.
     pub fn from_generation_config(dir: &Path) -> Result<SamplingParams> {
@@ -76,6 +95,12 @@ impl SamplingParams {
             }
             p.top_p = Some(top_p);
         }
+        if let Some(min_p) = number("min_p")? {
+            if !(0.0..=1.0).contains(&min_p) {
+                return Err(bad("min_p", "must be in [0, 1]"));
+            }
+            p.min_p = Some(min_p);
+        }
         if let Some(r) = number("repetition_penalty")? {
             if !(r.is_finite() && r > 0.0) {
                 return Err(bad("repetition_penalty", "must be > 0"));
@@ -102,6 +127,11 @@ impl Sampler {
         if let Some(p) = params.top_p {
             if !(p > 0.0 && p <= 1.0) {
                 return Err(LlmError::Arg(format!("--top-p must be in (0, 1], got {p}")));
+            }
+        }
+        if let Some(m) = params.min_p {
+            if !(0.0..=1.0).contains(&m) {
+                return Err(LlmError::Arg(format!("--min-p must be in [0, 1], got {m}")));
             }
         }
         if !(params.repeat_penalty.is_finite() && params.repeat_penalty > 0.0) {
@@ -176,6 +206,14 @@ impl Sampler {
             let s: f64 = probs.iter().sum();
             probs.iter_mut().for_each(|x| *x /= s);
         }
+        if let Some(min_p) = p.min_p.filter(|&m| m > 0.0) {
+            // Sorted, so the most likely is first and the kept tokens are a prefix (at least it).
+            let floor = min_p * probs[0];
+            let keep = probs.iter().position(|&x| x < floor).unwrap_or(probs.len()).max(1);
+            probs.truncate(keep);
+            let s: f64 = probs.iter().sum();
+            probs.iter_mut().for_each(|x| *x /= s);
+        }
         let mut r: f64 = self.rng.random::<f64>();
         for (i, &q) in probs.iter().enumerate() {
             if r < q {
@@ -223,8 +261,8 @@ mod tests {
     fn generation_config_over_the_chat_defaults() {
         let d = read("none", None).unwrap();
         assert_eq!(
-            (d.temperature, d.top_k, d.top_p, d.repeat_penalty, d.repeat_last_n),
-            (0.8, Some(40), Some(0.95), 1.1, 64)
+            (d.temperature, d.top_k, d.top_p, d.min_p, d.repeat_penalty, d.repeat_last_n),
+            (0.8, Some(40), Some(0.95), None, 1.1, 64)
         );
         // Only eos ids (SmolLM2's file): the defaults, not transformers' greedy fallback.
         let p = read("ids", Some(r#"{"bos_token_id": 1, "eos_token_id": 2}"#)).unwrap();
@@ -233,12 +271,15 @@ mod tests {
         let json = r#"{"do_sample": true, "temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05}"#;
         let p = read("qwen", Some(json)).unwrap();
         assert_eq!((p.temperature, p.top_k, p.top_p, p.repeat_penalty), (0.7, Some(20), Some(0.8), 1.05));
+        let p = read("min_p", Some(r#"{"min_p": 0.05, "top_p": 1.0}"#)).unwrap();
+        assert_eq!((p.min_p, p.top_p), (Some(0.05), Some(1.0)));
         let p = read("greedy", Some(r#"{"do_sample": false, "temperature": 0.6}"#)).unwrap();
         assert_eq!(p.temperature, 0.0);
         for (json, field) in [
             (r#"{"temperature": -1}"#, "temperature"),
             (r#"{"top_p": 0}"#, "top_p"),
             (r#"{"top_k": 2.5}"#, "top_k"),
+            (r#"{"min_p": 1.5}"#, "min_p"),
             (r#"{"repetition_penalty": "high"}"#, "repetition_penalty"),
         ] {
             let e = read("bad", Some(json)).unwrap_err();

@@ -107,8 +107,13 @@ fn sampling_is_seeded_and_stops_at_stop_tokens() {
     let dev = Device::cpu();
     let e = expected("llama");
     let model = load("llama", &dev, DType::F32);
-    let sampling =
-        SamplingParams { temperature: 1.0, top_k: Some(20), top_p: Some(0.9), repeat_penalty: 1.1, repeat_last_n: 64 };
+    let sampling = SamplingParams {
+        temperature: 1.0,
+        top_k: Some(20),
+        top_p: Some(0.9),
+        repeat_penalty: 1.1,
+        ..Default::default()
+    };
     let run = |seed: u64, stop: Vec<u32>| {
         let opts = GenerateOptions { max_tokens: 10, sampling: sampling.clone(), seed, stop_tokens: stop };
         generate(&model, &mut model.new_cache(), &e.prompt_ids, &opts, |_| Ok(())).unwrap().0

@@ -1,7 +1,7 @@
 //! What the sampling parameters mean, checked on chosen logits: greedy picks the argmax (the first of
 //! ties), temperature reshapes the distribution (frequencies over many seeded draws match
-//! softmax(logits / T) within 5 standard deviations), top-k and top-p restrict it to the tokens they
-//! name and renormalise, the repeat penalty divides positive and multiplies negative logits of tokens
+//! softmax(logits / T) within 5 standard deviations), top-k, top-p and min-p restrict it to the
+//! tokens they name and renormalise, the repeat penalty divides positive and multiplies negative logits of tokens
 //! in the last `repeat_last_n`, and a seed reproduces a sequence.
 mod common;
 
@@ -104,6 +104,32 @@ fn top_p_keeps_the_smallest_set_reaching_p() {
 }
 
 #[test]
+fn min_p_keeps_the_tokens_within_a_share_of_the_most_likely() {
+    let min_p = |t: f64, m: f64, top_p: Option<f64>| SamplingParams { min_p: Some(m), ..params(t, None, top_p) };
+    // At T = 1 the weights of tokens 0-4 are 1, 2, 3, 4 and e^-1 = 0.37: a token stays when its
+    // weight is at least m * 4. Each bound sits just above or below a weight.
+    let cases = [
+        (0.76, vec![3]),             // 3 < 3.04
+        (0.26, vec![3, 2, 1]),       // 2 >= 1.04 > 1
+        (0.24, vec![3, 2, 1, 0]),    // 1 >= 0.96 > 0.37
+        (0.09, vec![0, 1, 2, 3, 4]), // 0.37 >= 0.36
+        (0.0, vec![0, 1, 2, 3, 4]),  // off
+        (1.0, vec![3]),              // the most likely only
+    ];
+    for (m, keep) in cases {
+        let f = frequencies(min_p(1.0, m, None), &L, N, 13);
+        assert_matches(&f, &expected(&L, 1.0, &keep), N, &format!("min_p {m}"));
+    }
+    // On the tempered probabilities: at T = 0.5 the weights are squared (1, 4, 9, 16), and 0.24
+    // (a floor of 3.84) keeps tokens 3, 2 and 1, where at T = 1 it kept token 0 too.
+    let f = frequencies(min_p(0.5, 0.24, None), &L, N, 15);
+    assert_matches(&f, &expected(&L, 0.5, &[3, 2, 1]), N, "min_p 0.24 at T 0.5");
+    // After top-p: top_p 0.9 keeps 3, 2, 1, 0; min_p 0.3 then drops 0 (1 < 1.2).
+    let f = frequencies(min_p(1.0, 0.3, Some(0.9)), &L, N, 16);
+    assert_matches(&f, &expected(&L, 1.0, &[3, 2, 1]), N, "top_p 0.9 then min_p 0.3");
+}
+
+#[test]
 fn repeat_penalty_divides_positive_and_multiplies_negative_logits() {
     for dev in common::devices() {
         let pen = |penalty: f32, last_n: usize| SamplingParams {
@@ -156,6 +182,8 @@ fn bad_parameters_are_errors_naming_the_flag() {
         (SamplingParams { temperature: f64::NAN, ..Default::default() }, "--temperature"),
         (SamplingParams { top_p: Some(0.0), ..Default::default() }, "--top-p"),
         (SamplingParams { top_p: Some(1.5), ..Default::default() }, "--top-p"),
+        (SamplingParams { min_p: Some(-0.1), ..Default::default() }, "--min-p"),
+        (SamplingParams { min_p: Some(f64::NAN), ..Default::default() }, "--min-p"),
         (SamplingParams { repeat_penalty: 0.0, ..Default::default() }, "--repeat-penalty"),
         (SamplingParams { repeat_penalty: f32::INFINITY, ..Default::default() }, "--repeat-penalty"),
     ];

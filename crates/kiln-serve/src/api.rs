@@ -146,6 +146,8 @@ pub struct Settings {
     pub top_p: Option<f64>,
     /// Keep only the `k` most likely tokens (`None`: all).
     pub top_k: Option<usize>,
+    /// Keep only the tokens at least `min_p` times as likely as the most likely (`None`: all).
+    pub min_p: Option<f64>,
     pub seed: u64,
     pub stop: Vec<String>,
     pub stream: bool,
@@ -201,9 +203,6 @@ impl Common {
                 Some("response_format"),
             ));
         }
-        if self.min_p.is_some_and(|p| p != 0.0) {
-            return Err(ApiError::bad_request("min_p is not supported (only 0)", Some("min_p")));
-        }
         if matches!(&self.suffix, Some(v) if !v.is_null()) {
             return Err(ApiError::bad_request("suffix is not supported", Some("suffix")));
         }
@@ -241,6 +240,14 @@ impl Common {
         };
         // llama.cpp's and vLLM's convention: 0 or a negative k keeps every token.
         let top_k = self.top_k.filter(|&k| k > 0).map(|k| k as usize);
+        // llama.cpp's and vLLM's min_p: in [0, 1], 0 keeps every token.
+        let min_p = match self.min_p {
+            Some(p) if !(0.0..=1.0).contains(&p) => {
+                return Err(ApiError::bad_request(format!("min_p must be in [0, 1], got {p}"), Some("min_p")))
+            }
+            Some(p) if p > 0.0 => Some(p),
+            _ => None,
+        };
         let stop = match &self.stop {
             None => vec![],
             Some(Stop::One(s)) => vec![s.clone()],
@@ -254,6 +261,7 @@ impl Common {
             temperature,
             top_p,
             top_k,
+            min_p,
             seed: self.seed.unwrap_or(0) as u64,
             stop,
             stream: self.stream.unwrap_or(false),
@@ -344,11 +352,14 @@ mod tests {
     }
 
     /// Fields kiln cannot honour are a 400 naming them, never silently dropped; their neutral values
-    /// pass; `top_k` is honoured.
+    /// pass; `top_k` and `min_p` are honoured.
     #[test]
     fn fields_kiln_ignored_are_refused_or_honoured() {
         let c = |j: &str| parse::<CompletionRequest>(j.as_bytes()).and_then(|r| r.common.settings());
-        assert_eq!(c(r#"{"prompt":"x","min_p":0.1}"#).unwrap_err().param, Some("min_p"));
+        assert_eq!(c(r#"{"prompt":"x","min_p":0.1}"#).unwrap().min_p, Some(0.1));
+        assert_eq!(c(r#"{"prompt":"x","min_p":0}"#).unwrap().min_p, None);
+        assert_eq!(c(r#"{"prompt":"x","min_p":1.5}"#).unwrap_err().param, Some("min_p"));
+        assert_eq!(c(r#"{"prompt":"x","min_p":-0.5}"#).unwrap_err().param, Some("min_p"));
         let schema = r#"{"prompt":"x","response_format":{"type":"json_object"}}"#;
         assert_eq!(c(schema).unwrap_err().param, Some("response_format"));
         assert_eq!(c(r#"{"prompt":"x","tool_choice":"auto"}"#).unwrap_err().param, Some("tool_choice"));

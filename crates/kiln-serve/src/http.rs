@@ -253,6 +253,7 @@ async fn handle(app: &Arc<App>, body: Bytes, kind: Kind) -> Result<Response, Api
             temperature: settings.temperature,
             top_k: settings.top_k,
             top_p: settings.top_p,
+            min_p: settings.min_p,
             repeat_penalty: 1.0,
             repeat_last_n: 64,
         },
