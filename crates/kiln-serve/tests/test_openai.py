@@ -1,10 +1,12 @@
 """`kiln serve` with the official `openai` client on the fixture model (localhost only, every loop
 bounded in count and time): answers equal `kiln generate`, streaming equals non-streaming, many
 concurrent streams each equal their single-client answer, disconnects free their sequence, a full
-queue gives 429, bad input 400, a missing key 401, SIGTERM exits 0."""
+queue gives 429, bad input 400, a missing key 401, SIGTERM exits 0 and refuses what is still
+queued with 503."""
 
 import concurrent.futures as cf
 import re
+import signal
 import time
 
 import httpx
@@ -264,3 +266,31 @@ def test_sigterm_finishes_streams_and_exits_0(device):
     assert len(rest) <= 200
     with pytest.raises(httpx.ConnectError):
         httpx.get(s.url + "/health", timeout=5)
+
+
+@pytest.mark.parametrize("device", DEVICES[:1])
+def test_sigterm_refuses_queued_requests_with_503(device):
+    """A request still queued when SIGTERM comes gets 503 with the JSON error body (the README's
+    promise; it was a 500), while the running answer goes on: one sequence a batch, so the second
+    request waits behind the first until the signal."""
+    s = Server(device, "--max-batch", "1", "--shutdown-grace", "30")
+    try:
+        c = openai.OpenAI(base_url=s.v1, api_key="x", max_retries=0, timeout=TIMEOUT)
+        stream = c.completions.create(model="m", prompt=PROMPTS[0], max_tokens=200, temperature=0,
+                                      stream=True)
+        assert next(iter(stream)) is not None
+        with cf.ThreadPoolExecutor(max_workers=1) as pool:
+            queued = pool.submit(httpx.post, s.v1 + "/completions", timeout=TIMEOUT,
+                                 json={"model": "m", "prompt": PROMPTS[1], "max_tokens": 4})
+            deadline = time.time() + 30
+            while "kiln_queue_depth 1" not in httpx.get(s.url + "/metrics", timeout=10).text:
+                assert time.time() < deadline and not queued.done(), "the second request never queued"
+                time.sleep(0.05)
+            s.proc.send_signal(signal.SIGTERM)
+            r = queued.result(timeout=60)
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["message"], r.text
+        # The running stream is not refused: it goes on to its end (or the grace period).
+        assert sum(1 for _ in stream) >= 1
+    finally:
+        assert s.stop() == 0, "".join(s.log)
