@@ -105,6 +105,17 @@ impl Tensor {
             )
         })?;
         self.same_device(name, rhs)?;
+        if self.dtype() == dtype && rhs.dtype() == dtype && self.dims() == rhs.dims() {
+            // The common case (`a + b` of one shape and dtype): the views as they are, with no
+            // broadcast layouts, casts or lock lists to build (most of a small op's cost).
+            let ga = self.storage();
+            let s = if self.shares_storage_with(rhs) {
+                ga.binary(self.layout(), &ga, rhs.layout(), op)?
+            } else {
+                ga.binary(self.layout(), &rhs.storage(), rhs.layout(), op)?
+            };
+            return Ok(Tensor::from_storage(s, self.shape().clone(), self.device()));
+        }
         // Check the shapes before paying for any cast.
         Shape::broadcast(name, self.shape(), rhs.shape())?;
         let (a, b) = (self.to_dtype(dtype)?, rhs.to_dtype(dtype)?);
