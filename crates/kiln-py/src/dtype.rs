@@ -58,7 +58,8 @@ impl PyDType {
     fn dtype<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let np_dtype = py.import("numpy")?.getattr("dtype")?;
         if self.0 == DType::BF16 {
-            let bf16 = py.import("ml_dtypes").map_err(|_| type_err("dtype", "bfloat16 as a NumPy dtype needs ml_dtypes"))?;
+            let bf16 =
+                py.import("ml_dtypes").map_err(|_| type_err("dtype", "bfloat16 as a NumPy dtype needs ml_dtypes"))?;
             return np_dtype.call1((bf16.getattr("bfloat16")?,));
         }
         np_dtype.call1((np_name(self.0),))
