@@ -1,8 +1,8 @@
-"""kiln tensors as Dask chunks (issue 37): NumPy's ``__array_function__`` on tensors against NumPy
+"""kiln tensors as Dask chunks: NumPy's ``__array_function__`` on tensors against NumPy
 on random shapes and chunkings (odd sizes, chunks that do not divide the shape), on the CPU and the
 GPU; unsupported functions raise a TypeError naming them; Dask's zero-size meta arrays; and a
 ``dask.distributed`` cluster whose workers ``kiln.dask.DevicePlugin`` pins to the CPU and the GPU,
-including a reduction and a matmul over an array larger than a worker's memory limit."""
+including a reduction and a matmul over an array larger than the workers' memory limits together."""
 
 import os
 
@@ -214,14 +214,15 @@ def test_distributed_matches_numpy(client):
 
 
 def test_out_of_core_reduction_and_matmul(client):
-    """A 480 MB array (random chunks made inside the workers) over workers of 200 MB each: a column
-    sum and the Gram matrix ``a.T @ a`` (8 x 8) against the same graph on NumPy chunks."""
+    """A 440 MB array (random chunks made inside the workers) over workers of 200 MB each: a column
+    sum and the Gram matrix ``a.T @ a`` (8 x 8) against the same graph on NumPy chunks, computed
+    together so each random chunk is made once."""
     limits = [w["memory_limit"] for w in client.scheduler_info()["workers"].values()]
-    a = da.random.default_rng(0).random((15_000_000, 8), chunks=(1_500_000, 8), dtype=np.float32)
+    a = da.random.default_rng(0).random((13_750_000, 8), chunks=(1_375_000, 8), dtype=np.float32)
     assert a.nbytes > 2 * max(limits) and max(limits) == MEMORY_LIMIT
     k = a.map_blocks(kiln.asarray)
-    ks, kg = dask.compute(k.sum(axis=0), k.T @ k)
-    ns, ng = dask.compute(a.astype(np.float64).sum(axis=0), a.T.astype(np.float64) @ a.astype(np.float64))
+    a64 = a.astype(np.float64)
+    ks, kg, ns, ng = dask.compute(k.sum(axis=0), k.T @ k, a64.sum(axis=0), a64.T @ a64)
     assert isinstance(ks, kiln.Tensor) and isinstance(kg, kiln.Tensor) and kg.shape == (8, 8)
     np.testing.assert_allclose(np.asarray(ks), ns, rtol=1e-4)
     np.testing.assert_allclose(np.asarray(kg), ng, rtol=1e-4)
