@@ -531,29 +531,31 @@ def _like_shape(prototype, shape):
     return (shape,) if isinstance(shape, int) else tuple(shape)
 
 
+def _like_tensor(name, prototype, fill, dtype, order, shape, device):
+    _unsupported(name, device=device)
+    if order not in ("K", "C", "A"):
+        raise TypeError(f"kiln.Tensor implements numpy.{name} in C order only, not order={order!r}")
+    x = _t(prototype)
+    shape = _like_shape(x, shape)
+    dt = x.dtype if dtype is None else _k.DType(dtype)
+    if name == "full_like":
+        return _k.full(shape, fill, dtype=dt, device=x.device)
+    return getattr(_k, name[:-5])(shape, dtype=dt, device=x.device)
+
+
 def _like(name):
-    def f(prototype, *args, dtype=None, order="K", subok=True, shape=None, device=None, **kwargs):
-        fill = None
-        if name == "full_like":
-            fill, *args = args if args else (kwargs.pop("fill_value"),)
-        if args:  # positional dtype, order, subok, shape
-            dtype, *rest = args
-            if len(rest) > 2:
-                shape = rest[2]
-        _unsupported(name, **{k: v for k, v in kwargs.items()})
-        if order not in ("K", "C", "A"):
-            raise TypeError(f"kiln.Tensor implements numpy.{name} in C order only, not order={order!r}")
-        x = _t(prototype)
-        shape = _like_shape(x, shape)
-        dt = x.dtype if dtype is None else _k.DType(dtype)
-        if name == "full_like":
-            return _k.full(shape, fill, dtype=dt, device=x.device)
-        return getattr(_k, name[:-5])(shape, dtype=dt, device=x.device)
+    def f(prototype, dtype=None, order="K", subok=True, shape=None, *, device=None):
+        return _like_tensor(name, prototype, None, dtype, order, shape, device)
     f.__name__ = name
     return f
 
 
-for _n in ("empty_like", "zeros_like", "ones_like", "full_like"):
+@_implements("full_like")
+def _full_like(a, fill_value, dtype=None, order="K", subok=True, shape=None, *, device=None):
+    return _like_tensor("full_like", a, fill_value, dtype, order, shape, device)
+
+
+for _n in ("empty_like", "zeros_like", "ones_like"):
     _implements(_n)(_like(_n))
 
 
