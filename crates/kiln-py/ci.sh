@@ -13,7 +13,7 @@ venv="${KILN_PY_VENV:-$CARGO_TARGET_DIR/kiln-py-venv}"
 start=$(date +%s)
 rm -rf "$venv"
 "${PYTHON:-python3}" -m venv "$venv"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check maturin pytest numpy hypothesis ml_dtypes
+"$venv/bin/python" -m pip install -q --disable-pip-version-check maturin pytest numpy hypothesis ml_dtypes "dask[array]" distributed
 # The wheel (the same release build `pip install ./crates/kiln-py` makes), then pip installs it.
 wheels="$CARGO_TARGET_DIR/wheels"
 rm -f "$wheels"/*.whl

@@ -52,6 +52,33 @@ impl PyDType {
     fn itemsize(&self) -> usize {
         self.0.size_in_bytes()
     }
+    /// The NumPy dtype (`numpy.dtype("float32")`; bfloat16 is ml_dtypes' and needs it installed),
+    /// so `numpy.dtype(kiln.float32)` works and libraries that read `x.dtype` (Dask) get one.
+    #[getter]
+    fn dtype<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let np_dtype = py.import("numpy")?.getattr("dtype")?;
+        if self.0 == DType::BF16 {
+            let bf16 =
+                py.import("ml_dtypes").map_err(|_| type_err("dtype", "bfloat16 as a NumPy dtype needs ml_dtypes"))?;
+            return np_dtype.call1((bf16.getattr("bfloat16")?,));
+        }
+        np_dtype.call1((np_name(self.0),))
+    }
+    /// NumPy's kind character: `b` bool, `u` unsigned, `i` signed, `f` float (bfloat16 too).
+    #[getter]
+    fn kind(&self) -> &'static str {
+        match self.0 {
+            DType::Bool => "b",
+            DType::U8 | DType::U16 | DType::U32 | DType::U64 => "u",
+            d if d.is_float() => "f",
+            _ => "i",
+        }
+    }
+    /// NumPy's scalar type (`numpy.float32`), as `numpy.dtype(...).type` gives it.
+    #[getter]
+    fn r#type<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.dtype(py)?.getattr("type")
+    }
     #[getter]
     fn is_float(&self) -> bool {
         self.0.is_float()

@@ -82,6 +82,19 @@ impl PyTensor {
         let py = slf.py();
         py.import("kiln._ufunc")?.getattr("array_ufunc")?.call1((ufunc, method, inputs, kwargs))
     }
+    /// NumPy's function protocol (NEP 18): `np.concatenate`, `np.sum`, `np.empty_like`... on
+    /// tensors, as Dask calls them on its chunks. The mapping lives in the pure-Python
+    /// `kiln._array_function.array_function`; a function it lacks raises a TypeError naming it.
+    fn __array_function__<'py>(
+        slf: &Bound<'py, Self>,
+        func: &Bound<'py, PyAny>,
+        types: &Bound<'py, PyAny>,
+        args: &Bound<'py, PyTuple>,
+        kwargs: &Bound<'py, pyo3::types::PyDict>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        py.import("kiln._array_function")?.getattr("array_function")?.call1((func, types, args, kwargs))
+    }
     /// Above NumPy's arrays, for libraries that still look at it.
     #[classattr]
     fn __array_priority__() -> f64 {

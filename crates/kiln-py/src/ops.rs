@@ -82,17 +82,29 @@ binary! {
     silu_mul => "`silu(self) * up` (the SwiGLU gate), fused into one pass; `silu(x) = x / (1 + e^-x)`. The two\noperands broadcast together and must share a float dtype.",
 }
 
-/// Generates reductions over `axis` (None: all axes; an int or a tuple of ints).
+/// Generates reductions over `axis` (None: all axes; an int or a tuple of ints). `dtype=` (NumPy's
+/// keyword, which Dask passes to chunks' methods) reduces in that dtype: the input is cast to it and
+/// so is the result.
 macro_rules! reduce {
     ($($name:ident => $doc:literal),* $(,)?) => { $(
         #[pymethods]
         impl PyTensor {
             #[doc = $doc]
-            #[pyo3(signature = (axis = None, keepdims = false))]
-            fn $name(&self, py: Python<'_>, axis: Option<&Bound<'_, PyAny>>, keepdims: bool) -> PyResult<PyTensor> {
+            #[pyo3(signature = (axis = None, keepdims = false, *, dtype = None))]
+            fn $name(
+                &self,
+                py: Python<'_>,
+                axis: Option<&Bound<'_, PyAny>>,
+                keepdims: bool,
+                dtype: Option<&Bound<'_, PyAny>>,
+            ) -> PyResult<PyTensor> {
                 let axes = self.axes(axis)?;
+                let dtype = dtype.filter(|d| !d.is_none()).map(crate::dtype::to_dtype).transpose()?;
                 let t = self.t.clone();
-                Ok(run(py, stringify!($name), move || t.$name(&axes, keepdims))?.into())
+                Ok(run(py, stringify!($name), move || match dtype {
+                    None => t.$name(&axes, keepdims),
+                    Some(d) => t.to_dtype(d)?.$name(&axes, keepdims)?.to_dtype(d),
+                })?.into())
             }
         }
     )* };
@@ -293,6 +305,11 @@ impl PyTensor {
     fn flatten(&self, py: Python<'_>) -> PyResult<PyTensor> {
         let t = self.t.clone();
         Ok(run(py, "flatten", move || t.flatten())?.into())
+    }
+
+    /// NumPy's name for `flatten` (Dask's arg reductions call `arg.ravel()` on chunks).
+    fn ravel(&self, py: Python<'_>) -> PyResult<PyTensor> {
+        self.flatten(py)
     }
 
     /// Reorders axes: output axis `i` is input axis `axes[i]` (a view). Takes `permute(1, 0)` or

@@ -321,9 +321,10 @@ impl PyTensor {
         py.import("numpy")?.getattr("array2string")?.call1((host,))?.extract()
     }
 
-    /// Tensors pickle as their host values (dtype and shape kept), unpickled on the CPU.
+    /// Tensors pickle as their host values, a NumPy array (dtype and shape kept; pickle protocol 5
+    /// sends its buffer without a copy, as Dask's workers do), unpickled on the default device.
     fn __reduce__<'py>(&self, py: Python<'py>) -> PyResult<Reduced<'py>> {
         let asarray = py.import("kiln")?.getattr("asarray")?;
-        Ok((asarray, (self.to_list(py)?, PyDType(self.t.dtype()))))
+        Ok((asarray, (crate::interop::to_numpy(py, &self.t, None)?, PyDType(self.t.dtype()))))
     }
 }

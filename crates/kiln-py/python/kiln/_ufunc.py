@@ -3,9 +3,10 @@
 An operator's ufunc (``ndarray + t``, ``np.add(a, t)``, ``np.less(a, t)``) calls the Tensor's
 operator method, as Python would for ``a + t``: the result is a tensor, with kiln's promotion and
 weak scalars. A ufunc with a namespace function of the same meaning (``np.sqrt(t)``,
-``np.arctan2(t, u)``, ``np.maximum(t, 0)``) runs that function on the tensor's device. Anything
-else (``out=``, ``where=``, methods such as ``reduce``, ufuncs kiln lacks) returns NotImplemented,
-which NumPy raises as a TypeError: convert with ``np.asarray(t)`` first. So "regular Python
+``np.arctan2(t, u)``, ``np.maximum(t, 0)``) runs that function on the tensor's device; ``dtype=``
+computes in that dtype. Anything else (``out=``, ``where=``, methods such as ``reduce``, ufuncs kiln
+lacks) returns NotImplemented, which NumPy raises as a TypeError: convert with ``np.asarray(t)``
+first. So "regular Python
 functions" written with NumPy run on tensors (pydotcompute's ``execute_kernel`` promises them).
 """
 
@@ -62,8 +63,15 @@ minimum negative positive reciprocal round sign signbit sin sinh sqrt square tan
 
 
 def array_ufunc(ufunc, method, inputs, kwargs):
-    if method != "__call__" or any(v is not None for v in (kwargs or {}).values()):
+    kwargs = dict(kwargs or {})
+    dtype = kwargs.pop("dtype", None)
+    if method != "__call__" or any(v is not None for v in kwargs.values()):
         return NotImplemented
+    if dtype is not None:
+        # ``np.add(a, b, dtype=d)`` (Dask's blockwise sums): the inputs in `d`, and so the result.
+        d = _k.DType(dtype)
+        out = array_ufunc(ufunc, method, [x.astype(d) if isinstance(x, _k.Tensor) else x for x in inputs], None)
+        return out if out is NotImplemented or out.dtype == d else out.astype(d)
     name = ufunc.__name__
     if name in _OPERATORS and len(inputs) == 2:
         a, b = inputs
