@@ -22,7 +22,17 @@ import pytest
 from conftest import FIXTURE, KILN, ROOT
 
 SCRIPT = ROOT / "deploy" / "replicas.sh"
-NGINX = shutil.which("nginx") or next((p for p in ["/usr/sbin/nginx"] if os.access(p, os.X_OK)), None)
+
+
+def find_nginx():
+    """$NGINX (as deploy/replicas.sh reads it), else nginx on PATH or in /usr/sbin; None if not there."""
+    for path in ([os.environ["NGINX"]] if os.environ.get("NGINX") else [shutil.which("nginx"), "/usr/sbin/nginx"]):
+        if path and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+NGINX = find_nginx()
 REQUIRED = os.environ.get("CI") == "true" or os.environ.get("KILN_REQUIRE_NGINX") == "1"
 PROMPTS = ["The kiln fires the clay pots", "Once upon a time", "A B C D E F", "hello"]
 ENDPOINT = "/v1/completions"
@@ -102,7 +112,7 @@ class Deployment:
 @pytest.fixture
 def lb(tmp_path):
     if NGINX is None:
-        msg = "nginx is not installed (apt-get install nginx-light): the replicas tests need it"
+        msg = "nginx is not installed (apt-get install nginx-light, or set NGINX): the replicas tests need it"
         if REQUIRED:
             pytest.fail(msg + " (CI=true or KILN_REQUIRE_NGINX=1 requires them)")
         pytest.skip(msg)
