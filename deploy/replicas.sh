@@ -9,7 +9,9 @@
 # Usage: deploy/replicas.sh [OPTIONS] -- KILN_SERVE_ARGS...     e.g.
 #   deploy/replicas.sh --replicas 2 --port 8080 -- --model models/smollm2 --api-key-file keys.txt
 # Options:
-#   --replicas N       replicas to start [2]
+#   --replicas N       replicas to start [2, or as many as --devices names]
+#   --devices LIST     one kiln serve --device per replica, comma-separated (gpu:0,gpu:1: one replica
+#                      per GPU); without it every replica takes the options after --
 #   --port PORT        nginx's port [8080]
 #   --listen ADDR      nginx's address [127.0.0.1]; 0.0.0.0 opens it to the network
 #   --replica-port P   replica i (from 1) listens on 127.0.0.1:P+i-1 [8081]; 0: each picks a free port
@@ -22,10 +24,11 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 
-replicas=2 port=8080 listen=127.0.0.1 replica_port=8081 dir="" keep_dir=0
+replicas="" devices="" port=8080 listen=127.0.0.1 replica_port=8081 dir="" keep_dir=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --replicas) replicas="$2"; shift 2 ;;
+    --devices) devices="$2"; shift 2 ;;
     --port) port="$2"; shift 2 ;;
     --listen) listen="$2"; shift 2 ;;
     --replica-port) replica_port="$2"; shift 2 ;;
@@ -37,6 +40,14 @@ while [ $# -gt 0 ]; do
 done
 if [ $# -eq 0 ]; then
   echo "replicas.sh: no kiln serve options (at least: -- --model DIR)" >&2
+  exit 2
+fi
+IFS=, read -r -a device_list <<<"$devices"
+if [ -z "$replicas" ]; then
+  replicas="${#device_list[@]}"
+  [ "$replicas" -gt 0 ] || replicas=2
+elif [ -n "$devices" ] && [ "${#device_list[@]}" != "$replicas" ]; then
+  echo "replicas.sh: --devices names ${#device_list[@]} devices for $replicas replicas" >&2
   exit 2
 fi
 case "$replicas" in ''|*[!0-9]*|0) echo "replicas.sh: --replicas must be a positive number" >&2; exit 2 ;; esac
@@ -62,12 +73,12 @@ mkdir -p "$dir"
 chmod 711 "$dir"
 
 pids=() addrs=() nginx_pid="" stopping=0
-log() { echo "replicas.sh: $*" >&2; }
+log() { echo "replicas.sh: $*" >&2 || true; }
 
 stop() {
   # nginx first (no new requests reach the replicas), then the replicas, which finish their answers.
   stopping=1
-  trap '' INT TERM
+  trap '' INT TERM PIPE   # a closed stderr (a reader gone) must not stop the stopping
   if [ -n "$nginx_pid" ] && kill -0 "$nginx_pid" 2>/dev/null; then
     kill -QUIT "$nginx_pid" 2>/dev/null || true   # graceful: running requests finish
   fi
@@ -100,8 +111,12 @@ for i in $(seq 1 "$replicas"); do
   if [ "$replica_port" != 0 ]; then
     p=$((replica_port + i - 1))
   fi
+  device=()
+  if [ -n "$devices" ]; then
+    device=(--device "${device_list[$((i - 1))]}")
+  fi
   : >"$dir/replica-$i.log"   # now: the child opens it only once forked
-  "$kiln" serve --host 127.0.0.1 --port "$p" "$@" >>"$dir/replica-$i.log" 2>&1 &
+  "$kiln" serve --host 127.0.0.1 --port "$p" "${device[@]}" "$@" >>"$dir/replica-$i.log" 2>&1 &
   pids+=("$!")
 done
 deadline=$(( $(date +%s) + ${KILN_START_TIMEOUT:-600} ))
