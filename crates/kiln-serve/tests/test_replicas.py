@@ -255,12 +255,13 @@ def kill_one_replica(lb):
         stop.set()
         for t in threads:
             t.join(60)
-    log = lb.access_log([r[3] for r in plain] + [s[1] for s in streams if s[1]])
-
     # No non-streamed request lost: each a 200 with its whole answer (equal to the survivor's own).
     for p, _, status, rid, text, finish in plain:
         assert status == 200, (status, text, lb.text())
         assert text == want[p] and finish in ("length", "stop"), (p, text, finish)
+    # Every stream got its response header (nginx retried those refused before it).
+    assert all(s[1] for s in streams), [s for s in streams if not s[1]]
+    log = lb.access_log([r[3] for r in plain] + [s[1] for s in streams])
     # The kill did hit requests: some were retried on the survivor after a failed attempt on the
     # dead one (nginx logs 502 for a connection refused or cut). Without `proxy_next_upstream ...
     # non_idempotent` those requests got a 502 and the loop above failed.
