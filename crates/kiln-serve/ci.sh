@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI for `kiln serve`: the kiln binary (test profile, whose dependencies `cargo test` already built),
 # a fresh venv with the official `openai` client and pytest, then the client tests against servers on
-# localhost ports, on the CPU and on the GPU (lavapipe in CI; KILN_REQUIRE_GPU=1 makes a missing one fail).
+# localhost ports, on the CPU and on the GPU (lavapipe in CI; KILN_REQUIRE_GPU=1 makes a missing one fail),
+# and two CPU replicas behind nginx (test_replicas.py; skipped without nginx, unless KILN_REQUIRE_NGINX=1).
 # Usage: crates/kiln-serve/ci.sh   (PYTHON=python3.X picks the interpreter; KILN_TEST_DEVICES=cpu,gpu)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
