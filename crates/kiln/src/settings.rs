@@ -130,6 +130,8 @@ settings! {
         "1: the cooperative-matrix tests fail instead of skipping where the GPU lacks them.";
     REQUIRE_REAL_MODEL = "KILN_REQUIRE_REAL_MODEL", "tests", default "0",
         "1: the real-model tests fail instead of skipping when the model or gguf-py is missing (under CI=true too, unless 0).";
+    REQUIRE_NGINX = "KILN_REQUIRE_NGINX", "tests", default "0",
+        "1: the replicas test fails instead of skipping when nginx is missing (CI sets it; CI=true does too).";
     SMOLLM2_GGUF = "KILN_SMOLLM2_GGUF", "tests", default "unset",
         "The SmolLM2 GGUF file of the real-model tests (else fetched into `KILN_CACHE_DIR`).";
     PROPTEST_SEED = "KILN_PROPTEST_SEED", "tests", default "random (fixed under CI=true)",
