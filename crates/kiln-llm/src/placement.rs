@@ -122,7 +122,7 @@ impl Placement {
                 largest_tensor_bytes: est.largest_tensor_bytes,
             };
             crate::memory::check_fits(&share, dev).map_err(|e| match e {
-                LlmError::Memory(m) => LlmError::Memory(format!("{dev} with {n} layers: {m}")),
+                LlmError::Memory(m) => LlmError::Memory(format!("{dev}'s share ({n} layers) cannot fit: {m}")),
                 e => e,
             })?;
         }
@@ -151,6 +151,15 @@ mod tests {
         assert!(err(&[4], 4).contains("1 layer counts for 2 devices"));
         assert!(err(&[4, 0], 4).contains("would hold no layer"));
         assert!(Placement::new(devs, None, 1).unwrap_err().to_string().contains("would hold no layer"));
+    }
+
+    #[test]
+    fn a_share_that_cannot_fit_is_refused() {
+        let p = Placement::new(vec![Device::cpu(), Device::cpu()], Some(&[3, 1]), 4).unwrap();
+        let est = |bytes: u64| MemoryEstimate { weight_bytes: bytes, kv_cache_bytes: 0, largest_tensor_bytes: 1 };
+        p.check_fits(&est(1 << 20)).unwrap();
+        let e = p.check_fits(&est(1 << 62)).unwrap_err().to_string();
+        assert!(e.contains("cpu's share (3 layers) cannot fit"), "{e}");
     }
 
     #[test]
