@@ -187,7 +187,7 @@ fn stop_flag(interactive: bool) -> Arc<AtomicBool> {
 }
 
 fn run_chat(args: ChatArgs) -> Result<(), String> {
-    let (device, dir) = open_source(&args.model)?;
+    let (placement, dir) = open_source(&args.model)?;
     let sampling = args.sampling.params(&dir)?;
     // Every file the chat needs is checked before the weights load.
     let tok = tokenizer_of(&dir, args.model.tokenizer.as_ref())?;
@@ -197,7 +197,7 @@ fn run_chat(args: ChatArgs) -> Result<(), String> {
     if let Some(note) = note {
         errln!("{note}");
     }
-    let model = load(&args.model, &device, &dir, ctx)?;
+    let model = load(&args.model, &placement, &dir, ctx)?;
     let ctx = model.max_context();
     let mut messages: Vec<Message> = args.system.iter().map(|s| Message::new("system", s)).collect();
     let mut cache = model.new_cache();

@@ -2,6 +2,7 @@
 //! `kiln serve`: Llama-family models from Hugging Face folders or GGUF files through kiln-llm, tokens
 //! streamed as they come, prefill/decode speed and peak GPU memory at the end.
 
+use crate::devices::{DeviceList, LayerSplit};
 use crate::limits;
 use crate::progress::{LoadProgress, Phases};
 use crate::sysinfo::human_bytes;
@@ -9,7 +10,7 @@ use clap::Args;
 use kiln::quant::QuantType;
 use kiln::{DType, Device, DeviceRequest};
 use kiln_llm::{
-    GenerateOptions, GenerateStats, LoadOptions, Model, ModelSource, SamplingParams, TokenStream, Tokenizer,
+    GenerateOptions, GenerateStats, LoadOptions, Model, ModelSource, Placement, SamplingParams, TokenStream, Tokenizer,
 };
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -28,8 +29,16 @@ pub struct ModelArgs {
     #[arg(long, value_name = "FILE")]
     pub(crate) tokenizer: Option<PathBuf>,
     /// Device to run on: cpu, gpu, gpu:N or auto [default: $KILN_DEVICE, else auto].
-    #[arg(long, value_parser = crate::parse_device)]
+    #[arg(long, value_parser = crate::parse_device, conflicts_with = "devices")]
     device: Option<DeviceRequest>,
+    /// Split the model's layers over several devices, in order (e.g. gpu:0,gpu:1 or cpu,gpu:0): the
+    /// embedding with the first, the final norm and LM head with the last, hidden states moved
+    /// through host memory between them; an equal number of layers each unless --split says.
+    #[arg(long, value_name = "DEV,DEV,..", value_parser = crate::devices::parse_devices)]
+    pub(crate) devices: Option<DeviceList>,
+    /// Layers per device of --devices, e.g. 20,12 (they must add up to the model's layer count).
+    #[arg(long, value_name = "N,N,..", requires = "devices", value_parser = crate::devices::parse_split)]
+    split: Option<LayerSplit>,
     /// Weights, activations and KV cache dtype: f32, f16 or bf16 (default: the model's own dtype on a
     /// GPU, f32 on the CPU; GGUF files: f16 on a GPU; quantized weights stay quantized).
     #[arg(long, value_parser = parse_dtype)]
@@ -297,14 +306,16 @@ fn hub_id(path: &Path) -> Option<&str> {
     ok.then_some(s)
 }
 
-/// Opens the device and the model (config, tokenizer metadata, mapped weights): everything but
-/// loading the weights, so that a missing file or a bad argument fails in a moment.
-pub(crate) fn open_source(args: &ModelArgs) -> Result<(Device, ModelSource), String> {
+/// Opens the device (or the devices of `--devices`, with the layers placed) and the model (config,
+/// tokenizer metadata, mapped weights): everything but loading the weights, so that a missing file
+/// or a bad argument fails in a moment.
+pub(crate) fn open_source(args: &ModelArgs) -> Result<(Placement, ModelSource), String> {
     let path = model_path(&args.model)?;
-    let device = crate::open_device(args.device)?;
-    warn_software_gpu(&device);
+    let devices = crate::devices::open(args.device, args.devices.as_ref())?;
+    devices.iter().for_each(warn_software_gpu);
     let src = ModelSource::open(&path).map_err(|e| e.to_string())?;
-    Ok((device, src))
+    let placement = crate::devices::placement(devices, args.split.as_ref(), src.config().num_layers)?;
+    Ok((placement, src))
 }
 
 /// A software GPU (lavapipe, llvmpipe, SwiftShader) runs models slower than the CPU backend.
@@ -317,25 +328,38 @@ fn warn_software_gpu(device: &Device) {
 /// Opens the device and the model, checks the files and the context, and loads the weights (for
 /// `kiln serve`).
 pub(crate) fn open(args: &ModelArgs) -> Result<(ModelSource, Model), String> {
-    let (device, src) = open_source(args)?;
+    let (placement, src) = open_source(args)?;
+    if placement.is_split() {
+        return Err("--devices with more than one device is not supported by kiln serve yet (its batched \
+             scheduler runs on one device): serve on one device, or split with kiln generate or kiln chat"
+            .into());
+    }
     tokenizer_of(&src, args.tokenizer.as_ref())?;
     let (ctx, note) = limits::context(src.config(), args.max_context);
     if let Some(note) = note {
         errln!("{note}");
     }
-    let model = load(args, &device, &src, ctx)?;
+    let model = load(args, &placement, &src, ctx)?;
     Ok((src, model))
 }
 
 /// Prints the model and the memory estimate, checks it fits and loads the weights with a KV cache
 /// of `max_context` positions (progress for large models).
-pub(crate) fn load(args: &ModelArgs, device: &Device, dir: &ModelSource, max_context: usize) -> Result<Model, String> {
+pub(crate) fn load(
+    args: &ModelArgs,
+    placement: &Placement,
+    dir: &ModelSource,
+    max_context: usize,
+) -> Result<Model, String> {
     let c = dir.config();
+    // The GPU defaults where every device is a GPU.
+    let gpu = placement.devices().iter().all(Device::is_gpu);
     let dtype = args.dtype.unwrap_or(match (dir, c.saved_dtype) {
-        (ModelSource::Gguf(_), _) if device.is_gpu() => DType::F16,
-        (ModelSource::Dir(_), Some(d @ (DType::F16 | DType::BF16))) if device.is_gpu() => d,
+        (ModelSource::Gguf(_), _) if gpu => DType::F16,
+        (ModelSource::Dir(_), Some(d @ (DType::F16 | DType::BF16))) if gpu => d,
         _ => DType::F32,
     });
+    let device = crate::devices::describe(placement);
     let est = dir.estimate(dtype, max_context);
     let ctx = kiln_llm::model::effective_context(c, max_context);
     errln!(
@@ -356,14 +380,16 @@ pub(crate) fn load(args: &ModelArgs, device: &Device, dir: &ModelSource, max_con
     let mut progress = LoadProgress::new(est.weight_bytes);
     let start = Instant::now();
     let opts = LoadOptions { dtype, max_context, progress: progress.callback.take() };
-    let mut model = dir.load(device, opts).map_err(|e| e.to_string())?;
-    device.synchronize().map_err(|e| e.to_string())?;
+    let mut model = if placement.is_split() { dir.load_on(placement, opts) } else { dir.load(placement.first(), opts) }
+        .map_err(|e| e.to_string())?;
+    let sync = || placement.devices().iter().try_for_each(|d| d.synchronize()).map_err(|e| e.to_string());
+    sync()?;
     progress.finish();
     errln!("loaded in {:.1} s", start.elapsed().as_secs_f64());
     if let Some(qt) = args.quantize {
         let start = Instant::now();
         let n = model.quantize(qt).map_err(|e| e.to_string())?;
-        device.synchronize().map_err(|e| e.to_string())?;
+        sync()?;
         errln!(
             "quantized {n} weights to {qt} in {:.1} s: weights now {}",
             start.elapsed().as_secs_f64(),
@@ -411,7 +437,7 @@ fn run_generate(args: GenerateArgs) -> Result<(), String> {
         let from = if args.prompt == "-" { "stdin gave no text" } else { "pass some text with --prompt" };
         return Err(format!("the prompt is empty: {from}"));
     }
-    let (device, dir) = open_source(&args.model)?;
+    let (placement, dir) = open_source(&args.model)?;
     let sampling = args.sampling.params(&dir)?;
     // Every file the run needs and the prompt's length are checked before the weights load.
     let tok = tokenizer_of(&dir, args.model.tokenizer.as_ref())?;
@@ -422,7 +448,7 @@ fn run_generate(args: GenerateArgs) -> Result<(), String> {
         errln!("{note}");
     }
     limits::check_prompt(dir.config(), prompt.len(), ctx)?;
-    let model = load(&args.model, &device, &dir, ctx)?;
+    let model = load(&args.model, &placement, &dir, ctx)?;
     let opts = GenerateOptions { max_tokens: args.max_tokens, sampling, seed: args.sampling.seed, stop_tokens };
     let mut stream = TokenStream::new(&tok);
     out!("{prompt_text}");
@@ -529,7 +555,7 @@ fn decode_profile(model: &Model, context: usize) -> kiln_llm::Result<Option<serd
 }
 
 fn run_llm_bench(args: LlmBenchArgs) -> Result<(), String> {
-    let (device, dir) = open_source(&args.model)?;
+    let (placement, dir) = open_source(&args.model)?;
     let plan = limits::bench_plan(
         dir.config(),
         args.prefill,
@@ -543,7 +569,7 @@ fn run_llm_bench(args: LlmBenchArgs) -> Result<(), String> {
         plan.decode_tokens,
         plan.contexts
     );
-    let model = load(&args.model, &device, &dir, plan.max_context)?;
+    let model = load(&args.model, &placement, &dir, plan.max_context)?;
     let err = |e: kiln_llm::LlmError| e.to_string();
     let device: &Device = model.device();
     // warm-up, 3 prefills, a decode run per context, and the GPU's profile.
@@ -553,7 +579,7 @@ fn run_llm_bench(args: LlmBenchArgs) -> Result<(), String> {
     timed_run(&model, warm, 4.min(model.max_context() - warm)).map_err(err)?;
     phases.start(&format!("prefill of {} tokens (untimed)", plan.prefill));
     timed_run(&model, plan.prefill, 0).map_err(err)?;
-    device.reset_peak_memory();
+    model.placement().devices().iter().for_each(Device::reset_peak_memory);
     let mut prefill_best = f64::INFINITY;
     for run in 1..=2 {
         phases.start(&format!("prefill of {} tokens, timed run {run} of 2", plan.prefill));
@@ -580,7 +606,7 @@ fn run_llm_bench(args: LlmBenchArgs) -> Result<(), String> {
     let c = dir.config();
     let report = serde_json::json!({
         "engine": "kiln",
-        "device": device.name(),
+        "device": model.placement().devices().iter().map(Device::name).collect::<Vec<_>>().join(","),
         "dtype": model.dtype().as_str(),
         "quantize": args.model.quantize.map(|q| q.name()),
         "layers": c.num_layers,
@@ -590,7 +616,7 @@ fn run_llm_bench(args: LlmBenchArgs) -> Result<(), String> {
         "kv_bytes_per_position": c.kv_bytes_per_position(model.dtype()),
         "prefill": {"tokens": plan.prefill, "secs": prefill_best, "tokens_per_sec": plan.prefill as f64 / prefill_best},
         "decode": decode,
-        "peak_gpu_bytes": device.memory_stats().map(|m| m.peak_bytes),
+        "peak_gpu_bytes": model.placement().devices().iter().filter_map(|d| d.memory_stats()).map(|m| m.peak_bytes).reduce(|a, b| a + b),
         "decode_profile": profile,
     });
     outln!("{report:#}");

@@ -5,13 +5,15 @@
 //!   a fixed set of ops and reports throughput against the machine's limits.
 //! - `kiln generate`, `kiln llm-bench`: Llama-family models (src/generate.rs); `kiln chat` (src/chat.rs).
 //!
-//! Every command that takes `--device` falls back to `KILN_DEVICE`, then `auto` ([`open_device`]).
+//! Every command that takes `--device` falls back to `KILN_DEVICE`, then `auto` ([`open_device`]);
+//! the model commands also take `--devices` and `--split`, one model over several (src/devices.rs).
 //! - `kiln serve`: an OpenAI-compatible HTTP server (src/serve.rs, crates/kiln-serve).
 
 #[macro_use]
 mod out;
 mod bench;
 mod chat;
+mod devices;
 mod generate;
 mod info;
 mod limits;

@@ -24,7 +24,7 @@ pub struct GenerateStats {
     /// Decode steps (forward passes after the prefill) and their time.
     pub decode_steps: usize,
     pub decode_secs: f64,
-    /// Peak bytes of the GPU pool (None on the CPU).
+    /// Peak bytes of the GPU pool, summed over the GPUs of a split model (None on the CPU).
     pub peak_gpu_bytes: Option<u64>,
 }
 
@@ -87,7 +87,8 @@ pub fn generate(
     }
     stats.decode_secs = decode_start.elapsed().as_secs_f64();
     stats.generated_tokens = out.len();
-    stats.peak_gpu_bytes = model.device().memory_stats().map(|m| m.peak_bytes);
+    let peaks = model.placement().devices().iter().filter_map(|d| d.memory_stats()).map(|m| m.peak_bytes);
+    stats.peak_gpu_bytes = peaks.reduce(|a, b| a + b);
     Ok((out, stats))
 }
 

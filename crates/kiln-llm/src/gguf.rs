@@ -12,6 +12,7 @@
 use crate::config::{Arch, LlamaConfig, RopeScaling};
 use crate::embedding::{max_tensor_bytes, rows_per_block, split_rows, Embedding};
 use crate::model::{effective_context, Layer, Linear, LoadOptions, MemoryEstimate, Model, Weight};
+use crate::placement::Placement;
 use crate::{ChatTemplate, LlmError, Result, Tokenizer};
 use kiln::quant::QTensor;
 use kiln::{DType, Device, Tensor};
@@ -76,27 +77,42 @@ impl GgufModel {
     /// quantized, float tensors become `opts.dtype`, a quantized `token_embd` is dequantised for the
     /// embedding lookup (and kept quantized as the LM head when the embeddings are tied).
     pub fn load(&self, device: &Device, opts: LoadOptions) -> Result<Model> {
-        self.load_with(device, opts, false)
+        self.load_with(&Placement::single(device, self.config.num_layers), opts, false)
+    }
+
+    /// [`GgufModel::load`] with the layers over the devices of `placement` (each tensor read on the
+    /// host, then moved to its device).
+    pub fn load_on(&self, placement: &Placement, opts: LoadOptions) -> Result<Model> {
+        self.load_with(placement, opts, false)
     }
 
     /// Like [`GgufModel::load`] but every quantized weight dequantised to `opts.dtype` (dense
     /// `linear`): the same numbers without the quantized kernels (a reference, or for speed where
     /// `qlinear` is slower than `linear`), at the memory of a dense model.
     pub fn load_dequantized(&self, device: &Device, opts: LoadOptions) -> Result<Model> {
-        self.load_with(device, opts, true)
+        self.load_with(&Placement::single(device, self.config.num_layers), opts, true)
     }
 
-    fn load_with(&self, device: &Device, mut opts: LoadOptions, dequantize: bool) -> Result<Model> {
+    fn load_with(&self, placement: &Placement, mut opts: LoadOptions, dequantize: bool) -> Result<Model> {
+        let device = placement.first();
+        // Split: every tensor is read on the host, then moved to its layer's device.
+        let (split, cpu) = (placement.is_split(), Device::cpu());
+        let read_on = if split { &cpu } else { device };
         let dtype = opts.dtype;
         if !dtype.is_float() || dtype == DType::F64 {
             return Err(LlmError::Arg(format!("model dtype must be f32, f16 or bf16, got {dtype}")));
         }
-        crate::memory::check_fits(&self.estimate(dtype, opts.max_context), device)?;
+        placement.check_fits(&self.estimate(dtype, opts.max_context))?;
         let cfg = self.config.clone();
         let total = self.estimate(dtype, 1).weight_bytes;
         let mut done = 0u64;
         let mut tensors = HashMap::new();
-        let mut add = |name: String, t: GgufTensor| {
+        let mut add = |name: String, t: GgufTensor| -> Result<()> {
+            let t = match t {
+                t if !split => t,
+                GgufTensor::Float(t) => GgufTensor::Float(t.to_device(placement.device_of(&name))?),
+                GgufTensor::Quant(q) => GgufTensor::Quant(q.to_device(placement.device_of(&name))?),
+            };
             done += match &t {
                 GgufTensor::Float(t) => (t.elem_count() * dtype.size_in_bytes()) as u64,
                 GgufTensor::Quant(q) => q.storage_bytes() as u64,
@@ -105,17 +121,18 @@ impl GgufModel {
                 p(done.min(total), total);
             }
             tensors.insert(name, t);
+            Ok(())
         };
         if cfg.arch == Arch::Llama {
             // The converter permuted the q/k rows for GGML's interleaved rope: back to HF order.
-            for t in self.file.load_hf(device).map_err(|e| bad(&self.path, e))? {
+            for t in self.file.load_hf(read_on).map_err(|e| bad(&self.path, e))? {
                 let (name, t) = t.map_err(|e| bad(&self.path, e))?;
-                add(name, t);
+                add(name, t)?;
             }
         } else {
             for info in self.file.tensor_infos() {
                 if let Some(hf) = names::hf_name(&info.name) {
-                    add(hf, self.file.load(&info.name, device).map_err(|e| bad(&self.path, e))?);
+                    add(hf, self.file.load(&info.name, read_on).map_err(|e| bad(&self.path, e))?)?;
                 }
             }
         }
@@ -149,15 +166,27 @@ impl GgufModel {
         // where the whole table fits); a tied dense LM head multiplies by the same blocks.
         let vocab = cfg.vocab_size;
         let row_bytes = (h * dtype.size_in_bytes()) as u64;
-        let rows = rows_per_block("token_embd.weight", vocab, row_bytes, max_tensor_bytes(device))?;
-        let dense_head = |blocks: &[Tensor]| match blocks {
-            [t] => Weight::Dense(t.clone()),
-            _ => Weight::Rows(blocks.to_vec()),
+        // Split: the blocks fit both the first device (the table) and the last (a tied head).
+        let limit = match (max_tensor_bytes(device), max_tensor_bytes(placement.last())) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let rows = rows_per_block("token_embd.weight", vocab, row_bytes, limit)?;
+        let last = placement.last();
+        let dense_head = |blocks: &[Tensor]| -> Result<Weight> {
+            let moved = blocks.iter().map(|t| t.to_device(last)).collect::<kiln::Result<Vec<_>>>()?;
+            Ok(match moved.as_slice() {
+                [t] => Weight::Dense(t.clone()),
+                _ => Weight::Rows(moved),
+            })
         };
         let (blocks, lm_head) = match (w.take(embed_name, &[vocab, h])?, lm_head) {
             (GgufTensor::Float(t), head) => {
                 let blocks = if rows >= vocab { vec![to_dtype(t, dtype)?] } else { split_rows(&t, rows, dtype)? };
-                let head = head.unwrap_or_else(|| Linear { w: dense_head(&blocks), b: None });
+                let head = match head {
+                    Some(h) => h,
+                    None => Linear { w: dense_head(&blocks)?, b: None },
+                };
                 (blocks, head)
             }
             (GgufTensor::Quant(q), head) => {
@@ -175,7 +204,7 @@ impl GgufModel {
                         })
                         .collect::<kiln::Result<Vec<_>>>()?
                 };
-                let w = if dequantize { dense_head(&blocks) } else { Weight::Quant(q) };
+                let w = if dequantize { dense_head(&blocks)? } else { Weight::Quant(q.to_device(last)?) };
                 (blocks, head.unwrap_or(Linear { w, b: None }))
             }
         };
@@ -195,7 +224,7 @@ impl GgufModel {
             }
             freqs.iter_mut().zip(&f).for_each(|(q, &d)| *q /= d as f64);
         }
-        Model::from_parts(cfg, embed, layers, norm, lm_head, &freqs, opts.max_context, device)
+        Model::from_parts(cfg, embed, layers, norm, lm_head, &freqs, opts.max_context, placement)
     }
 
     /// The tokenizer of the `tokenizer.ggml.*` metadata (byte-level BPE or SentencePiece BPE).

@@ -25,6 +25,7 @@ pub mod gguf;
 pub mod memory;
 pub mod model;
 pub mod paged;
+pub mod placement;
 pub mod rope;
 pub mod sampling;
 pub mod source;
@@ -37,6 +38,7 @@ pub use error::{LlmError, Result};
 pub use generate::{generate, GenerateOptions, GenerateStats};
 pub use gguf::GgufModel;
 pub use model::{estimate_memory, BatchSeq, Cache, LoadOptions, MemoryEstimate, Model, SeqKv};
+pub use placement::Placement;
 pub use sampling::{Sampler, SamplingParams};
 pub use source::ModelSource;
 pub use tokenizer::{TokenStream, Tokenizer};
@@ -80,6 +82,12 @@ impl ModelDir {
     pub fn load(&self, device: &kiln::Device, opts: LoadOptions) -> Result<Model> {
         memory::check_fits(&self.estimate(opts.dtype, opts.max_context), device)?;
         Model::load(self.config.clone(), &self.weights, device, opts)
+    }
+
+    /// Checks that each device's share fits, then loads the layers onto the devices of `placement`.
+    pub fn load_on(&self, placement: &Placement, opts: LoadOptions) -> Result<Model> {
+        placement.check_fits(&self.estimate(opts.dtype, opts.max_context))?;
+        Model::load_on(self.config.clone(), &self.weights, placement, opts)
     }
 
     pub fn tokenizer(&self) -> Result<Tokenizer> {

@@ -10,6 +10,7 @@
 
 use crate::config::{Activation, Arch, LlamaConfig};
 use crate::embedding::Embedding;
+use crate::placement::Placement;
 use crate::rope::{inv_freq, RopeTables};
 use crate::weights::WeightSource;
 use crate::{LlmError, Result};
@@ -18,7 +19,10 @@ use kiln::{DType, Device, KvCache, LinearInput, RopeLayout, Tensor};
 
 mod attention;
 mod batch;
+mod plan;
 pub use batch::{BatchSeq, SeqKv, PAGED_CHUNK};
+use plan::weight_plan;
+pub use plan::{estimate_memory, MemoryEstimate};
 
 /// The weight of a linear layer: dense in the model's dtype, or quantized blocks (GGUF files), or
 /// dense row blocks each within the device's largest buffer (a large vocabulary's tied LM head; see
@@ -224,17 +228,21 @@ impl Layer {
     }
 }
 
-/// A loaded model on one device, in one dtype.
+/// A loaded model in one dtype, on one device or with its layers split over several
+/// ([`Placement`]).
 pub struct Model {
     pub config: LlamaConfig,
     embed: Embedding,
     layers: Vec<Layer>,
     norm: Tensor,
     lm_head: Linear,
-    rope: RopeTables,
+    /// The rope tables on each device of the placement.
+    ropes: Vec<RopeTables>,
     max_context: usize,
     dtype: DType,
+    /// The first device (the embedding's).
     device: Device,
+    placement: Placement,
 }
 
 /// The per-layer KV caches of one sequence.
@@ -256,87 +264,6 @@ impl Cache {
     }
 }
 
-/// What loading will hold on the device.
-#[derive(Debug, Clone, Copy)]
-pub struct MemoryEstimate {
-    pub weight_bytes: u64,
-    pub kv_cache_bytes: u64,
-    /// The largest single tensor (weights or one layer's K or V cache).
-    pub largest_tensor_bytes: u64,
-}
-
-impl MemoryEstimate {
-    pub fn total(&self) -> u64 {
-        self.weight_bytes + self.kv_cache_bytes
-    }
-}
-
-/// The names and expected shapes of every weight, in load order.
-fn weight_plan(cfg: &LlamaConfig, src: &dyn WeightSource) -> Vec<(String, Vec<usize>)> {
-    let (h, hd, i) = (cfg.hidden_size, cfg.head_dim, cfg.intermediate_size);
-    let (q_out, kv_out) = (cfg.num_heads * hd, cfg.num_kv_heads * hd);
-    let mut plan = vec![("model.embed_tokens.weight".to_string(), vec![cfg.vocab_size, h])];
-    for l in 0..cfg.num_layers {
-        let p = format!("model.layers.{l}");
-        plan.push((format!("{p}.input_layernorm.weight"), vec![h]));
-        if cfg.arch == Arch::Phi3 {
-            plan.push((format!("{p}.self_attn.qkv_proj.weight"), vec![q_out + 2 * kv_out, h]));
-            if cfg.qkv_bias {
-                plan.push((format!("{p}.self_attn.qkv_proj.bias"), vec![q_out + 2 * kv_out]));
-            }
-        } else {
-            for (n, out) in [("q", q_out), ("k", kv_out), ("v", kv_out)] {
-                plan.push((format!("{p}.self_attn.{n}_proj.weight"), vec![out, h]));
-                if cfg.qkv_bias {
-                    plan.push((format!("{p}.self_attn.{n}_proj.bias"), vec![out]));
-                }
-            }
-        }
-        if cfg.qk_norm {
-            plan.push((format!("{p}.self_attn.q_norm.weight"), vec![hd]));
-            plan.push((format!("{p}.self_attn.k_norm.weight"), vec![hd]));
-        }
-        plan.push((format!("{p}.self_attn.o_proj.weight"), vec![h, q_out]));
-        if cfg.o_bias {
-            plan.push((format!("{p}.self_attn.o_proj.bias"), vec![h]));
-        }
-        plan.push((format!("{p}.post_attention_layernorm.weight"), vec![h]));
-        if cfg.gemma2.is_some() {
-            plan.push((format!("{p}.pre_feedforward_layernorm.weight"), vec![h]));
-            plan.push((format!("{p}.post_feedforward_layernorm.weight"), vec![h]));
-        }
-        let mlp: &[(&str, Vec<usize>)] = if cfg.arch == Arch::Phi3 {
-            &[("gate_up", vec![2 * i, h]), ("down", vec![h, i])]
-        } else {
-            &[("gate", vec![i, h]), ("up", vec![i, h]), ("down", vec![h, i])]
-        };
-        for (n, shape) in mlp {
-            plan.push((format!("{p}.mlp.{n}_proj.weight"), shape.clone()));
-            if cfg.mlp_bias {
-                plan.push((format!("{p}.mlp.{n}_proj.bias"), vec![shape[0]]));
-            }
-        }
-    }
-    plan.push(("model.norm.weight".to_string(), vec![h]));
-    if !cfg.tie_word_embeddings || src.meta("lm_head.weight").is_some() {
-        plan.push(("lm_head.weight".to_string(), vec![cfg.vocab_size, h]));
-    }
-    plan
-}
-
-/// Weights plus a KV cache of `max_context` positions, both in `dtype`.
-pub fn estimate_memory(cfg: &LlamaConfig, src: &dyn WeightSource, dtype: DType, max_context: usize) -> MemoryEstimate {
-    let size = dtype.size_in_bytes() as u64;
-    let plan = weight_plan(cfg, src);
-    let elems = |s: &Vec<usize>| s.iter().product::<usize>() as u64;
-    let per_layer_kv = (cfg.num_kv_heads * cfg.head_dim * max_context) as u64 * size;
-    MemoryEstimate {
-        weight_bytes: plan.iter().map(|(_, s)| elems(s) * size).sum(),
-        kv_cache_bytes: per_layer_kv * 2 * cfg.num_layers as u64,
-        largest_tensor_bytes: plan.iter().map(|(_, s)| elems(s) * size).max().unwrap_or(0).max(per_layer_kv),
-    }
-}
-
 /// How to load a model.
 pub struct LoadOptions {
     pub dtype: DType,
@@ -348,7 +275,18 @@ pub struct LoadOptions {
 
 impl Model {
     /// Loads every weight of `cfg` from `src` onto `device`, checking names and shapes.
-    pub fn load(cfg: LlamaConfig, src: &dyn WeightSource, device: &Device, mut opts: LoadOptions) -> Result<Model> {
+    pub fn load(cfg: LlamaConfig, src: &dyn WeightSource, device: &Device, opts: LoadOptions) -> Result<Model> {
+        let placement = Placement::single(device, cfg.num_layers);
+        Self::load_on(cfg, src, &placement, opts)
+    }
+
+    /// [`Model::load`] with each weight on its device of `placement` ([`Placement::device_of`]).
+    pub fn load_on(
+        cfg: LlamaConfig,
+        src: &dyn WeightSource,
+        placement: &Placement,
+        mut opts: LoadOptions,
+    ) -> Result<Model> {
         let dtype = opts.dtype;
         if !dtype.is_float() || dtype == DType::F64 {
             return Err(LlmError::Arg(format!("model dtype must be f32, f16 or bf16, got {dtype}")));
@@ -367,6 +305,7 @@ impl Model {
                     format!("has shape {:?}, config.json implies {:?}", meta.shape, shape),
                 ));
             }
+            let device = placement.device_of(&name);
             let t = if cfg.gemma2.is_some() && name.ends_with("norm.weight") {
                 // Gemma 2's RMSNorm multiplies by `1 + w` (in f32): the sum is made once, here.
                 src.load(&name, DType::F32, device)?.add_scalar(1.0)?.to_dtype(dtype)?
@@ -419,14 +358,15 @@ impl Model {
             layers.push(layer);
         }
         let embed = w.take("model.embed_tokens.weight");
-        let lm_head =
-            Linear { w: Weight::Dense(w.0.remove("lm_head.weight").unwrap_or_else(|| embed.clone())), b: None };
+        let head = match w.0.remove("lm_head.weight") {
+            Some(h) => h,
+            // Tied: the table itself, or a copy of it when the head is on another device.
+            None => embed.to_device(placement.last())?,
+        };
+        let lm_head = Linear { w: Weight::Dense(head), b: None };
         let norm = w.take("model.norm.weight");
-        let max_context = effective_context(&cfg, opts.max_context);
         let freqs = inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling.as_ref());
-        let rope = RopeTables::new(&freqs, max_context, dtype, device)?;
-        let embed = Embedding::whole(embed);
-        Ok(Model { config: cfg, embed, layers, norm, lm_head, rope, max_context, dtype, device: device.clone() })
+        Self::from_parts(cfg, Embedding::whole(embed), layers, norm, lm_head, &freqs, opts.max_context, placement)
     }
 
     /// A model from weights loaded elsewhere (GGUF files): `freqs` are the rotary inverse frequencies.
@@ -439,12 +379,28 @@ impl Model {
         lm_head: Linear,
         freqs: &[f64],
         max_context: usize,
-        device: &Device,
+        placement: &Placement,
     ) -> Result<Model> {
         let dtype = embed.dtype();
         let max_context = effective_context(&config, max_context);
-        let rope = RopeTables::new(freqs, max_context, dtype, device)?;
-        Ok(Model { config, embed, layers, norm, lm_head, rope, max_context, dtype, device: device.clone() })
+        let ropes = placement
+            .devices()
+            .iter()
+            .map(|d| RopeTables::new(freqs, max_context, dtype, d))
+            .collect::<Result<Vec<_>>>()?;
+        let device = placement.first().clone();
+        Ok(Model {
+            config,
+            embed,
+            layers,
+            norm,
+            lm_head,
+            ropes,
+            max_context,
+            dtype,
+            device,
+            placement: placement.clone(),
+        })
     }
 
     pub fn dtype(&self) -> DType {
@@ -495,8 +451,13 @@ impl Model {
         };
         layers + self.embed.bytes() + dense(&self.norm) + if tied { 0 } else { lin(&self.lm_head) }
     }
+    /// The first device (with one device, the model's).
     pub fn device(&self) -> &Device {
         &self.device
+    }
+    /// The devices and the layers on each.
+    pub fn placement(&self) -> &Placement {
+        &self.placement
     }
     /// The most positions a sequence may have (the KV cache length).
     pub fn max_context(&self) -> usize {
@@ -512,7 +473,7 @@ impl Model {
     /// Runs `tokens` (positions `cache.len()..`) through the model, appending to `cache`, and returns
     /// f32 logits: `(t, vocab)` for every position when `all_logits`, else `(1, vocab)` for the last.
     pub fn forward(&self, tokens: &[u32], cache: &mut Cache, all_logits: bool) -> Result<Tensor> {
-        if self.device.is_cpu() {
+        if self.placement.devices().iter().any(Device::is_cpu) {
             // The whole pass on a CPU worker thread: its parallel ops split there, not each handed
             // over from this thread.
             return kiln::cpu::on_worker_threads(|| self.forward_on(tokens, cache, all_logits));
@@ -537,15 +498,18 @@ impl Model {
         let ids: Vec<i64> = tokens.iter().map(|&x| x as i64).collect();
         let ids = Tensor::from_vec(ids, t, &self.device)?;
         let x = self.embed_tokens(&ids)?; // (t, hidden)
-        let (cos, sin) = self.rope.rows(offset, t)?;
+                                          // Each device's rope rows.
+        let ropes = self.ropes.iter().map(|r| r.rows(offset, t)).collect::<Result<Vec<_>>>()?;
         // The fused path takes the kernels with the norm in their prologue at every length.
         let fused = self.fused_path();
         let x = self.decoder(x, fused, |l, layer, x| {
             let kv = cache.layers.get_mut(l).ok_or_else(|| LlmError::Arg(format!("cache has no layer {l}")))?;
-            self.attention_cached(l, layer, x, kv, (&cos, &sin), fused)
+            let (cos, sin) = &ropes[self.placement.device_index(l)];
+            self.attention_cached(l, layer, x, kv, (cos, sin), fused)
         })?;
         let x = if all_logits { x } else { x.narrow(0, t - 1, 1)? };
-        self.logits(&x)
+        // Onto the LM head's device (a no-op with one device).
+        self.logits(&x.to_device(self.placement.last())?)
     }
 
     /// An error naming the first token id outside the vocabulary.
@@ -570,6 +534,10 @@ impl Model {
         mut attention: impl FnMut(usize, &Layer, &Tensor) -> Result<Tensor>,
     ) -> Result<Tensor> {
         for (l, layer) in self.layers.iter().enumerate() {
+            if self.placement.is_split() {
+                // Onto the layer's device (through host memory; a no-op within one device).
+                x = x.to_device(&self.placement.devices()[self.placement.device_index(l)])?;
+            }
             let att = attention(l, layer, &x)?;
             x = self.attn_residual(layer, &att, &x)?;
             x = self.mlp_block(layer, &x, fuse)?;

@@ -68,6 +68,15 @@ impl ModelSource {
         }
     }
 
+    /// Checks that each device's share fits, then loads the layers onto the devices of `placement`
+    /// (one device: [`ModelSource::load`]).
+    pub fn load_on(&self, placement: &crate::Placement, opts: LoadOptions) -> Result<Model> {
+        match self {
+            ModelSource::Dir(d) => d.load_on(placement, opts),
+            ModelSource::Gguf(g) => g.load_on(placement, opts),
+        }
+    }
+
     /// The model's own tokenizer (`tokenizer.json`, or the GGUF `tokenizer.ggml.*` metadata).
     pub fn tokenizer(&self) -> Result<Tokenizer> {
         match self {

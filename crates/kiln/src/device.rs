@@ -122,6 +122,14 @@ impl Device {
         Ok(Device(DeviceKind::Gpu(GpuContext::open(i)?)))
     }
 
+    /// A new device on GPU adapter `i`, separate from [`Device::gpu_nth`]'s (its own queue, memory
+    /// pool and kernels; it compares unequal to every other handle): a test aid, to run work split
+    /// over two devices on a machine with one adapter (e.g. lavapipe in CI).
+    #[doc(hidden)]
+    pub fn gpu_nth_separate(i: usize) -> Result<Device> {
+        Ok(Device(DeviceKind::Gpu(GpuContext::open_separate(i)?)))
+    }
+
     /// The best hardware GPU if there is one, else the CPU (a software GPU is slower than the CPU
     /// backend, so `auto` never picks one).
     pub fn auto() -> Device {

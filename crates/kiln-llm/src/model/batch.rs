@@ -86,14 +86,20 @@ impl Model {
     /// Sequence by sequence the result is [`Model::forward`]'s (up to rounding: the products have
     /// more rows).
     pub fn forward_batch(&self, seqs: &mut [BatchSeq<'_>]) -> Result<Tensor> {
+        if self.placement.is_split() {
+            return Err(LlmError::Arg(
+                "batched forward passes of a model split over several devices are not supported yet".into(),
+            ));
+        }
         self.check_batch(seqs)?;
         let mut rows = self.stack_rows(seqs);
         let table = self.block_table(seqs, &rows)?;
         let total = rows.ids.len();
         let ids = Tensor::from_vec(std::mem::take(&mut rows.ids), total, &self.device)?;
         let positions = Tensor::from_vec(std::mem::take(&mut rows.positions), total, &self.device)?;
-        let cos = self.rope.cos.embedding(&positions)?; // (T, head_dim / 2): each row's own position
-        let sin = self.rope.sin.embedding(&positions)?;
+        // (T, head_dim / 2): each row's own position.
+        let cos = self.ropes[0].cos.embedding(&positions)?;
+        let sin = self.ropes[0].sin.embedding(&positions)?;
         let x = self.embed_tokens(&ids)?; // (T, hidden)
                                           // `fused`: the architecture takes the stacked kernels (no q/k norms, post norms or GeGLU);
                                           // `fuse`: few enough rows for the kernels with the norm in their prologue.

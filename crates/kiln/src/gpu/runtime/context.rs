@@ -47,6 +47,17 @@ impl GpuContext {
         Ok(ctx)
     }
 
+    /// A new context on adapter `index`, not cached and not shared with [`GpuContext::open`]'s: a
+    /// second, separate device on one adapter (tests of work split over several devices).
+    pub(crate) fn open_separate(index: usize) -> Result<Arc<GpuContext>> {
+        let list = adapters();
+        let adapter = list.get(index).ok_or_else(|| Error::BackendUnavailable {
+            backend: "gpu",
+            msg: format!("no GPU adapter with index {index} ({} found)", list.len()),
+        })?;
+        Ok(Arc::new(Self::create(index, adapter)?))
+    }
+
     fn create(index: usize, adapter: &wgpu::Adapter) -> Result<GpuContext> {
         let summary = summarize(index, adapter);
         let wanted = WANTED.iter().fold(wgpu::Features::empty(), |acc, (f, _)| acc | *f);
