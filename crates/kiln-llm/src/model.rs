@@ -497,8 +497,9 @@ impl Model {
         self.check_vocabulary(tokens)?;
         let ids: Vec<i64> = tokens.iter().map(|&x| x as i64).collect();
         let ids = Tensor::from_vec(ids, t, &self.device)?;
-        let x = self.embed_tokens(&ids)?; // (t, hidden)
-                                          // Each device's rope rows.
+        // (t, hidden)
+        let x = self.embed_tokens(&ids)?;
+        // Each device's rope rows.
         let ropes = self.ropes.iter().map(|r| r.rows(offset, t)).collect::<Result<Vec<_>>>()?;
         // The fused path takes the kernels with the norm in their prologue at every length.
         let fused = self.fused_path();
