@@ -61,19 +61,18 @@ fn zip_apply_loops<T: Copy, U: Copy>(a: Arg<T>, b: Arg<T>, o: &mut [U], f: impl 
 fn zip_blocks<T, U, K>(a: &[T], al: &Layout, b: &[T], bl: &Layout, k: K) -> Vec<U>
 where
     T: Copy + Send + Sync,
-    U: Copy + Send + bytemuck::Zeroable,
+    U: Send + bytemuck::Zeroable,
     K: Fn(Arg<T>, Arg<T>, &mut [U]) + Sync,
 {
     debug_assert_eq!(al.dims(), bl.dims());
-    let n = al.elem_count();
-    if n <= strided::SERIAL_MAX && al.is_contiguous() && bl.is_contiguous() {
-        // Both contiguous and small enough for this thread: the kernel on the inputs' own slices,
-        // with no segment walk (most of a 16-element add's kernel time).
-        let mut out = alloc_out(n);
-        k(Arg::Slice(&a[al.offset()..al.offset() + n]), Arg::Slice(&b[bl.offset()..bl.offset() + n]), &mut out);
+    if let Some((x, y)) = serial_slices(a, al, b, bl) {
+        // The kernel on the inputs' own slices, with no segment walk (most of a 16-element add's
+        // kernel time).
+        let mut out = alloc_out(x.len());
+        k(Arg::Slice(x), Arg::Slice(y), &mut out);
         return out;
     }
-    let mut out = alloc_out(n);
+    let mut out = alloc_out(al.elem_count());
     if out.is_empty() {
         return out;
     }
@@ -106,15 +105,22 @@ where
     U: Copy + Send + bytemuck::Zeroable,
     F: Fn(T, T) -> U + Copy + Sync,
 {
-    let n = al.elem_count();
-    if n <= strided::SERIAL_MAX && al.is_contiguous() && bl.is_contiguous() {
-        let (x, y) = (&a[al.offset()..al.offset() + n], &b[bl.offset()..bl.offset() + n]);
+    if let Some((x, y)) = serial_slices(a, al, b, bl) {
         return math::vectorized(
             #[inline(always)]
             || x.iter().zip(y).map(|(&p, &q)| f(p, q)).collect(),
         );
     }
     zip_blocks(a, al, b, bl, |x, y, o: &mut [U]| zip_apply(x, y, o, f))
+}
+
+/// Both operands as slices of their storage when both views are contiguous and small enough to run
+/// on this thread ([`strided::SERIAL_MAX`]): the fast case of [`zip_blocks`] and [`zip_map`].
+#[inline(always)]
+fn serial_slices<'a, T>(a: &'a [T], al: &Layout, b: &'a [T], bl: &Layout) -> Option<(&'a [T], &'a [T])> {
+    let n = al.elem_count();
+    (n <= strided::SERIAL_MAX && al.is_contiguous() && bl.is_contiguous())
+        .then(|| (&a[al.offset()..al.offset() + n], &b[bl.offset()..bl.offset() + n]))
 }
 
 /// The operand of a segment of `n` elements from `off` with inner stride `s` as a slice of the input
@@ -185,7 +191,7 @@ fn sub<T: Copy>(a: Arg<T>, start: usize, len: usize) -> Arg<T> {
 
 /// Runs an f32 kernel `k(a, b, out, scratch)` over half-typed operands widened in stack blocks;
 /// `scratch` has the length of `out` (for kernels that narrow their result back).
-fn half_blocks<H: HalfFloat, U: Copy + Send + bytemuck::Zeroable>(
+fn half_blocks<H: HalfFloat, U: Send + bytemuck::Zeroable>(
     a: &[H],
     al: &Layout,
     b: &[H],
