@@ -110,24 +110,25 @@ def _float_default(x):
 
 
 # Joining and splitting.
-@_implements("concatenate", "concat")
-def _concatenate(arrays, axis=0, out=None, *, dtype=None, casting=None):
-    _unsupported("concatenate", out=out)
+def _joined(arrays, dtype):
+    """The tensors to join, in `dtype` when given, else promoted to one dtype (NumPy's rule)."""
     ts = [_cast(t, dtype) for t in _ts(list(arrays))]
     if len({t.dtype for t in ts}) > 1:
         rt = _k.result_type(*ts)
         ts = [_cast(t, rt) for t in ts]
-    return _k.concat(ts, axis=axis)
+    return ts
+
+
+@_implements("concatenate", "concat")
+def _concatenate(arrays, axis=0, out=None, *, dtype=None, casting=None):
+    _unsupported("concatenate", out=out)
+    return _k.concat(_joined(arrays, dtype), axis=axis)
 
 
 @_implements("stack")
 def _stack(arrays, axis=0, out=None, *, dtype=None, casting=None):
     _unsupported("stack", out=out)
-    ts = [_cast(t, dtype) for t in _ts(list(arrays))]
-    if len({t.dtype for t in ts}) > 1:
-        rt = _k.result_type(*ts)
-        ts = [_cast(t, rt) for t in ts]
-    return _k.stack(ts, axis=axis)
+    return _k.stack(_joined(arrays, dtype), axis=axis)
 
 
 @_implements("broadcast_arrays")
