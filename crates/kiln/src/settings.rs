@@ -110,6 +110,8 @@ settings! {
         "Lanes per set of the quantized matvec (a power of two).";
     QMV_SG = "KILN_QMV_SG", "kiln", default "1",
         "0: the quantized matvec sums without subgroupAdd.";
+    QMV_I8 = "KILN_QMV_I8", "kiln", default "1",
+        "0: quantized matvecs of Q8_0, Q4_0, Q4_K and Q6_K dequantise to f32 instead of taking integer dot products.";
     CPU_QUANT_SCALAR = "KILN_CPU_QUANT_SCALAR", "kiln", default "0",
         "1: the quantized CPU kernels take the portable scalar path instead of AVX2 or AVX-512.";
     CPU_NO_AVX512 = "KILN_CPU_NO_AVX512", "kiln", default "0",

@@ -392,7 +392,8 @@ fn decode_attention_without_subgroups() {
 }
 
 /// The quantized matrix-vector kernel summing its lanes in workgroup memory only, every format, f32
-/// and bf16 input, one and several rows, with lane sets of 32 to 128 lanes (k of 1024 to 8192).
+/// and bf16 input, one and several rows, with lane sets of 32 to 128 lanes (k of 1024 to 8192); and
+/// the f32 kernel of the formats whose default is the integer-dot one.
 #[test]
 fn quant_matvec_without_subgroups() {
     use crate::quant::{QTensor, QuantType};
@@ -404,10 +405,24 @@ fn quant_matvec_without_subgroups() {
             let w = QTensor::quantize(&Tensor::from_vec(wv, (n, k), &cpu).unwrap(), qt).unwrap();
             let (xg, x) = pair(&values(m * k, 8, false, false), &[m, k], dt, &dev);
             let want = x.qlinear(&w, None).unwrap();
-            let got = without_subgroups(|| xg.qlinear(&w.to_device(&dev).unwrap(), None)).unwrap();
-            // f32 sums of k products in another order; bf16 output rounding.
-            let rtol = if dt == DType::BF16 { 8e-3 } else { 1e-4 };
-            check(&got, &want, 1e-3, rtol, &format!("qlinear {qt} ({n}, {k}) m={m} {dt}"));
+            let wg = w.to_device(&dev).unwrap();
+            let got = without_subgroups(|| xg.qlinear(&wg, None)).unwrap();
+            // The f32 kernel of the formats that take integer dots by default, with subgroups.
+            let f32_kernel = crate::gpu::matvec::quant_i8::has_units(qt)
+                .then(|| crate::gpu::matvec::quant_i8::with_f32_kernel(|| xg.qlinear(&wg, None)).unwrap());
+            // As `qlinear`'s conformance test: 1e-5 of sum |x w| (f32 sums in another order, and x
+            // in 16-bit fixed point for the integer-dot formats), then bf16 output rounding.
+            let wabs = w.dequantize(DType::F32).unwrap().abs().unwrap();
+            let mag = x.to_dtype(DType::F32).unwrap().abs().unwrap().matmul(&wabs.t().unwrap()).unwrap();
+            let rtol = if dt == DType::BF16 { 8e-3 } else { 1e-6 };
+            let wv = want.to_f64_vec().unwrap();
+            let bound: Vec<f64> =
+                mag.to_f64_vec().unwrap().iter().zip(&wv).map(|(g, e)| 1e-5 * g + rtol * e.abs() + 1e-6).collect();
+            for (got, what) in [(Some(got), ""), (f32_kernel, ", the f32 kernel")] {
+                if let Err(e) = bounded(&got.map_or(wv.clone(), |g| g.to_f64_vec().unwrap()), &wv, &bound) {
+                    panic!("qlinear {qt} ({n}, {k}) m={m} {dt}{what}: {e}");
+                }
+            }
         }
     }
 }

@@ -2,6 +2,7 @@
 //! pieces: where each row of x starts and its accumulators, RMSNorm's per-row scale, the sum over a
 //! lane set, and the stores of the outputs with the addend.
 
+use crate::gpu::pointwise::Pro;
 use crate::DType;
 use std::fmt::Write;
 
@@ -169,4 +170,35 @@ pub(super) fn sg_args(sg: bool) -> &'static str {
     } else {
         ""
     }
+}
+
+/// `xv` (4 values of x as f32) for x's dtype and `xin` (the same through the prologue).
+pub(super) fn x_loaders(xdt: DType, pro: Pro) -> String {
+    let xload = match xdt {
+        DType::F32 => "fn xv(e: u32, i: u32) -> vec4<f32> { return bitcast<vec4<f32>>(x[e / 4u + i]); }",
+        DType::F16 => {
+            "fn xv(e: u32, i: u32) -> vec4<f32> { let v = x[e / 8u + i / 2u]; let o = (i & 1u) * 2u; \
+             return vec4<f32>(unpack2x16float(v[o]), unpack2x16float(v[o + 1u])); }"
+        }
+        _ => {
+            "fn bf2(w: u32) -> vec2<f32> { return vec2<f32>(bitcast<f32>(w << 16u), bitcast<f32>(w & 0xffff0000u)); }\n\
+             fn xv(e: u32, i: u32) -> vec4<f32> { let v = x[e / 8u + i / 2u]; let o = (i & 1u) * 2u; \
+             return vec4<f32>(bf2(v[o]), bf2(v[o + 1u])); }"
+        }
+    };
+    let xin = match pro {
+        Pro::Plain => "fn xin(b: u32, e: u32, i: u32) -> vec4<f32> { return xv(b + e, i); }".to_string(),
+        Pro::SiluMul => "fn xin(b: u32, e: u32, i: u32) -> vec4<f32> { let g = xv(b + e, i); \
+             return g / (vec4<f32>(1.0) + exp(-g)) * xv(b + p.up_off + e, i); }"
+            .to_string(),
+        // The norm weight read like x, from its own buffer and offset p.nw_off.
+        Pro::RmsNorm => {
+            let start = xload.find("fn xv(").expect("xv is defined");
+            let nwv = xload[start..].replace("fn xv(", "fn nwv(").replace("x[", "nw[");
+            format!(
+                "{nwv}\nfn xin(b: u32, e: u32, i: u32) -> vec4<f32> {{ return xv(b + e, i) * nwv(p.nw_off + e, i); }}"
+            )
+        }
+    };
+    format!("{xload}\n{xin}")
 }

@@ -2,7 +2,7 @@
 //! directly and dequantises it in registers (`quant.wgsl`, through the units of
 //! `kit/quant_units.rs`), with the same prologues (RMSNorm, silu_mul) and addend as the dense one.
 
-use super::emit::{lane_sum, lanes, norm_scale, rows_setup, sg_args, stores, sum_name, AddRead};
+use super::emit::{lane_sum, lanes, norm_scale, rows_setup, sg_args, stores, sum_name, x_loaders, AddRead};
 use crate::gpu::kit::quant_units::{doff, fname, is_more, units};
 use crate::gpu::pointwise::Pro;
 use crate::gpu::runtime::kernels::render;
@@ -68,13 +68,15 @@ fn unit_shape(qt: QuantType) -> (u32, u32) {
 
 /// A/B overrides of the matvec shape, read once: `KILN_QMV_C` (rows per set) and `KILN_QMV_LN`
 /// (lanes per set), powers of two; `KILN_QMV_SG=0` (no subgroupAdd).
-struct Overrides {
-    c: Option<u32>,
-    ln: Option<u32>,
-    sg: bool,
+pub(super) struct Overrides {
+    pub(super) c: Option<u32>,
+    pub(super) ln: Option<u32>,
+    pub(super) sg: bool,
+    /// `KILN_QMV_I8=0`: the f32 kernel for every format (no integer-dot products).
+    pub(super) i8: bool,
 }
 
-fn overrides() -> &'static Overrides {
+pub(super) fn overrides() -> &'static Overrides {
     static O: std::sync::OnceLock<Overrides> = std::sync::OnceLock::new();
     O.get_or_init(|| {
         let pow2 = |s: crate::settings::Setting| s.get().ok()?.parse().ok().filter(|v: &u32| v.is_power_of_two());
@@ -82,6 +84,7 @@ fn overrides() -> &'static Overrides {
             c: pow2(crate::settings::QMV_C),
             ln: pow2(crate::settings::QMV_LN),
             sg: crate::settings::QMV_SG.is_not_zero(),
+            i8: crate::settings::QMV_I8.is_not_zero(),
         }
     })
 }
@@ -176,7 +179,7 @@ impl QuantMatvec {
                 ("PRELUDE", PRELUDE),
                 ("UNITS", &units()),
                 ("RED", &(256 * c * mt).to_string()),
-                ("XLOAD", &self.x_loaders()),
+                ("XLOAD", &x_loaders(self.xdt, self.pro)),
                 ("F", f),
                 ("SETUP", &setup),
                 ("BODY", &self.body()),
@@ -226,33 +229,6 @@ impl QuantMatvec {
             }
         }
         body
-    }
-
-    /// `xv` (4 values of x as f32) for x's dtype and `xin` (the same through the prologue).
-    fn x_loaders(&self) -> String {
-        let xload = match self.xdt {
-            DType::F32 => "fn xv(e: u32, i: u32) -> vec4<f32> { return bitcast<vec4<f32>>(x[e / 4u + i]); }",
-            DType::F16 => "fn xv(e: u32, i: u32) -> vec4<f32> { let v = x[e / 8u + i / 2u]; let o = (i & 1u) * 2u; \
-                 return vec4<f32>(unpack2x16float(v[o]), unpack2x16float(v[o + 1u])); }",
-            _ => "fn bf2(w: u32) -> vec2<f32> { return vec2<f32>(bitcast<f32>(w << 16u), bitcast<f32>(w & 0xffff0000u)); }\n\
-                 fn xv(e: u32, i: u32) -> vec4<f32> { let v = x[e / 8u + i / 2u]; let o = (i & 1u) * 2u; \
-                 return vec4<f32>(bf2(v[o]), bf2(v[o + 1u])); }",
-        };
-        let xin = match self.pro {
-            Pro::Plain => "fn xin(b: u32, e: u32, i: u32) -> vec4<f32> { return xv(b + e, i); }".to_string(),
-            Pro::SiluMul => "fn xin(b: u32, e: u32, i: u32) -> vec4<f32> { let g = xv(b + e, i); \
-                 return g / (vec4<f32>(1.0) + exp(-g)) * xv(b + p.up_off + e, i); }"
-                .to_string(),
-            // The norm weight read like x, from its own buffer and offset p.nw_off.
-            Pro::RmsNorm => {
-                let start = xload.find("fn xv(").expect("xv is defined");
-                let nwv = xload[start..].replace("fn xv(", "fn nwv(").replace("x[", "nw[");
-                format!(
-                    "{nwv}\nfn xin(b: u32, e: u32, i: u32) -> vec4<f32> {{ return xv(b + e, i) * nwv(p.nw_off + e, i); }}"
-                )
-            }
-        };
-        format!("{xload}\n{xin}")
     }
 }
 
@@ -354,6 +330,13 @@ pub(crate) fn qmatmul_fused(
         copy = GpuStorage::copy_contiguous(x, &l)?;
         (&copy, 0)
     };
+    if super::quant_i8::applies(qt) {
+        let norm = pro.norm.as_ref().map(|(g, e)| (g.buf, g.offset, *e));
+        let xq = super::qx::quantize_x(xs, off, pro.x_stride, m, k, pro.pro, norm)?;
+        let odt = if mv.out16 { x.dtype } else { DType::F32 };
+        let add = add.as_ref().map(|a| (a.buf, a.offset, a.row_stride));
+        return Ok(Some(super::quant_i8::qmatmul_i8(&xq, w, qt, odt, n, k, m, add)?));
+    }
     let dst = GpuStorage::alloc(&ctx, if mv.out16 { x.dtype } else { DType::F32 }, m * n)?;
     let inputs = 2 + mv.add as usize + (mv.pro == Pro::RmsNorm) as usize;
     let kernel = ctx.pipelines.get(&ctx, &mv.key(), inputs, || mv.source())?;
