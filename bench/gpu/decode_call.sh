@@ -28,10 +28,21 @@ for _ in range(20): y.copy_(x)
 e.record(); torch.cuda.synchronize()
 print(f"copy bandwidth (torch copy_, 1 GiB): {2 * 20 * (1 << 30) / (s.elapsed_time(e) / 1e3) / 1e9:.0f} GB/s")
 PY
+# The formats of Q4_K_M and Q8_0 files (the whole qmatvec set takes over two minutes).
 for i8 in 1 0; do
-    echo "== kiln bench --filter qmatvec, KILN_QMV_I8=$i8" >> "$log"
-    KILN_QMV_I8=$i8 timeout 120 .devbin/kiln bench --device gpu --filter qmatvec >> "$log" 2>&1
+    for f in q4_k q6_k q8_0; do
+        echo "== kiln bench --filter qmatvec_$f, KILN_QMV_I8=$i8" >> "$log"
+        KILN_QMV_I8=$i8 timeout 100 .devbin/kiln bench --device gpu --filter "qmatvec_$f" 2>/dev/null >> "$log"
+    done
 done
+# Weight rows per set x lanes per set of the integer-dot kernel on the gate/up shape.
+if [ "${SWEEP:-1}" = 1 ]; then
+    for c in 2 4 8; do for ln in 32 64 128; do
+        echo "== sweep KILN_QMV_C=$c KILN_QMV_LN=$ln" >> "$log"
+        KILN_QMV_C=$c KILN_QMV_LN=$ln timeout 60 .devbin/kiln bench --device gpu \
+            --filter qmatvec_q4_k_14336x4096_bf16 2>/dev/null | grep qmatvec >> "$log"
+    done; done
+fi
 [ "${GGUF:-1}" = 1 ] || exit 0
 mkdir -p /tmp/cyl /tmp/site /tmp/m
 tar xJf .lcpp/cyllama-min.tar.xz -C /tmp/cyl
@@ -42,7 +53,7 @@ python3 .lcpp/quantize.py /tmp/m/f16.gguf /tmp/m/q4km.gguf Q4_K_M > /tmp/m/quant
 rm -f /tmp/m/f16.gguf
 ls -la /tmp/m >> "$log"
 echo "== llama.cpp (Vulkan) Q4_K_M decode" >> "$log"
-timeout 200 python3 .lcpp/lcpp_bench.py /tmp/m/q4km.gguf --pp "" --ctx 512,4096 --tg 32 --reps 2 >> "$log" 2>&1
+timeout 200 python3 .lcpp/lcpp_bench.py /tmp/m/q4km.gguf --pp 512 --ctx 512,4096 --tg 32 --reps 2 >> "$log" 2>&1
 for i8 in ${I8S:-1 0}; do
     echo "== kiln llm-bench Q4_K_M, KILN_QMV_I8=$i8" >> "$log"
     KILN_QMV_I8=$i8 timeout 200 .devbin/kiln llm-bench --model /tmp/m/q4km.gguf --device gpu --prefill 512 \

@@ -331,11 +331,9 @@ pub(crate) fn qmatmul_fused(
         (&copy, 0)
     };
     if super::quant_i8::applies(qt) {
-        let norm = pro.norm.as_ref().map(|(g, e)| (g.buf, g.offset, *e));
-        let xq = super::qx::quantize_x(xs, off, pro.x_stride, m, k, pro.pro, norm)?;
         let odt = if mv.out16 { x.dtype } else { DType::F32 };
         let add = add.as_ref().map(|a| (a.buf, a.offset, a.row_stride));
-        return Ok(Some(super::quant_i8::qmatmul_i8(&xq, w, qt, odt, n, k, m, add)?));
+        return Ok(Some(super::quant_i8::qmatmul_i8(xs, off, w, qt, odt, (n, k, m), add, &pro)?));
     }
     let dst = GpuStorage::alloc(&ctx, if mv.out16 { x.dtype } else { DType::F32 }, m * n)?;
     let inputs = 2 + mv.add as usize + (mv.pro == Pro::RmsNorm) as usize;

@@ -8,9 +8,11 @@
 //! What it computes differs from the f32 kernel only by x's rounding to 16 bits per run of 16 values
 //! (relative 1.5e-5 of the run's largest value), inside `qlinear`'s documented tolerance.
 
-use super::emit::{lane_sum, lanes, rows_setup, sg_args, stores, sum_name, AddRead};
-use super::qx::QuantizedX;
+use super::emit::{lane_sum, lanes, norm_scale, rows_setup, sg_args, stores, sum_name, x_loaders, AddRead};
+use super::quant::Prologue;
+use super::qx::QRUN;
 use crate::gpu::kit::quant_units::{fname, units};
+use crate::gpu::pointwise::Pro;
 use crate::gpu::runtime::kernels::render;
 use crate::gpu::runtime::params::params;
 use crate::gpu::runtime::wgsl::PRELUDE;
@@ -23,9 +25,10 @@ const MATVEC: &str = include_str!("quant_i8.wgsl");
 const INT8: &str = include_str!("../kit/quant_int8.wgsl");
 
 params! {
-    /// The integer-dot product's parameters: m, n, k, the scales' word offset (doff), x's first run
-    /// (0) and runs per row, the addend's row stride (0 for a bias) and offset in elements (even for
-    /// 16-bit outputs).
+    /// The integer-dot product's parameters: m, n, k, the scales' word offset (doff), x's offset
+    /// and row stride (values of x, or runs of `qx.rs`'s output), the addend's row stride (0 for a
+    /// bias) and offset in elements (even for 16-bit outputs), the norm weight's offset, eps, and
+    /// the up half's offset from the gate (values, silu_mul).
     struct QuantI8Params {
         m: u32,
         n: u32,
@@ -35,7 +38,18 @@ params! {
         x_stride: u32,
         add_stride: u32,
         add_off: u32,
+        nw_off: u32,
+        eps: f32,
+        up_off: u32,
     }
+}
+
+/// Where the kernel finds x's runs: made by `qx.rs` (`Runs`), or made by each workgroup itself
+/// into workgroup memory from x in `xdt` through the prologue (`Local`; k at most `kcap`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum XFrom {
+    Runs,
+    Local { xdt: DType, pro: Pro, kcap: u32 },
 }
 
 thread_local! {
@@ -77,6 +91,7 @@ pub(crate) struct QuantI8 {
     pub(crate) ln: u32,
     pub(crate) sg: bool,
     pub(crate) add: bool,
+    pub(crate) x: XFrom,
 }
 
 /// Values per unit (one lane's step) and runs of 16 values in it, as in `quant.rs`.
@@ -97,13 +112,26 @@ impl QuantI8 {
         let ln = lanes(k / unit_shape(qt).0 as usize, 4, n, c);
         let ln = o.ln.map_or(ln, |v| v.clamp(32, 256));
         let sg = sg_max.is_some_and(|s| s <= ln) && o.sg;
-        QuantI8 { qt, odt, mt, c, ln, sg, add: false }
+        QuantI8 { qt, odt, mt, c, ln, sg, add: false, x: XFrom::Runs }
+    }
+
+    /// Bytes of workgroup memory: the lane sums, and x's runs when the workgroup makes them.
+    pub(crate) fn workgroup_bytes(&self) -> usize {
+        let runs = match self.x {
+            XFrom::Runs => 0,
+            XFrom::Local { kcap, .. } => (self.mt * kcap / 16) as usize,
+        };
+        (256 * self.c * self.mt) as usize * 4 + runs * 40
     }
 
     pub(crate) fn key(&self) -> String {
         let sg = if self.sg { ":sg" } else { "" };
         let add = if self.add { ":add" } else { "" };
-        format!("quant_i8:{}->{}:r{}:c{}:l{}{sg}{add}", self.qt, self.odt, self.mt, self.c, self.ln)
+        let x = match self.x {
+            XFrom::Runs => "runs".to_string(),
+            XFrom::Local { xdt, pro, kcap } => format!("{xdt}:{}:{kcap}", pro.name()),
+        };
+        format!("quant_i8:{}:{x}->{}:r{}:c{}:l{}{sg}{add}", self.qt, self.odt, self.mt, self.c, self.ln)
     }
 
     /// Weight rows (output columns) per workgroup.
@@ -118,14 +146,44 @@ impl QuantI8 {
             writeln!(setup, "    let row{j} = min(col0 + {j}u, n - 1u);").unwrap();
         }
         rows_setup(&mut setup, mt, c);
+        let mut bind = String::new();
+        let (mut xlocal, mut xload, mut next) = (String::new(), String::new(), 3);
+        match self.x {
+            XFrom::Runs => {
+                bind += "@group(0) @binding(1) var<storage, read> xq: array<vec4<u32>>;\n\
+                         @group(0) @binding(2) var<storage, read> xs: array<vec2<f32>>;\n\
+                         @group(0) @binding(3) var<storage, read> q: array<vec4<u32>>;\n";
+                next = 4;
+                for r in 0..mt {
+                    writeln!(setup, "    let xr{r} = xb{r};").unwrap();
+                }
+            }
+            XFrom::Local { xdt, pro, kcap } => {
+                bind += "@group(0) @binding(1) var<storage, read> x: array<vec4<u32>>;\n\
+                         @group(0) @binding(2) var<storage, read> q: array<vec4<u32>>;\n";
+                if pro == Pro::RmsNorm {
+                    bind += "@group(0) @binding(3) var<storage, read> nw: array<vec4<u32>>;\n";
+                    next = 4;
+                }
+                let slots = mt * kcap / 16;
+                writeln!(xlocal, "var<workgroup> xq: array<vec4<u32>, {}>;", 2 * slots).unwrap();
+                writeln!(xlocal, "var<workgroup> xs: array<vec2<f32>, {slots}>;\n{QRUN}").unwrap();
+                xload = x_loaders(xdt, pro);
+                local_runs(&mut setup, mt, pro);
+            }
+        }
         let packed = (self.odt != DType::F32).then_some(self.odt);
         let add = if self.add { AddRead::F32 } else { AddRead::None };
         let finish = stores(mt, c, false, packed, add);
         let elem = if packed.is_some() { "u32" } else { "f32" };
-        let addend = if self.add {
-            format!("@group(0) @binding(4) var<storage, read> addend: array<{elem}>;")
-        } else {
-            String::new()
+        if self.add {
+            writeln!(bind, "@group(0) @binding({next}) var<storage, read> addend: array<{elem}>;").unwrap();
+        }
+        let from = match self.x {
+            XFrom::Runs => "made by qx.wgsl".to_string(),
+            XFrom::Local { xdt, pro, .. } => {
+                format!("made by each workgroup from x ({xdt}, through {}) in workgroup memory", pro.name())
+            }
         };
         render(
             MATVEC,
@@ -133,16 +191,18 @@ impl QuantI8 {
                 ("PARAMS", &QuantI8Params::wgsl()),
                 ("QT", self.qt.name()),
                 ("ODT", self.odt.as_str()),
+                ("XFROM", &from),
                 ("MT", &mt.to_string()),
                 ("C", &c.to_string()),
                 ("LN", &self.ln.to_string()),
                 ("SETS", &(256 / self.ln).to_string()),
                 ("UV", &unit_shape(self.qt).0.to_string()),
                 ("DST_ELEM", elem),
-                ("ADDEND", &addend),
+                ("BINDINGS", &bind),
                 ("PRELUDE", PRELUDE),
-                ("UNITS", &format!("{}\n{INT8}", units())),
+                ("UNITS", &format!("{}\n{INT8}\n{xload}", units())),
                 ("RED", &(256 * c * mt).to_string()),
+                ("XLOCAL", &xlocal),
                 ("F", fname(self.qt)),
                 ("SETUP", &setup),
                 ("BODY", &self.body()),
@@ -169,7 +229,7 @@ impl QuantI8 {
             for r in 0..mt {
                 writeln!(
                     body,
-                    "        let t{i}_{r} = xb{r} + t0 + off_{f}({i}u) / 16u; let h{i}_{r} = xq[2u * t{i}_{r}]; \
+                    "        let t{i}_{r} = xr{r} + t0 + off_{f}({i}u) / 16u; let h{i}_{r} = xq[2u * t{i}_{r}]; \
                      let l{i}_{r} = xq[2u * t{i}_{r} + 1u]; let s{i}_{r} = xs[t{i}_{r}];"
                 )
                 .unwrap();
@@ -181,7 +241,7 @@ impl QuantI8 {
                     writeln!(body, "        let dm{j}_{i} = w{j}.d[{i}] * O_{o} + w{j}.m[{i}];").unwrap();
                 }
                 for r in 0..mt {
-                    let dot = format!("idot(u{j}_{i}.x, u{j}_{i}.y, u{j}_{i}.z, u{j}_{i}.w, h{i}_{r}, l{i}_{r})");
+                    let dot = format!("idot(u{j}_{i}, h{i}_{r}, l{i}_{r})");
                     let min = if offset { format!(" - dm{j}_{i} * s{i}_{r}.y") } else { String::new() };
                     writeln!(body, "        acc{j}_{r} += w{j}.d[{i}] * s{i}_{r}.x * {dot}{min};").unwrap();
                 }
@@ -191,13 +251,63 @@ impl QuantI8 {
     }
 }
 
-/// Every integer-dot variant, for the catalog (the translation test).
+/// The workgroup's own runs of its `mt` rows of x (`XFrom::Local`): the rows' RMSNorm scales
+/// first (each workgroup sums the squares itself, x from cache), then each invocation puts every
+/// 256th run of each row through `qrun` into workgroup memory (row r's runs from r * runs on).
+fn local_runs(setup: &mut String, mt: u32, pro: Pro) {
+    if pro == Pro::RmsNorm {
+        let mut sum = String::from("    for (var e = tid * 16u; e < k; e += 4096u) {\n");
+        for r in 0..mt {
+            for v in 0..4 {
+                writeln!(sum, "        let s{r}_{v} = xv(xb{r} + e, {v}u); ss{r} += dot(s{r}_{v}, s{r}_{v});").unwrap();
+            }
+        }
+        sum += "    }\n";
+        norm_scale(setup, mt, &sum);
+    }
+    *setup += "    for (var t = tid; t < runs; t += 256u) {\n        let e = t * 16u;\n";
+    for r in 0..mt {
+        let v = |i: u32| {
+            if pro == Pro::RmsNorm {
+                format!("xin(xb{r}, e, {i}u) * scale{r}")
+            } else {
+                format!("xin(xb{r}, e, {i}u)")
+            }
+        };
+        writeln!(
+            setup,
+            "        let q{r} = qrun({}, {}, {}, {});\n        let o{r} = {r}u * runs + t;\n        \
+             xq[2u * o{r}] = q{r}.hi; xq[2u * o{r} + 1u] = q{r}.lo; xs[o{r}] = q{r}.s;",
+            v(0),
+            v(1),
+            v(2),
+            v(3)
+        )
+        .unwrap();
+    }
+    *setup += "    }\n    workgroupBarrier();\n";
+    for r in 0..mt {
+        writeln!(setup, "    let xr{r} = {r}u * runs;").unwrap();
+    }
+}
+
+/// Every integer-dot variant, for the catalog (the translation test): runs made by `qx.rs` for
+/// one and eight rows, and a workgroup's own runs for each input dtype and prologue.
 pub(crate) fn catalog(push: &mut impl FnMut(String, String)) {
     for qt in QuantType::ALL.into_iter().filter(|&q| has_units(q)) {
-        for odt in [DType::F32, DType::F16, DType::BF16] {
-            for mt in [1usize, 2, 4, 8] {
+        for odt in [DType::F32, DType::BF16] {
+            for mt in [1usize, 8] {
                 for (sg, add) in [(None, false), (Some(32), false), (Some(32), true)] {
                     let mv = QuantI8 { add, ..QuantI8::for_problem(qt, odt, 4096, 4096, mt, sg) };
+                    push(mv.key(), mv.source());
+                }
+            }
+        }
+        for xdt in [DType::F32, DType::F16, DType::BF16] {
+            for pro in [Pro::Plain, Pro::RmsNorm, Pro::SiluMul] {
+                for (sg, add) in [(Some(32), false), (None, true)] {
+                    let x = XFrom::Local { xdt, pro, kcap: 4096 };
+                    let mv = QuantI8 { add, x, ..QuantI8::for_problem(qt, xdt, 4096, 4096, 1, sg) };
                     push(mv.key(), mv.source());
                 }
             }
@@ -205,41 +315,64 @@ pub(crate) fn catalog(push: &mut impl FnMut(String, String)) {
     }
 }
 
-/// `x @ w^T (+ add)` from x's runs `xq` (`m` rows): a fresh `(m, n)` buffer in `odt`. The addend
-/// `(buf, offset, row_stride)` is in `odt` (word aligned for 16-bit outputs, as the caller checks).
+/// `x (m, k) @ w^T (+ add)` through the prologue `pro` (x from value `x_off`, a multiple of 16): a
+/// fresh `(m, n)` buffer in `odt`. Each workgroup makes x's runs itself where they fit its memory,
+/// else `qx.rs` makes them first (one more dispatch). The addend `(buf, offset, row_stride)` is in
+/// `odt` (word aligned for 16-bit outputs, as the caller checks).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn qmatmul_i8(
-    x: &QuantizedX,
+    x: &GpuStorage,
+    x_off: usize,
     w: &GpuStorage,
     qt: QuantType,
     odt: DType,
-    n: usize,
-    k: usize,
-    m: usize,
+    (n, k, m): (usize, usize, usize),
     add: Option<(&GpuStorage, usize, usize)>,
+    pro: &Prologue,
 ) -> Result<GpuStorage> {
-    let ctx = x.xq.ctx.clone();
+    let ctx = x.ctx.clone();
     let sg_max = crate::gpu::runtime::subgroups::use_subgroups(&ctx).then_some(ctx.summary.subgroup_size.1);
-    let mv = QuantI8 { add: add.is_some(), ..QuantI8::for_problem(qt, odt, n, k, m, sg_max) };
+    let mut mv = QuantI8 { add: add.is_some(), ..QuantI8::for_problem(qt, odt, n, k, m, sg_max) };
+    let local = QuantI8 { x: XFrom::Local { xdt: x.dtype, pro: pro.pro, kcap: k.next_multiple_of(1024) as u32 }, ..mv };
+    let runs;
+    let mut bufs = vec![];
+    let (mut x_off, mut x_stride) = (x_off, pro.x_stride);
+    if local.workgroup_bytes() <= ctx.limits.max_compute_workgroup_storage_size as usize {
+        mv = local;
+        bufs.extend([x.buffer.raw(), w.buffer.raw()]);
+        if let Some((g, _)) = &pro.norm {
+            g.buf.same_ctx("qlinear", x)?;
+            bufs.push(g.buf.buffer.raw());
+        }
+    } else {
+        let norm = pro.norm.as_ref().map(|(g, e)| (g.buf, g.offset, *e));
+        runs = super::qx::quantize_x(x, x_off, pro.x_stride, m, k, pro.pro, norm)?;
+        bufs.extend([runs.xq.buffer.raw(), runs.xs.buffer.raw(), w.buffer.raw()]);
+        (x_off, x_stride) = (0, k / 16);
+    }
     let dst = GpuStorage::alloc(&ctx, odt, m * n)?;
-    let kernel = ctx.pipelines.get(&ctx, &mv.key(), 3 + mv.add as usize, || mv.source())?;
+    if let Some((a, _, _)) = add {
+        bufs.push(a.buffer.raw());
+    }
+    let kernel = ctx.pipelines.get(&ctx, &mv.key(), bufs.len(), || mv.source())?;
     let blocks = n * k / qt.block_elems();
     let (a_off, a_stride) = add.map_or((0, 0), |(_, o, s)| (o, s));
+    let (nw_off, eps) = pro.norm.as_ref().map_or((0, 0.0), |(g, e)| (g.offset, *e as f32));
     let params = QuantI8Params {
         m: m as u32,
         n: n as u32,
         k: k as u32,
         doff: crate::gpu::kit::quant_units::doff(qt, blocks),
-        x_off: 0,
-        x_stride: (k / 16) as u32,
+        x_off: x_off as u32,
+        x_stride: x_stride as u32,
         add_stride: a_stride as u32,
         add_off: a_off as u32,
+        nw_off: nw_off as u32,
+        eps,
+        up_off: k as u32,
     };
     let groups = [n.div_ceil(mv.cols() as usize) as u32, m.div_ceil(mv.mt as usize) as u32, 1];
-    let mut bufs = vec![dst.buffer.raw(), x.xq.buffer.raw(), x.xs.buffer.raw(), w.buffer.raw()];
-    if let Some((a, _, _)) = add {
-        bufs.push(a.buffer.raw());
-    }
+    bufs.insert(0, dst.buffer.raw());
     ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(&ctx, &kernel, &bufs, &params.words(), groups)?;
     Ok(dst)
 }

@@ -1,26 +1,24 @@
 // x (m, k) @ w^T for a quantized (n, k) weight w ({{QT}}) and few rows m of x, on 4-way integer dot
-// products: x comes as 16-bit fixed point per run of 16 values (qx.wgsl: two planes of signed bytes,
-// a scale and the run's sum), the weight's integers are packed four to a word (quant_int8.wgsl), and
-// run r's dot is d[r] dx (256 sum(u hi) + sum(u lo)) - (d[r] o + m[r]) dx sum(hi 256 + lo), exact in
-// integers up to the f32 scaling. A workgroup is {{SETS}} sets of {{LN}} lanes; a set owns {{C}} weight rows
-// (output columns) and its lanes take every {{LN}}th unit of them (all C rows' loads issued before
-// any is used); each x run loaded serves the C rows. The lanes of a set are summed by {{SUM}}.
-// Grid: x = column blocks of {{SETS}} * {{C}}, y = row blocks of {{MT}}. Output {{ODT}}.
+// products: x as 16-bit fixed point per run of 16 values (qrun.wgsl: two planes of signed bytes, a
+// scale and the run's sum; {{XFROM}}), the weight's integers packed four to a word
+// (quant_int8.wgsl), and run r's dot d[r] dx (256 sum(u hi) + sum(u lo)) - (d[r] o + m[r]) dx sum(q),
+// exact in integers up to the f32 scaling. A workgroup is {{SETS}} sets of {{LN}} lanes; a set owns
+// {{C}} weight rows (output columns) and its lanes take every {{LN}}th unit of them (all C rows'
+// loads issued before any is used); each x run read serves the C rows. The lanes of a set are summed
+// by {{SUM}}. Grid: x = column blocks of {{SETS}} * {{C}}, y = row blocks of {{MT}}. Output {{ODT}}.
 // Params: `QuantI8Params` (quant_i8.rs).
 @group(0) @binding(0) var<storage, read_write> dst: array<{{DST_ELEM}}>;
-@group(0) @binding(1) var<storage, read> xq: array<vec4<u32>>;
-@group(0) @binding(2) var<storage, read> xs: array<vec2<f32>>;
-@group(0) @binding(3) var<storage, read> q: array<vec4<u32>>;
-{{ADDEND}}
+{{BINDINGS}}
 {{PARAMS}}
 {{PRELUDE}}
 {{UNITS}}
 var<workgroup> red: array<f32, {{RED}}>;
+{{XLOCAL}}
 
 // 256 sum(u hi) + sum(u lo) of the four words of u and a run's two planes, as f32.
-fn idot(u0: u32, u1: u32, u2: u32, u3: u32, h: vec4<u32>, l: vec4<u32>) -> f32 {
-    let hi = dot4I8Packed(u0, h.x) + dot4I8Packed(u1, h.y) + dot4I8Packed(u2, h.z) + dot4I8Packed(u3, h.w);
-    let lo = dot4I8Packed(u0, l.x) + dot4I8Packed(u1, l.y) + dot4I8Packed(u2, l.z) + dot4I8Packed(u3, l.w);
+fn idot(u: vec4<u32>, h: vec4<u32>, l: vec4<u32>) -> f32 {
+    let hi = dot4I8Packed(u.x, h.x) + dot4I8Packed(u.y, h.y) + dot4I8Packed(u.z, h.z) + dot4I8Packed(u.w, h.w);
+    let lo = dot4I8Packed(u.x, l.x) + dot4I8Packed(u.y, l.y) + dot4I8Packed(u.z, l.z) + dot4I8Packed(u.w, l.w);
     return f32(hi * 256 + lo);
 }
 
@@ -34,6 +32,7 @@ fn main(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: v
     let col0 = (wid.x * {{SETS}}u + tid / {{LN}}u) * {{C}}u;
     let m0 = wid.y * {{MT}}u;
     let units = k / {{UV}}u;
+    let runs = k / 16u;
 {{SETUP}}
     for (var u = lane; u < units; u += {{LN}}u) {
         let t0 = pos_{{F}}(u) / 16u;

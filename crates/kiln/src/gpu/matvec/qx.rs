@@ -12,6 +12,7 @@ use crate::gpu::runtime::GpuStorage;
 use crate::{DType, Result};
 
 const QX: &str = include_str!("qx.wgsl");
+pub(super) const QRUN: &str = include_str!("qrun.wgsl");
 
 params! {
     /// The activation quantizer's parameters: k (values per row, a multiple of 16), x's offset in
@@ -59,6 +60,7 @@ pub(crate) fn source(xdt: DType, pro: Pro) -> String {
             ("PARAMS", &QxParams::wgsl()),
             ("XLOAD", &format!("{PRELUDE}\n{}", x_loaders(xdt, pro))),
             ("SCALE", scale),
+            ("QRUN", QRUN),
         ],
     )
 }
