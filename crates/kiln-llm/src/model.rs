@@ -94,6 +94,18 @@ pub(crate) enum Fused {
     Apart(Vec<Linear>),
 }
 
+/// The quantized weights of unstacked projections without biases (a GGUF Q4_K_M layer's Q4_K q/k
+/// and Q6_K v): one `qlinear_fused_cat` takes them as if stacked.
+fn quant_parts(parts: &[Linear]) -> Option<Vec<&QTensor>> {
+    parts
+        .iter()
+        .map(|l| match (&l.w, &l.b) {
+            (Weight::Quant(q), None) => Some(q),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The stacking key of a weight: its dtype, or its quantization format.
 fn format_of(w: &Weight) -> (DType, Option<QuantType>) {
     match w {
@@ -563,6 +575,11 @@ impl Model {
         let (q, k, v) = match &layer.qkv {
             Fused::One(lin) if fused => {
                 kv.append_rope(&lin.forward_norm(x, &layer.attn_norm, eps)?, nh, nkv, cos, sin)?
+            }
+            Fused::Apart(parts) if fused && quant_parts(parts).is_some() => {
+                let ws = quant_parts(parts).expect("checked");
+                let norm = LinearInput::RmsNorm { weight: &layer.attn_norm, eps };
+                kv.append_rope(&x.qlinear_fused_cat(&ws, norm)?, nh, nkv, cos, sin)?
             }
             _ => {
                 let (q, k, v) = self.qkv_heads(layer, &x.rms_norm(&layer.attn_norm, eps)?, cos, sin)?;

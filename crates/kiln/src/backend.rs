@@ -170,6 +170,20 @@ pub(crate) trait ExtOps: BackendStorage {
         Ok(None)
     }
 
+    /// [`ExtOps::qmatmul_fused`] of several quantized weights with one input (`Tensor::qlinear_fused_cat`):
+    /// `ws` holds each weight's storage, format and output size n (all take `k` inputs); the result
+    /// `(m, sum n)` in x's dtype holds their outputs side by side. `Ok(None)` where the backend has
+    /// no such kernel for these operands: the caller runs each product and concatenates.
+    fn qmatmul_fused_cat(
+        &self,
+        _l: &Layout,
+        _ws: &[(&Self, QuantType, usize)],
+        _k: usize,
+        _pro: &Prologue<Self>,
+    ) -> Result<Option<Self>> {
+        Ok(None)
+    }
+
     /// Decode attention through a block table (`Tensor::sdpa_paged`): `self` holds the queries
     /// `(b, hq, 1, d)` (any strides), `k` and `v` the contiguous pools `(blocks, hkv, block_size, d)`
     /// and `(.., dv)`. The result is `(b, hq, 1, dv)` in the queries' dtype.

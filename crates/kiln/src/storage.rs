@@ -285,6 +285,31 @@ impl Storage {
         }
     }
 
+    pub(crate) fn qmatmul_fused_cat(
+        &self,
+        l: &Layout,
+        ws: &[(&Storage, QuantType, usize)],
+        k: usize,
+        pro: &Prologue<Storage>,
+    ) -> Result<Option<Storage>> {
+        fn on<B: Backend>(
+            x: &B,
+            l: &Layout,
+            ws: &[(&Storage, QuantType, usize)],
+            k: usize,
+            pro: &Prologue<Storage>,
+        ) -> Result<Option<Storage>> {
+            const OP: &str = "qlinear_fused_cat";
+            let ws = ws.iter().map(|&(w, qt, n)| Ok((B::pick(OP, w)?, qt, n))).collect::<Result<Vec<_>>>()?;
+            let pro = B::prologue(OP, pro)?;
+            Ok(B::run(OP, || x.qmatmul_fused_cat(l, &ws, k, &pro))?.map(B::wrap))
+        }
+        match self {
+            Storage::Cpu(x) => on(x, l, ws, k, pro),
+            Storage::Gpu(x) => on(x, l, ws, k, pro),
+        }
+    }
+
     pub(crate) fn sdpa_paged(
         &self,
         l: &Layout,

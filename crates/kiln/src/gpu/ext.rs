@@ -142,6 +142,58 @@ impl ExtOps for GpuStorage {
         qk::qmatmul_fused(self, l.offset(), w, qt, n, k, m, add, pro)
     }
 
+    /// One `matvec/quant_i8.rs` dispatch per weight into column ranges of one output, for up to 8
+    /// rows when every format takes integer dots (each workgroup normalises or gates x itself).
+    fn qmatmul_fused_cat(
+        &self,
+        l: &Layout,
+        ws: &[(&Self, QuantType, usize)],
+        k: usize,
+        pro: &Prologue<Self>,
+    ) -> Result<Option<Self>> {
+        let (m, kin) = rows(l);
+        let aligned = |l: &Layout| l.is_contiguous() && l.offset().is_multiple_of(16);
+        let ntot: usize = ws.iter().map(|w| w.2).sum();
+        let wide = self.dtype != DType::F32;
+        if m == 0
+            || m > 8
+            || !aligned(l)
+            || !kin.is_multiple_of(16)
+            || ntot == 0
+            || (m * kin + l.offset()) > u32::MAX as usize
+        {
+            return Ok(None);
+        }
+        if ws.iter().any(|&(w, qt, n)| {
+            !super::matvec::quant_i8::applies(qt)
+                || (wide && n % 2 == 1)
+                || n * k > u32::MAX as usize
+                || w.same_ctx("qlinear_fused_cat", self).is_err()
+        }) {
+            return Ok(None);
+        }
+        let (p, norm) = match *pro {
+            Prologue::Plain => (Pro::Plain, None),
+            Prologue::RmsNorm((g, gl), eps) => {
+                if !aligned(gl) {
+                    return Ok(None);
+                }
+                (Pro::RmsNorm, Some((At { buf: g, offset: gl.offset() }, eps)))
+            }
+            Prologue::SiluMul => (Pro::SiluMul, None),
+        };
+        let pro = qk::Prologue { pro: p, x_stride: kin, norm };
+        let odt = if wide { self.dtype } else { DType::F32 };
+        let dst = GpuStorage::alloc(&self.ctx, odt, m * ntot)?;
+        let mut off = 0;
+        for &(w, qt, n) in ws {
+            let out = super::matvec::quant_i8::Out::Into { buf: &dst, off, stride: ntot };
+            super::matvec::quant_i8::qmatmul_i8(self, l.offset(), w, qt, odt, (n, k, m), None, &pro, out)?;
+            off += n;
+        }
+        Ok(Some(dst))
+    }
+
     fn sdpa_paged(&self, l: &Layout, k: View<Self>, v: View<Self>, t: &Paged<Self>) -> Result<Self> {
         paged_decode::paged_decode(&PagedArgs {
             q: (self, l),

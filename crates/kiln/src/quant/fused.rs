@@ -1,7 +1,9 @@
 //! `Tensor::qlinear_fused`: `linear_fused` (`ops/decode.rs`) for a quantized weight. On the GPU the
 //! matrix-vector kernel (`gpu/matvec/quant.rs`) normalises (RMSNorm) or gates (`silu_mul`) its input row
 //! itself and adds the residual before its store (`ExtOps::qmatmul_fused`); where the backend
-//! declines, the composed ops.
+//! declines, the composed ops. `Tensor::qlinear_fused_cat`: the products of several quantized
+//! weights, of any formats, with one input, side by side (`ExtOps::qmatmul_fused_cat`): e.g. a GGUF
+//! Q4_K_M layer's q/k (Q4_K) and v (Q6_K) projections into one q/k/v row.
 
 use super::QTensor;
 use crate::{DType, Error, LinearInput, Result, Tensor};
@@ -55,5 +57,47 @@ impl Tensor {
             Some(r) => h.qlinear_add(w, r),
             None => h.qlinear(w, None),
         }
+    }
+
+    /// `input(self) @ [w_0; w_1; ..]^T`: the products of the quantized `(n_i, k)` weights `ws` (any
+    /// formats) with one input, their outputs side by side along the last axis, as
+    /// `Tensor::concat` of each [`Tensor::qlinear_fused`] would give (no residual). On the GPU each
+    /// weight is one dispatch into its columns of one output, normalising or gating x itself.
+    pub fn qlinear_fused_cat(&self, ws: &[&QTensor], input: LinearInput) -> Result<Tensor> {
+        let op = "qlinear_fused_cat";
+        let Some(first) = ws.first() else {
+            return Err(Error::shape(op, "no weights".to_string()));
+        };
+        let k = first.dims()[1];
+        if let Some(w) = ws.iter().find(|w| w.dims()[1] != k || w.device() != first.device()) {
+            return Err(Error::shape(
+                op,
+                format!(
+                    "weights of shapes {} and {} (on {} and {}) do not share their input size and device",
+                    first.shape(),
+                    w.shape(),
+                    first.device().name(),
+                    w.device().name()
+                ),
+            ));
+        }
+        let ntot: usize = ws.iter().map(|w| w.dims()[0]).sum();
+        if let Ok(out_dims) = self.check_fused_operands(op, input, None, k, ntot) {
+            if self.device() == first.device() && matches!(self.dtype(), DType::F32 | DType::F16 | DType::BF16) {
+                let norm = match input {
+                    LinearInput::RmsNorm { weight, .. } => Some(weight.storage()),
+                    _ => None,
+                };
+                let pro = input.on_storage(norm.as_deref());
+                let wsd: Vec<_> = ws.iter().map(|w| w.data().storage()).collect();
+                let parts: Vec<_> = ws.iter().zip(&wsd).map(|(w, s)| (&**s, w.qtype(), w.dims()[0])).collect();
+                if let Some(s) = self.storage().qmatmul_fused_cat(self.layout(), &parts, k, &pro)? {
+                    let y = Tensor::from_storage(s, out_dims, self.device());
+                    return if y.dtype() == self.dtype() { Ok(y) } else { y.to_dtype(self.dtype()) };
+                }
+            }
+        }
+        let ys = ws.iter().map(|w| self.qlinear_fused(w, input, None)).collect::<Result<Vec<_>>>()?;
+        Tensor::concat(&ys.iter().collect::<Vec<_>>(), -1)
     }
 }

@@ -245,6 +245,45 @@ fn qlinear_fused_matches_reference(dev: &Device) {
     }
 }
 
+/// `qlinear_fused_cat` of weights in several formats (a Q4_K_M layer's Q4_K q/k and Q6_K v, and
+/// Q8_0) equals the concatenation of each weight's `qlinear_fused`, bit for bit: the GPU writes each
+/// product into its columns of one output with the kernel the product takes alone. A Q5_K weight
+/// or an odd output size takes the composed path, which must agree too. Mismatched input sizes are
+/// an error naming the op.
+fn qlinear_fused_cat_matches_parts(dev: &Device) {
+    let k = 512;
+    let weight = |qt, n, seed| QTensor::quantize(&rand_tensor(&[n, k], DType::F32, seed, dev), qt).unwrap();
+    let sets = [
+        vec![weight(QuantType::Q4K, 32, 31), weight(QuantType::Q4K, 16, 32), weight(QuantType::Q6K, 16, 33)],
+        vec![weight(QuantType::Q8_0, 10, 34), weight(QuantType::Q5K, 6, 35), weight(QuantType::Q6K, 7, 36)],
+    ];
+    for ws in &sets {
+        let refs: Vec<&QTensor> = ws.iter().collect();
+        for dt in [DType::F32, DType::BF16] {
+            for (m, pro) in [(1, Pro::Plain), (1, Pro::Norm), (1, Pro::Silu), (3, Pro::Norm)] {
+                let kin = if matches!(pro, Pro::Silu) { 2 * k } else { k };
+                let x = rand_tensor(&[m, kin], dt, 40 + m as u64, dev);
+                let g = rand_tensor(&[k], dt, 41, dev);
+                let input = match pro {
+                    Pro::Plain => LinearInput::Plain,
+                    Pro::Norm => LinearInput::RmsNorm { weight: &g, eps: 1e-6 },
+                    Pro::Silu => LinearInput::SiluMul,
+                };
+                let got = x.qlinear_fused_cat(&refs, input).unwrap();
+                let parts: Vec<Tensor> = refs.iter().map(|w| x.qlinear_fused(w, input, None).unwrap()).collect();
+                let want = Tensor::concat(&parts.iter().collect::<Vec<_>>(), -1).unwrap();
+                let ctx = format!("{:?} {dt} {pro:?} m={m}", refs.iter().map(|w| w.qtype()).collect::<Vec<_>>());
+                assert_eq!((got.dims(), got.dtype()), (want.dims(), dt), "{ctx}");
+                assert_eq!(got.to_f64_vec().unwrap(), want.to_f64_vec().unwrap(), "{ctx}");
+            }
+        }
+    }
+    let x = rand_tensor(&[1, k], DType::F32, 42, dev);
+    let other = QTensor::quantize(&rand_tensor(&[4, 2 * k], DType::F32, 43, dev), QuantType::Q8_0).unwrap();
+    assert_err(x.qlinear_fused_cat(&[&sets[0][0], &other], LinearInput::Plain), &["[qlinear_fused_cat]", "input size"]);
+    assert_err(x.qlinear_fused_cat(&[], LinearInput::Plain), &["[qlinear_fused_cat]", "no weights"]);
+}
+
 /// A NaN or infinity in the input row reaches the outputs it feeds (never zeroed by the kernel's
 /// handling of units past the row end).
 fn linear_fused_propagates_nan(dev: &Device) {
@@ -336,5 +375,6 @@ crate::backend_tests!(
     linear_fused_propagates_nan,
     linear_fused_errors,
     qlinear_fused_matches_reference,
+    qlinear_fused_cat_matches_parts,
     append_rope_matches_reference,
 );

@@ -100,10 +100,17 @@ pub(super) enum AddRead {
     Bits,
 }
 
-/// The stores of output (m0 + r, col0 + j): the sum, scaled by the row's norm (`rms`), plus the
-/// addend at element p.add_off + (m0 + r) * p.add_stride + col0 + j; `packed` 16-bit outputs as
-/// words of two columns (c is even).
+/// The stores of output (m0 + r, col0 + j) at element (m0 + r) * n + col0 + j: the sum, scaled by
+/// the row's norm (`rms`), plus the addend at element p.add_off + (m0 + r) * p.add_stride + col0 + j;
+/// `packed` 16-bit outputs as words of two columns (c is even).
 pub(super) fn stores(mt: u32, c: u32, rms: bool, packed: Option<DType>, add: AddRead) -> String {
+    stores_at(mt, c, rms, packed, add, ("n", ""))
+}
+
+/// [`stores`] into rows `dst.0` elements apart from element `dst.1` on (an expression starting
+/// with " + ", or empty): a column range of a wider output.
+pub(super) fn stores_at(mt: u32, c: u32, rms: bool, packed: Option<DType>, add: AddRead, dst: (&str, &str)) -> String {
+    let (stride, off) = dst;
     let mut finish = String::new();
     let at = |r: u32, j: u32| format!("p.add_off + (m0 + {r}u) * p.add_stride + col0 + {j}u");
     let scaled = |s: u32, r: u32| if rms { format!("t{s} * scale{r}") } else { format!("t{s}") };
@@ -129,7 +136,7 @@ pub(super) fn stores(mt: u32, c: u32, rms: bool, packed: Option<DType>, add: Add
                 writeln!(
                     finish,
                     "        if (col0 + {j}u < n && m0 + {r}u < m) {{ var a = {}; var b = {}; {add}\
-                     dst[((m0 + {r}u) * n + col0 + {j}u) / 2u] = {pack}; }}",
+                     dst[((m0 + {r}u) * {stride}{off} + col0 + {j}u) / 2u] = {pack}; }}",
                     scaled(s0, r),
                     scaled(s1, r)
                 )
@@ -144,7 +151,7 @@ pub(super) fn stores(mt: u32, c: u32, rms: bool, packed: Option<DType>, add: Add
                 };
                 writeln!(
                     finish,
-                    "        if (col0 + {j}u < n && m0 + {r}u < m) {{ dst[(m0 + {r}u) * n + col0 + {j}u] = {}{add}; }}",
+                    "        if (col0 + {j}u < n && m0 + {r}u < m) {{ dst[(m0 + {r}u) * {stride}{off} + col0 + {j}u] = {}{add}; }}",
                     scaled(j * mt + r, r)
                 )
                 .unwrap();

@@ -333,7 +333,7 @@ pub(crate) fn qmatmul_fused(
     if super::quant_i8::applies(qt) {
         let odt = if mv.out16 { x.dtype } else { DType::F32 };
         let add = add.as_ref().map(|a| (a.buf, a.offset, a.row_stride));
-        return Ok(Some(super::quant_i8::qmatmul_i8(xs, off, w, qt, odt, (n, k, m), add, &pro)?));
+        return super::quant_i8::qmatmul_i8(xs, off, w, qt, odt, (n, k, m), add, &pro, super::quant_i8::Out::Fresh);
     }
     let dst = GpuStorage::alloc(&ctx, if mv.out16 { x.dtype } else { DType::F32 }, m * n)?;
     let inputs = 2 + mv.add as usize + (mv.pro == Pro::RmsNorm) as usize;

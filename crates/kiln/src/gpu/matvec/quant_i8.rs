@@ -8,7 +8,7 @@
 //! What it computes differs from the f32 kernel only by x's rounding to 16 bits per run of 16 values
 //! (relative 1.5e-5 of the run's largest value), inside `qlinear`'s documented tolerance.
 
-use super::emit::{lane_sum, lanes, norm_scale, rows_setup, sg_args, stores, sum_name, x_loaders, AddRead};
+use super::emit::{lane_sum, norm_scale, rows_setup, sg_args, stores_at, sum_name, x_loaders, AddRead};
 use super::quant::Prologue;
 use super::qx::QRUN;
 use crate::gpu::kit::quant_units::{fname, units};
@@ -27,8 +27,9 @@ const INT8: &str = include_str!("../kit/quant_int8.wgsl");
 params! {
     /// The integer-dot product's parameters: m, n, k, the scales' word offset (doff), x's offset
     /// and row stride (values of x, or runs of `qx.rs`'s output), the addend's row stride (0 for a
-    /// bias) and offset in elements (even for 16-bit outputs), the norm weight's offset, eps, and
-    /// the up half's offset from the gate (values, silu_mul).
+    /// bias) and offset in elements (even for 16-bit outputs), the norm weight's offset, eps, the
+    /// up half's offset from the gate (values, silu_mul), and the output's row stride and first
+    /// column (elements; even for 16-bit outputs: a column range of a wider output).
     struct QuantI8Params {
         m: u32,
         n: u32,
@@ -41,6 +42,8 @@ params! {
         nw_off: u32,
         eps: f32,
         up_off: u32,
+        out_stride: u32,
+        out_off: u32,
     }
 }
 
@@ -103,14 +106,20 @@ fn unit_shape(qt: QuantType) -> (u32, u32) {
 }
 
 impl QuantI8 {
-    /// The kernel for an `(n, k)` weight and `m` rows of x, output `odt`: 4 weight rows a set
-    /// (fewer as rows of x add accumulators), lanes as `quant.rs` chooses them.
-    pub(crate) fn for_problem(qt: QuantType, odt: DType, n: usize, k: usize, m: usize, sg_max: Option<u32>) -> QuantI8 {
+    /// The kernel for an `(n, k)` weight and `m` rows of x, output `odt`: one subgroup's 32 lanes
+    /// a set, 4 weight rows a set, 8 from 8192 rows on (fewer as rows of x add accumulators).
+    /// Measured on an H200 (docs/PERFORMANCE.md, issue 35): 32 lanes beat 64 and 128 on every
+    /// decode shape (the set's sum is one subgroupAdd), and with each workgroup making x's runs
+    /// itself, fewer and wider workgroups pay: 8 rows a set on 14336 rows (224 workgroups) 17.9 us
+    /// against 21.9 with 4; on 4096 rows 4 rows a set (128 workgroups) 20.4 us against 25.9 with 8.
+    pub(crate) fn for_problem(qt: QuantType, odt: DType, n: usize, m: usize, sg_max: Option<u32>) -> QuantI8 {
         let mt = (m.next_power_of_two() as u32).min(8);
         let o = super::quant::overrides();
-        let c = o.c.unwrap_or(4).min(16 / mt).max(2);
-        let ln = lanes(k / unit_shape(qt).0 as usize, 4, n, c);
-        let ln = o.ln.map_or(ln, |v| v.clamp(32, 256));
+        let base = if n >= 8192 { 8 } else { 4 };
+        let c = o.c.unwrap_or(base).min(16 / mt).max(2);
+        let ln = o.ln.map_or(32, |v| v.clamp(32, 256));
+        // Fewer lanes than a subgroup would mix sets in one subgroupAdd.
+        let ln = ln.max(sg_max.unwrap_or(32)).min(256);
         let sg = sg_max.is_some_and(|s| s <= ln) && o.sg;
         QuantI8 { qt, odt, mt, c, ln, sg, add: false, x: XFrom::Runs }
     }
@@ -174,7 +183,7 @@ impl QuantI8 {
         }
         let packed = (self.odt != DType::F32).then_some(self.odt);
         let add = if self.add { AddRead::F32 } else { AddRead::None };
-        let finish = stores(mt, c, false, packed, add);
+        let finish = stores_at(mt, c, false, packed, add, ("p.out_stride", " + p.out_off"));
         let elem = if packed.is_some() { "u32" } else { "f32" };
         if self.add {
             writeln!(bind, "@group(0) @binding({next}) var<storage, read> addend: array<{elem}>;").unwrap();
@@ -298,7 +307,7 @@ pub(crate) fn catalog(push: &mut impl FnMut(String, String)) {
         for odt in [DType::F32, DType::BF16] {
             for mt in [1usize, 8] {
                 for (sg, add) in [(None, false), (Some(32), false), (Some(32), true)] {
-                    let mv = QuantI8 { add, ..QuantI8::for_problem(qt, odt, 4096, 4096, mt, sg) };
+                    let mv = QuantI8 { add, ..QuantI8::for_problem(qt, odt, 4096, mt, sg) };
                     push(mv.key(), mv.source());
                 }
             }
@@ -307,7 +316,7 @@ pub(crate) fn catalog(push: &mut impl FnMut(String, String)) {
             for pro in [Pro::Plain, Pro::RmsNorm, Pro::SiluMul] {
                 for (sg, add) in [(Some(32), false), (None, true)] {
                     let x = XFrom::Local { xdt, pro, kcap: 4096 };
-                    let mv = QuantI8 { add, x, ..QuantI8::for_problem(qt, xdt, 4096, 4096, 1, sg) };
+                    let mv = QuantI8 { add, x, ..QuantI8::for_problem(qt, xdt, 4096, 1, sg) };
                     push(mv.key(), mv.source());
                 }
             }
@@ -315,10 +324,17 @@ pub(crate) fn catalog(push: &mut impl FnMut(String, String)) {
     }
 }
 
-/// `x (m, k) @ w^T (+ add)` through the prologue `pro` (x from value `x_off`, a multiple of 16): a
-/// fresh `(m, n)` buffer in `odt`. Each workgroup makes x's runs itself where they fit its memory,
-/// else `qx.rs` makes them first (one more dispatch). The addend `(buf, offset, row_stride)` is in
-/// `odt` (word aligned for 16-bit outputs, as the caller checks).
+/// Where a product's output goes: a fresh `(m, n)` buffer, or columns `off..off + n` of the rows
+/// `stride` elements apart of `buf` (even `off` and `stride` for 16-bit outputs).
+pub(crate) enum Out<'a> {
+    Fresh,
+    Into { buf: &'a GpuStorage, off: usize, stride: usize },
+}
+
+/// `x (m, k) @ w^T (+ add)` through the prologue `pro` (x from value `x_off`, a multiple of 16),
+/// output in `odt` (`out`; a fresh buffer is returned). Each workgroup makes x's runs itself where
+/// they fit its memory, else `qx.rs` makes them first (one more dispatch). The addend
+/// `(buf, offset, row_stride)` is in `odt` (word aligned for 16-bit outputs, as the caller checks).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn qmatmul_i8(
     x: &GpuStorage,
@@ -329,10 +345,11 @@ pub(crate) fn qmatmul_i8(
     (n, k, m): (usize, usize, usize),
     add: Option<(&GpuStorage, usize, usize)>,
     pro: &Prologue,
-) -> Result<GpuStorage> {
+    out: Out,
+) -> Result<Option<GpuStorage>> {
     let ctx = x.ctx.clone();
     let sg_max = crate::gpu::runtime::subgroups::use_subgroups(&ctx).then_some(ctx.summary.subgroup_size.1);
-    let mut mv = QuantI8 { add: add.is_some(), ..QuantI8::for_problem(qt, odt, n, k, m, sg_max) };
+    let mut mv = QuantI8 { add: add.is_some(), ..QuantI8::for_problem(qt, odt, n, m, sg_max) };
     let local = QuantI8 { x: XFrom::Local { xdt: x.dtype, pro: pro.pro, kcap: k.next_multiple_of(1024) as u32 }, ..mv };
     let runs;
     let mut bufs = vec![];
@@ -350,7 +367,15 @@ pub(crate) fn qmatmul_i8(
         bufs.extend([runs.xq.buffer.raw(), runs.xs.buffer.raw(), w.buffer.raw()]);
         (x_off, x_stride) = (0, k / 16);
     }
-    let dst = GpuStorage::alloc(&ctx, odt, m * n)?;
+    let fresh = match out {
+        Out::Fresh => Some(GpuStorage::alloc(&ctx, odt, m * n)?),
+        Out::Into { .. } => None,
+    };
+    let (dst, out_off, out_stride) = match (&out, &fresh) {
+        (Out::Into { buf, off, stride }, _) => (*buf, *off, *stride),
+        (Out::Fresh, Some(f)) => (f, 0, n),
+        (Out::Fresh, None) => unreachable!("a fresh output was allocated"),
+    };
     if let Some((a, _, _)) = add {
         bufs.push(a.buffer.raw());
     }
@@ -370,9 +395,11 @@ pub(crate) fn qmatmul_i8(
         nw_off: nw_off as u32,
         eps,
         up_off: k as u32,
+        out_stride: out_stride as u32,
+        out_off: out_off as u32,
     };
     let groups = [n.div_ceil(mv.cols() as usize) as u32, m.div_ceil(mv.mt as usize) as u32, 1];
     bufs.insert(0, dst.buffer.raw());
     ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(&ctx, &kernel, &bufs, &params.words(), groups)?;
-    Ok(dst)
+    Ok(fresh)
 }
