@@ -29,14 +29,14 @@ e.record(); torch.cuda.synchronize()
 print(f"copy bandwidth (torch copy_, 1 GiB): {2 * 20 * (1 << 30) / (s.elapsed_time(e) / 1e3) / 1e9:.0f} GB/s")
 PY
 # The formats of Q4_K_M and Q8_0 files (the whole qmatvec set takes over two minutes).
-for i8 in 1 0; do
+for i8 in ${BENCH_I8S:-1 0}; do
     for f in q4_k q6_k q8_0; do
         echo "== kiln bench --filter qmatvec_$f, KILN_QMV_I8=$i8" >> "$log"
         KILN_QMV_I8=$i8 timeout 100 .devbin/kiln bench --device gpu --filter "qmatvec_$f" 2>/dev/null >> "$log"
     done
 done
 # Weight rows per set x lanes per set of the integer-dot kernel on the gate/up shape.
-if [ "${SWEEP:-1}" = 1 ]; then
+if [ "${SWEEP:-0}" = 1 ]; then
     for c in 2 4 8; do for ln in 32 64 128; do
         echo "== sweep KILN_QMV_C=$c KILN_QMV_LN=$ln" >> "$log"
         KILN_QMV_C=$c KILN_QMV_LN=$ln timeout 60 .devbin/kiln bench --device gpu \
