@@ -218,8 +218,9 @@ fn sharded_weights_load_like_one_file() {
 /// `Model::quantize`: every projection (stacked q/k/v and gate/up included) to Q8_0: the weights
 /// shrink; the logits stay within Q8_0's error of the f32 model (up to 7e-2 of the row maximum on
 /// these random 2-layer models, whose weights have no outliers for 8 bits to spare; bound 0.1), and the GPU's quantized model gives the CPU's logits
-/// (same quantized weights, f32 sums in another order) to 1e-4. llama, qwen2 (biases), gemma2 (the
-/// composed path) and phi3 (projections stored stacked).
+/// (same quantized weights, f32 sums in another order, and on the GPU x rounded to 16 bits per run of
+/// 16 values for the integer-dot products, docs/GGUF.md; measured up to 1.0e-4) to 4e-4. llama, qwen2
+/// (biases), gemma2 (the composed path) and phi3 (projections stored stacked).
 #[test]
 fn quantized_projections_track_the_f32_model() {
     for name in ["llama", "qwen2", "gemma2", "phi3"] {
@@ -245,7 +246,7 @@ fn quantized_projections_track_the_f32_model() {
             if let Some(cpu) = &first {
                 for (i, (g, c)) in got.iter().zip(cpu).enumerate() {
                     let err = row_err(g, c);
-                    assert!(err < 1e-4, "{name} {dev}: quantized row {i} differs from the CPU's by {err:.2e}");
+                    assert!(err < 4e-4, "{name} {dev}: quantized row {i} differs from the CPU's by {err:.2e}");
                 }
             }
             first.get_or_insert(got);

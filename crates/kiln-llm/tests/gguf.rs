@@ -70,7 +70,8 @@ fn f32_gguf_matches_transformers() {
 
 /// The quantized model (quantized weights through `qlinear`) against the same file with every weight
 /// dequantised (dense `linear`), prompt and decode steps: the same numbers up to f32 summation order
-/// (measured ~2e-6 of max(1, |row|); tolerance 1e-4 as for f32 models, 2e-2 in f16). This is the
+/// (measured ~2e-6 of max(1, |row|); tolerance 1e-4 as for f32 models, 2e-2 in f16), and on a GPU up
+/// to x's 16-bit rounding in the integer-dot products (`GPU_QUANT`). This is the
 /// sharp test of the quantized path; against transformers, the quantization itself adds its error
 /// (the next tests).
 fn check_against_dequantized(file: &str, dev: &Device, dtype: DType, tol: f64) {
@@ -100,7 +101,7 @@ fn check_against_dequantized(file: &str, dev: &Device, dtype: DType, tol: f64) {
 fn quantized_path_matches_dequantized_weights() {
     for dev in devices() {
         for file in ["llama/model-q8_0.gguf", "llama/model-q4_0.gguf", "qwen2/model-q8_0.gguf"] {
-            check_against_dequantized(file, &dev, DType::F32, 1e-4);
+            check_against_dequantized(file, &dev, DType::F32, sharp_quantized(&dev));
         }
         check_against_dequantized("llama/model-q8_0.gguf", &dev, DType::F16, 2e-2);
     }
@@ -158,8 +159,10 @@ fn qwen2_q8_0_gguf_tied_embeddings() {
 //   its dequantized weights to ~2e-6, `quantized_path_matches_dequantized_weights`), so only summation
 //   order differs: the greedy token must be llama.cpp's at every step (no margin floor) and every row
 //   within `SHARP` = 1e-4 of max(1, |row|), the f32 models' tolerance; measured worst 2.1e-6 (f32) to
-//   3.9e-6 (quantized), CPU and GPU alike. The smallest top-2 gap of these rows is 0.014, far above the
-//   differences, so the token check is stable.
+//   3.9e-6 (quantized) on the CPU. On a GPU, quantized products of Q8_0/Q4_0/Q4_K/Q6_K weights take
+//   integer dot products on x rounded to 16 bits per run of 16 values (docs/GGUF.md): those rows are
+//   held to `GPU_QUANT` = 4e-4 (measured 1.2e-4 to 1.5e-4 on lavapipe). The smallest top-2 gap of these
+//   rows is 0.014, far above the differences, so the token check is stable.
 // - Against llama.cpp on the quantized file itself: llama.cpp rounds the activations to Q8_0 (blocks of
 //   32, one f16 scale) before each matmul with a Q8_0 / Q4_0 weight, kiln does not. That rounding moves
 //   llama.cpp's own logits by `own` (its quantized run against its dequantized run, over the steps
@@ -178,6 +181,20 @@ struct LlamaCppRun {
 
 /// Tolerance of the sharp comparison (f32 on both sides), as for the f32 safetensors models.
 const SHARP: f64 = 1e-4;
+
+/// The sharp tolerance for a quantized file on a GPU, whose integer-dot products round x to 16 bits
+/// per run of 16 values (a relative 1.5e-5 of each product; the logits of these 2-layer models move
+/// by up to 1.5e-4).
+const GPU_QUANT: f64 = 4e-4;
+
+/// The sharp tolerance of a model with quantized weights on `dev`.
+fn sharp_quantized(dev: &Device) -> f64 {
+    if dev.is_gpu() {
+        GPU_QUANT
+    } else {
+        SHARP
+    }
+}
 
 /// The stored runs of `file` (`key`: "runs" on the file itself, "dequantized" on its f32 copy).
 fn llama_cpp_refs(file: &str, key: &str) -> Vec<LlamaCppRun> {
@@ -275,7 +292,7 @@ fn same_tokens_and_logits_as_llama_cpp_in_f32() {
     for dev in devices() {
         check_llama_cpp("llama/model-f32.gguf", "runs", &dev, SHARP, true);
         for file in QUANTIZED {
-            check_llama_cpp(file, "dequantized", &dev, SHARP, true);
+            check_llama_cpp(file, "dequantized", &dev, sharp_quantized(&dev), true);
         }
     }
 }

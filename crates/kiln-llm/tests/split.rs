@@ -39,9 +39,13 @@ fn splits() -> Vec<Vec<Device>> {
 }
 
 fn assert_close(name: &str, devs: &[Device], a: &[Vec<f32>], b: &[Vec<f32>]) {
+    assert_within(name, devs, a, b, 1e-4);
+}
+
+fn assert_within(name: &str, devs: &[Device], a: &[Vec<f32>], b: &[Vec<f32>], tol: f64) {
     let worst = a.iter().zip(b).map(|(x, y)| row_err(x, y)).fold(0.0, f64::max);
     let names: Vec<String> = devs.iter().map(|d| d.to_string()).collect();
-    assert!(worst <= 1e-4, "{name} split over {names:?}: relative logit error {worst:.2e} > 1e-4");
+    assert!(worst <= tol, "{name} split over {names:?}: relative logit error {worst:.2e} > {tol:.0e}");
     eprintln!("{name} split over {names:?}: worst relative logit error {worst:.2e}");
 }
 
@@ -64,15 +68,24 @@ fn split_safetensors_models_give_the_one_device_logits() {
 }
 
 /// A quantized GGUF file (Q8_0 projections stay quantized on their devices) and Qwen2's tied
-/// quantized head, moved to the last device.
+/// quantized head, moved to the last device. A split over GPU devices only must give the one-GPU
+/// logits (1e-4); one with the CPU in it, the CPU's within 5e-4: the GPU's quantized products take
+/// integer dots on x rounded to 16 bits per run of 16 values (docs/GGUF.md), about 1.5e-5 of each
+/// product, which two layers and the head carry to ~1.2e-4 of the logits.
 #[test]
 fn split_gguf_models_give_the_one_device_logits() {
     for file in ["llama/model-q8_0.gguf", "qwen2/model-q8_0.gguf"] {
         let g = GgufModel::open(fixture(file)).unwrap();
-        let reference = logits(&g.load(&Device::cpu(), opts()).unwrap());
+        let on_cpu = logits(&g.load(&Device::cpu(), opts()).unwrap());
         for devs in splits() {
             let p = Placement::new(devs.clone(), Some(&[1, 1]), g.config.num_layers).unwrap();
-            assert_close(file, &devs, &logits(&g.load_on(&p, opts()).unwrap()), &reference);
+            let split = logits(&g.load_on(&p, opts()).unwrap());
+            if devs.iter().all(Device::is_gpu) {
+                let on_gpu = logits(&g.load(&devs[0], opts()).unwrap());
+                assert_close(file, &devs, &split, &on_gpu);
+            } else {
+                assert_within(file, &devs, &split, &on_cpu, 5e-4);
+            }
         }
     }
 }

@@ -8,11 +8,13 @@
 //!   Q4_0, Q4_K and Q6_K, from x put in 16-bit fixed point by `qx.rs` (`qx.wgsl`) first.
 //!
 //! Both may normalise (RMSNorm) or gate (`silu_mul`) their own input rows first (`Pro`) and add a
-//! bias or residual before the store; `emit.rs` holds what they share.
+//! bias or residual before the store; `emit.rs` holds what they share, `quant_args.rs` what the two
+//! quantized ones share.
 
 pub(crate) mod dense;
 mod emit;
 pub(crate) mod quant;
+mod quant_args;
 pub(crate) mod quant_i8;
 pub(crate) mod qx;
 

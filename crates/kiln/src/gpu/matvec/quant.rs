@@ -3,11 +3,12 @@
 //! `kit/quant_units.rs`), with the same prologues (RMSNorm, silu_mul) and addend as the dense one.
 
 use super::emit::{lane_sum, lanes, norm_scale, rows_setup, sg_args, stores, sum_name, x_loaders, AddRead};
+use super::quant_args::overrides;
+pub(crate) use super::quant_args::Prologue;
 use crate::gpu::kit::quant_units::{doff, fname, is_more, units};
 use crate::gpu::pointwise::Pro;
 use crate::gpu::runtime::kernels::render;
 use crate::gpu::runtime::params::params;
-use crate::gpu::runtime::storage::At;
 use crate::gpu::runtime::wgsl::PRELUDE;
 use crate::gpu::runtime::GpuStorage;
 use crate::quant::QuantType;
@@ -64,29 +65,6 @@ fn unit_shape(qt: QuantType) -> (u32, u32) {
         QuantType::Q4K | QuantType::Q6K => (64, 4),
         _ => (32, 2),
     }
-}
-
-/// A/B overrides of the matvec shape, read once: `KILN_QMV_C` (rows per set) and `KILN_QMV_LN`
-/// (lanes per set), powers of two; `KILN_QMV_SG=0` (no subgroupAdd).
-pub(super) struct Overrides {
-    pub(super) c: Option<u32>,
-    pub(super) ln: Option<u32>,
-    pub(super) sg: bool,
-    /// `KILN_QMV_I8=0`: the f32 kernel for every format (no integer-dot products).
-    pub(super) i8: bool,
-}
-
-pub(super) fn overrides() -> &'static Overrides {
-    static O: std::sync::OnceLock<Overrides> = std::sync::OnceLock::new();
-    O.get_or_init(|| {
-        let pow2 = |s: crate::settings::Setting| s.get().ok()?.parse().ok().filter(|v: &u32| v.is_power_of_two());
-        Overrides {
-            c: pow2(crate::settings::QMV_C),
-            ln: pow2(crate::settings::QMV_LN),
-            sg: crate::settings::QMV_SG.is_not_zero(),
-            i8: crate::settings::QMV_I8.is_not_zero(),
-        }
-    })
 }
 
 impl QuantMatvec {
@@ -280,15 +258,6 @@ pub(crate) fn qmatmul(
     add: Option<Addend>,
 ) -> Result<Option<GpuStorage>> {
     qmatmul_fused(x, x_off, w, qt, n, k, m, add, Prologue { pro: Pro::Plain, x_stride: k, norm: None })
-}
-
-/// What a quantized product does to x first (`Tensor::qlinear_fused`): rows of x `x_stride`
-/// values apart (`2k` for silu_mul, whose up half follows the gate half) and the `(k,)` norm weight
-/// (x's dtype, from a multiple of 16 values) with its eps.
-pub(crate) struct Prologue<'a> {
-    pub(crate) pro: Pro,
-    pub(crate) x_stride: usize,
-    pub(crate) norm: Option<(At<'a>, f64)>,
 }
 
 /// [`qmatmul`] with a prologue; the caller passes x at a multiple of 16 values for one.

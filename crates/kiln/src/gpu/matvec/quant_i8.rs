@@ -9,7 +9,7 @@
 //! (relative 1.5e-5 of the run's largest value), inside `qlinear`'s documented tolerance.
 
 use super::emit::{lane_sum, norm_scale, rows_setup, sg_args, stores_at, sum_name, x_loaders, AddRead};
-use super::quant::Prologue;
+use super::quant_args::{overrides, Prologue};
 use super::qx::QRUN;
 use crate::gpu::kit::quant_units::{fname, units};
 use crate::gpu::pointwise::Pro;
@@ -67,7 +67,7 @@ pub(crate) fn has_units(qt: QuantType) -> bool {
 /// Whether a product of `qt` takes this kernel: it has units, and neither `KILN_QMV_I8=0` nor a
 /// test on this thread chose the f32 kernel.
 pub(crate) fn applies(qt: QuantType) -> bool {
-    has_units(qt) && super::quant::overrides().i8 && !F32_KERNEL.with(|c| c.get())
+    has_units(qt) && overrides().i8 && !F32_KERNEL.with(|c| c.get())
 }
 
 /// Runs `f` with the f32 kernel for every format (on this thread), so that tests cover it too.
@@ -114,7 +114,7 @@ impl QuantI8 {
     /// against 21.9 with 4; on 4096 rows 4 rows a set (128 workgroups) 20.4 us against 25.9 with 8.
     pub(crate) fn for_problem(qt: QuantType, odt: DType, n: usize, m: usize, sg_max: Option<u32>) -> QuantI8 {
         let mt = (m.next_power_of_two() as u32).min(8);
-        let o = super::quant::overrides();
+        let o = overrides();
         let base = if n >= 8192 { 8 } else { 4 };
         let c = o.c.unwrap_or(base).min(16 / mt).max(2);
         let ln = o.ln.map_or(32, |v| v.clamp(32, 256));

@@ -1,0 +1,37 @@
+//! What the two quantized few-row products (`quant.rs`, the f32 kernel; `quant_i8.rs`, the
+//! integer-dot one) share: the A/B overrides of their shape and what they do to x first.
+
+use crate::gpu::pointwise::Pro;
+use crate::gpu::runtime::storage::At;
+
+/// A/B overrides of the quantized products' shape, read once: `KILN_QMV_C` (rows per set) and `KILN_QMV_LN`
+/// (lanes per set), powers of two; `KILN_QMV_SG=0` (no subgroupAdd).
+pub(super) struct Overrides {
+    pub(super) c: Option<u32>,
+    pub(super) ln: Option<u32>,
+    pub(super) sg: bool,
+    /// `KILN_QMV_I8=0`: the f32 kernel for every format (no integer-dot products).
+    pub(super) i8: bool,
+}
+
+pub(super) fn overrides() -> &'static Overrides {
+    static O: std::sync::OnceLock<Overrides> = std::sync::OnceLock::new();
+    O.get_or_init(|| {
+        let pow2 = |s: crate::settings::Setting| s.get().ok()?.parse().ok().filter(|v: &u32| v.is_power_of_two());
+        Overrides {
+            c: pow2(crate::settings::QMV_C),
+            ln: pow2(crate::settings::QMV_LN),
+            sg: crate::settings::QMV_SG.is_not_zero(),
+            i8: crate::settings::QMV_I8.is_not_zero(),
+        }
+    })
+}
+
+/// What a quantized product does to x first (`Tensor::qlinear_fused`): rows of x `x_stride`
+/// values apart (`2k` for silu_mul, whose up half follows the gate half) and the `(k,)` norm weight
+/// (x's dtype, from a multiple of 16 values) with its eps.
+pub(crate) struct Prologue<'a> {
+    pub(crate) pro: Pro,
+    pub(crate) x_stride: usize,
+    pub(crate) norm: Option<(At<'a>, f64)>,
+}
