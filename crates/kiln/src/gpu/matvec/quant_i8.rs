@@ -1,12 +1,14 @@
 //! The quantized few-row product on 4-way integer dot products (`dot4I8Packed`, DP4A on NVIDIA,
 //! `quant_i8.wgsl`) for the formats of real GGUF files (Q8_0, Q4_0, Q4_K, Q6_K): x is first put in
-//! 16-bit fixed point per run of 16 values by `qx.rs` (with the product's prologue), then each
+//! 16-bit fixed point per run of 16 values (`qrun.wgsl`, through the product's prologue), by each
+//! workgroup into its own memory where that fits, else by `qx.rs` in a dispatch before; then each
 //! weight word's four integers meet four x bytes in one instruction. The f32 kernel (`quant.rs`)
 //! spends four to five ALU operations on every weight value (unpacking, conversion, FMA), which
 //! bounds Q4_K far below the memory's rate; here a word of eight 4-bit values costs about five.
 //!
 //! What it computes differs from the f32 kernel only by x's rounding to 16 bits per run of 16 values
-//! (relative 1.5e-5 of the run's largest value), inside `qlinear`'s documented tolerance.
+//! (a step of 1/32512 of the run's largest value), inside `qlinear`'s documented tolerance of 1e-5
+//! of sum |x w| (docs/GGUF.md); a model's logits move by up to ~1.5e-4 of their scale.
 
 use super::emit::{lane_sum, norm_scale, rows_setup, sg_args, stores_at, sum_name, x_loaders, AddRead};
 use super::quant_args::{overrides, Prologue};

@@ -1,7 +1,8 @@
 //! The activation side of the integer-dot quantized products (`quant_i8.rs`): rows of x, through
 //! the product's prologue (RMSNorm or silu_mul), as 16-bit fixed point per run of 16 values in two
-//! planes of signed bytes plus each run's scale and sum (`qx.wgsl`). One small dispatch per x; every
-//! product that reads the same x could share it.
+//! planes of signed bytes plus each run's scale and sum (`qx.wgsl`, on `qrun.wgsl`), in a dispatch
+//! of its own: for the products whose rows of x do not fit a workgroup's memory (which make their
+//! runs themselves otherwise, with no dispatch; e.g. 8 rows of 4096 values need 80 KiB).
 
 use super::emit::x_loaders;
 use crate::gpu::pointwise::Pro;
