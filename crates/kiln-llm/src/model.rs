@@ -88,7 +88,9 @@ impl Linear {
 
 /// Projections that read the same input, as one stacked weight when they can be stacked (same
 /// storage format and dtype: one matrix product instead of several; the output is split by views),
-/// else apart (e.g. GGUF Q4_K_M files keep some `v_proj` in Q6_K next to a Q4_K `q_proj`).
+/// else apart: each run of neighbours that share a format stacked (e.g. GGUF Q4_K_M files keep some
+/// `v_proj` in Q6_K next to Q4_K `q_proj` and `k_proj`: q/k stacked, v apart). The outputs of the
+/// `Apart` products, side by side, are the parts' outputs in order.
 pub(crate) enum Fused {
     One(Linear),
     Apart(Vec<Linear>),
@@ -116,12 +118,31 @@ fn format_of(w: &Weight) -> (DType, Option<QuantType>) {
 }
 
 impl Fused {
-    /// Stacks `parts` (with their biases, all or none) when their weights share format and dtype.
+    /// Stacks `parts` (with their biases, all or none) when their weights share format and dtype,
+    /// else stacks each run of neighbours that share format, dtype and having a bias.
     fn new(parts: Vec<Linear>) -> Result<Fused> {
         let same = parts.windows(2).all(|p| format_of(&p[0].w) == format_of(&p[1].w));
         let biases: Option<Vec<&Tensor>> = parts.iter().map(|l| l.b.as_ref()).collect();
-        if !same || parts.len() < 2 || (biases.is_none() && parts.iter().any(|l| l.b.is_some())) {
+        if parts.len() < 2 {
             return Ok(Fused::Apart(parts));
+        }
+        if !same || (biases.is_none() && parts.iter().any(|l| l.b.is_some())) {
+            let key = |l: &Linear| (format_of(&l.w), l.b.is_some());
+            let mut groups: Vec<Vec<Linear>> = Vec::new();
+            for l in parts {
+                match groups.last_mut() {
+                    Some(run) if key(&run[0]) == key(&l) => run.push(l),
+                    _ => groups.push(vec![l]),
+                }
+            }
+            let mut out = Vec::with_capacity(groups.len());
+            for run in groups {
+                match Fused::new(run)? {
+                    Fused::One(l) => out.push(l),
+                    Fused::Apart(ls) => out.extend(ls),
+                }
+            }
+            return Ok(Fused::Apart(out));
         }
         let mut dense = Vec::new();
         let mut quant = Vec::new();
@@ -158,7 +179,24 @@ impl Fused {
                 }
                 Ok(out)
             }
-            Fused::Apart(ls) => ls.iter().map(|l| l.forward(x)).collect(),
+            Fused::Apart(ls) => {
+                let mut sizes = sizes.iter();
+                let mut out = Vec::new();
+                for l in ls {
+                    let y = l.forward(x)?;
+                    let (axis, width) = (y.rank() as isize - 1, y.dims()[y.rank() - 1]);
+                    let mut start = 0;
+                    while start < width {
+                        let n = *sizes.next().ok_or_else(|| LlmError::Weight {
+                            name: "stacked projections".into(),
+                            msg: format!("a product of {width} outputs past the parts' sizes"),
+                        })?;
+                        out.push(if n == width { y.clone() } else { y.narrow(axis, start, n)? });
+                        start += n;
+                    }
+                }
+                Ok(out)
+            }
         }
     }
 
