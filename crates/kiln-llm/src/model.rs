@@ -119,7 +119,7 @@ fn format_of(w: &Weight) -> (DType, Option<QuantType>) {
 
 impl Fused {
     /// Stacks `parts` (with their biases, all or none) when their weights share format and dtype,
-    /// else stacks each run of neighbours that share format, dtype and having a bias.
+    /// else stacks each run of neighbours that share format and dtype and all have, or all lack, a bias.
     fn new(parts: Vec<Linear>) -> Result<Fused> {
         let same = parts.windows(2).all(|p| format_of(&p[0].w) == format_of(&p[1].w));
         let biases: Option<Vec<&Tensor>> = parts.iter().map(|l| l.b.as_ref()).collect();
