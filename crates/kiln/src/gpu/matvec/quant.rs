@@ -3,8 +3,8 @@
 //! `kit/quant_units.rs`), with the same prologues (RMSNorm, silu_mul) and addend as the dense one.
 
 use super::emit::{lane_sum, lanes, norm_scale, rows_setup, sg_args, stores, sum_name, x_loaders, AddRead};
-use super::quant_args::overrides;
 pub(crate) use super::quant_args::Prologue;
+use super::quant_args::{norm_sum_loop, overrides, unit_shape};
 use crate::gpu::kit::quant_units::{doff, fname, is_more, units};
 use crate::gpu::pointwise::Pro;
 use crate::gpu::runtime::kernels::render;
@@ -59,14 +59,6 @@ pub(crate) struct QuantMatvec {
     pub(crate) pro: Pro,
 }
 
-/// Values per unit (one lane's step, `kit/quant_units.wgsl`) and runs of 16 values in it.
-fn unit_shape(qt: QuantType) -> (u32, u32) {
-    match qt {
-        QuantType::Q4K | QuantType::Q6K => (64, 4),
-        _ => (32, 2),
-    }
-}
-
 impl QuantMatvec {
     /// The kernel for an `(n, k)` weight and `m` rows of `xdt` input. Weight rows per set: 2 or 4
     /// (fewer as rows of x add accumulators); lanes per set: at most 4 units per lane, then more
@@ -118,15 +110,7 @@ impl QuantMatvec {
         }
         rows_setup(&mut setup, mt, c);
         if self.pro == Pro::RmsNorm {
-            let mut sum = String::from("    for (var e = tid * 16u; e < k; e += 4096u) {\n");
-            for r in 0..mt {
-                for v in 0..4 {
-                    writeln!(sum, "        let s{r}_{v} = xv(xb{r} + e, {v}u); ss{r} += dot(s{r}_{v}, s{r}_{v});")
-                        .unwrap();
-                }
-            }
-            sum += "    }\n";
-            norm_scale(&mut setup, mt, &sum);
+            norm_scale(&mut setup, mt, &norm_sum_loop(mt));
         }
         let add = if self.add { AddRead::F32 } else { AddRead::None };
         let finish = stores(mt, c, self.pro == Pro::RmsNorm, self.out16.then_some(self.xdt), add);

@@ -1,8 +1,31 @@
 //! What the two quantized few-row products (`quant.rs`, the f32 kernel; `quant_i8.rs`, the
-//! integer-dot one) share: the A/B overrides of their shape and what they do to x first.
+//! integer-dot one) share: the A/B overrides of their shape, the shape of a unit, what they do to x
+//! first and the RMSNorm sum that begins it.
 
 use crate::gpu::pointwise::Pro;
 use crate::gpu::runtime::storage::At;
+use crate::quant::QuantType;
+use std::fmt::Write;
+
+/// Values per unit (one lane's step, `kit/quant_units.wgsl`) and runs of 16 values in it.
+pub(super) fn unit_shape(qt: QuantType) -> (u32, u32) {
+    match qt {
+        QuantType::Q4K | QuantType::Q6K => (64, 4),
+        _ => (32, 2),
+    }
+}
+
+/// RMSNorm's sum of squares of the `mt` rows of x (`ss{r}`), each invocation taking every 256th run
+/// of 16 values; for `emit::norm_scale`.
+pub(super) fn norm_sum_loop(mt: u32) -> String {
+    let mut sum = String::from("    for (var e = tid * 16u; e < k; e += 4096u) {\n");
+    for r in 0..mt {
+        for v in 0..4 {
+            writeln!(sum, "        let s{r}_{v} = xv(xb{r} + e, {v}u); ss{r} += dot(s{r}_{v}, s{r}_{v});").unwrap();
+        }
+    }
+    sum + "    }\n"
+}
 
 /// A/B overrides of the quantized products' shape, read once: `KILN_QMV_C` (rows per set) and `KILN_QMV_LN`
 /// (lanes per set), powers of two; `KILN_QMV_SG=0` (no subgroupAdd).

@@ -11,7 +11,7 @@
 //! of sum |x w| (docs/GGUF.md); a model's logits move by up to ~1.5e-4 of their scale.
 
 use super::emit::{lane_sum, norm_scale, rows_setup, sg_args, stores_at, sum_name, x_loaders, AddRead};
-use super::quant_args::{overrides, Prologue};
+use super::quant_args::{norm_sum_loop, overrides, unit_shape, Prologue};
 use super::qx::QRUN;
 use crate::gpu::kit::quant_units::{fname, units};
 use crate::gpu::pointwise::Pro;
@@ -97,14 +97,6 @@ pub(crate) struct QuantI8 {
     pub(crate) sg: bool,
     pub(crate) add: bool,
     pub(crate) x: XFrom,
-}
-
-/// Values per unit (one lane's step) and runs of 16 values in it, as in `quant.rs`.
-fn unit_shape(qt: QuantType) -> (u32, u32) {
-    match qt {
-        QuantType::Q4K | QuantType::Q6K => (64, 4),
-        _ => (32, 2),
-    }
 }
 
 impl QuantI8 {
@@ -267,14 +259,7 @@ impl QuantI8 {
 /// 256th run of each row through `qrun` into workgroup memory (row r's runs from r * runs on).
 fn local_runs(setup: &mut String, mt: u32, pro: Pro) {
     if pro == Pro::RmsNorm {
-        let mut sum = String::from("    for (var e = tid * 16u; e < k; e += 4096u) {\n");
-        for r in 0..mt {
-            for v in 0..4 {
-                writeln!(sum, "        let s{r}_{v} = xv(xb{r} + e, {v}u); ss{r} += dot(s{r}_{v}, s{r}_{v});").unwrap();
-            }
-        }
-        sum += "    }\n";
-        norm_scale(setup, mt, &sum);
+        norm_scale(setup, mt, &norm_sum_loop(mt));
     }
     *setup += "    for (var t = tid; t < runs; t += 256u) {\n        let e = t * 16u;\n";
     for r in 0..mt {
