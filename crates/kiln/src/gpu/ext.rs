@@ -23,6 +23,27 @@ fn rows(l: &Layout) -> (usize, usize) {
     (l.elem_count() / kin.max(1), kin)
 }
 
+/// Whether x and the norm weight lie in whole 16-byte units, as the quantized products read them.
+fn aligned(l: &Layout) -> bool {
+    l.is_contiguous() && l.offset().is_multiple_of(16)
+}
+
+/// The quantized products' form of a prologue over rows of `kin` values; `None` when its norm weight
+/// is not aligned for them.
+fn quant_prologue<'a>(pro: &Prologue<'a, GpuStorage>, kin: usize) -> Option<qk::Prologue<'a>> {
+    let (p, norm) = match *pro {
+        Prologue::Plain => (Pro::Plain, None),
+        Prologue::RmsNorm((g, gl), eps) => {
+            if !aligned(gl) {
+                return None;
+            }
+            (Pro::RmsNorm, Some((At { buf: g, offset: gl.offset() }, eps)))
+        }
+        Prologue::SiluMul => (Pro::SiluMul, None),
+    };
+    Some(qk::Prologue { pro: p, x_stride: kin, norm })
+}
+
 impl ExtOps for GpuStorage {
     const NAME: &'static str = "gpu";
 
@@ -120,25 +141,16 @@ impl ExtOps for GpuStorage {
         residual: Option<View<Self>>,
     ) -> Result<Option<Self>> {
         let (m, kin) = rows(l);
-        let aligned = |l: &Layout| l.is_contiguous() && l.offset().is_multiple_of(16);
         if m == 0 || m > 8 || n == 0 || !aligned(l) || !kin.is_multiple_of(16) {
             return Ok(None);
         }
-        let (p, norm) = match *pro {
-            Prologue::Plain => (Pro::Plain, None),
-            Prologue::RmsNorm((g, gl), eps) => {
-                if !aligned(gl) {
-                    return Ok(None);
-                }
-                (Pro::RmsNorm, Some((At { buf: g, offset: gl.offset() }, eps)))
-            }
-            Prologue::SiluMul => (Pro::SiluMul, None),
+        let Some(pro) = quant_prologue(pro, kin) else {
+            return Ok(None);
         };
         if residual.is_some_and(|(_, rl)| !rl.is_contiguous()) {
             return Ok(None);
         }
         let add = residual.map(|(r, rl)| Addend { buf: r, offset: rl.offset(), row_stride: n });
-        let pro = qk::Prologue { pro: p, x_stride: kin, norm };
         qk::qmatmul_fused(self, l.offset(), w, qt, n, k, m, add, pro)
     }
 
@@ -152,7 +164,6 @@ impl ExtOps for GpuStorage {
         pro: &Prologue<Self>,
     ) -> Result<Option<Self>> {
         let (m, kin) = rows(l);
-        let aligned = |l: &Layout| l.is_contiguous() && l.offset().is_multiple_of(16);
         let ntot: usize = ws.iter().map(|w| w.2).sum();
         let wide = self.dtype != DType::F32;
         if m == 0
@@ -172,17 +183,9 @@ impl ExtOps for GpuStorage {
         }) {
             return Ok(None);
         }
-        let (p, norm) = match *pro {
-            Prologue::Plain => (Pro::Plain, None),
-            Prologue::RmsNorm((g, gl), eps) => {
-                if !aligned(gl) {
-                    return Ok(None);
-                }
-                (Pro::RmsNorm, Some((At { buf: g, offset: gl.offset() }, eps)))
-            }
-            Prologue::SiluMul => (Pro::SiluMul, None),
+        let Some(pro) = quant_prologue(pro, kin) else {
+            return Ok(None);
         };
-        let pro = qk::Prologue { pro: p, x_stride: kin, norm };
         let odt = if wide { self.dtype } else { DType::F32 };
         let dst = GpuStorage::alloc(&self.ctx, odt, m * ntot)?;
         let mut off = 0;
