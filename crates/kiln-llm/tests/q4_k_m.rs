@@ -4,30 +4,12 @@
 //! and the dispatches of a GPU decode step.
 
 mod common;
-use common::{devices, fixture, row_err};
-use kiln::{DType, Device};
-use kiln_llm::{GgufModel, LoadOptions, Model};
+use common::{devices, f32_opts, fixture, prefill_decode_logits, worst_row_err};
+use kiln::Device;
+use kiln_llm::{GgufModel, Model};
 
 /// The GPU's dispatch counters are per device: the tests of this file take turns.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn opts() -> LoadOptions {
-    LoadOptions { dtype: DType::F32, max_context: 32, progress: None }
-}
-
-/// Logits of a 5-token prefill (every row), then of 3 decode steps.
-fn logits(model: &Model) -> Vec<Vec<f32>> {
-    let mut cache = model.new_cache();
-    let mut rows = model.forward(&[1, 5, 9, 2, 7], &mut cache, true).unwrap().to_vec2::<f32>().unwrap();
-    for t in [3u32, 11, 4] {
-        rows.extend(model.forward(&[t], &mut cache, false).unwrap().to_vec2::<f32>().unwrap());
-    }
-    rows
-}
-
-fn worst(a: &[Vec<f32>], b: &[Vec<f32>]) -> f64 {
-    a.iter().zip(b).map(|(x, y)| row_err(x, y)).fold(0.0, f64::max)
-}
 
 /// The quantized path equals the dequantised weights up to f32 summation order on the CPU (1e-4 of
 /// max(1, |row|)) and, on a GPU, up to x's 16-bit rounding in the integer-dot products (4e-4;
@@ -37,19 +19,20 @@ fn worst(a: &[Vec<f32>], b: &[Vec<f32>]) -> f64 {
 fn q4_k_m_matches_its_dequantized_weights_on_every_device() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let g = GgufModel::open(fixture("q4_k_m/model.gguf")).unwrap();
-    let cpu = logits(&g.load(&Device::cpu(), opts()).unwrap());
+    let cpu = prefill_decode_logits(&g.load(&Device::cpu(), f32_opts()).unwrap());
     for dev in devices() {
-        let qm = g.load(&dev, opts()).unwrap();
-        let (q, d) = (logits(&qm), logits(&g.load_dequantized(&dev, opts()).unwrap()));
+        let qm = g.load(&dev, f32_opts()).unwrap();
+        let (q, d) =
+            (prefill_decode_logits(&qm), prefill_decode_logits(&g.load_dequantized(&dev, f32_opts()).unwrap()));
         let tol = if dev.is_gpu() { 4e-4 } else { 1e-4 };
-        let err = worst(&q, &d);
+        let err = worst_row_err(&q, &d);
         eprintln!("{dev}: Q4_K_M against its dequantised weights {err:.2e}");
         assert!(err <= tol, "{dev}: Q4_K_M against its dequantised weights {err:.2e} > {tol:.0e}");
-        let err = worst(&q, &cpu);
+        let err = worst_row_err(&q, &cpu);
         assert!(err <= 4e-4, "{dev}: Q4_K_M on {dev} against the CPU {err:.2e}");
         // Negative control: another first token moves the logits far outside the bound.
         let wrong = qm.forward(&[2, 5, 9, 2, 7], &mut qm.new_cache(), true).unwrap().to_vec2::<f32>().unwrap();
-        assert!(worst(&wrong, &q[..5]) > 100.0 * tol, "{dev}: the comparison cannot tell prompts apart");
+        assert!(worst_row_err(&wrong, &q[..5]) > 100.0 * tol, "{dev}: the comparison cannot tell prompts apart");
     }
 }
 
@@ -71,7 +54,8 @@ fn q4_k_m_decode_takes_the_fused_path() {
             m.forward(&[6], &mut cache, false).unwrap().to_vec2::<f32>().unwrap();
             dev.gpu_counters().unwrap().0 - d0
         };
-        let (q, d) = (per_step(&g.load(&dev, opts()).unwrap()), per_step(&g.load_dequantized(&dev, opts()).unwrap()));
+        let (q, d) =
+            (per_step(&g.load(&dev, f32_opts()).unwrap()), per_step(&g.load_dequantized(&dev, f32_opts()).unwrap()));
         eprintln!("{dev}: decode step dispatches: Q4_K_M {q}, dense {d}");
         assert_eq!(q, d + 1, "{dev}: Q4_K_M {q} dispatches a step, dense {d}");
     }

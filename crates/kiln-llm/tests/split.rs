@@ -5,24 +5,9 @@
 //! states really move through host memory between devices.
 
 mod common;
-use common::{devices, fixture, row_err};
-use kiln::{DType, Device};
-use kiln_llm::{BatchSeq, GgufModel, LoadOptions, Model, ModelDir, Placement};
-
-fn opts() -> LoadOptions {
-    LoadOptions { dtype: DType::F32, max_context: 32, progress: None }
-}
-
-/// Logits of a 5-token prefill (every row), then of 3 decode steps.
-fn logits(model: &Model) -> Vec<Vec<f32>> {
-    let mut cache = model.new_cache();
-    let mut rows = model.forward(&[1, 5, 9, 2, 7], &mut cache, true).unwrap().to_vec2::<f32>().unwrap();
-    for t in [3u32, 11, 4] {
-        rows.extend(model.forward(&[t], &mut cache, false).unwrap().to_vec2::<f32>().unwrap());
-    }
-    assert_eq!(cache.len(), 8);
-    rows
-}
+use common::{devices, f32_opts, fixture, prefill_decode_logits, worst_row_err};
+use kiln::Device;
+use kiln_llm::{BatchSeq, GgufModel, ModelDir, Placement};
 
 /// The device lists to split over: two handles of the CPU, and with a GPU the CPU and the GPU both
 /// ways plus the GPU and a second, separate device on its adapter.
@@ -43,7 +28,7 @@ fn assert_close(name: &str, devs: &[Device], a: &[Vec<f32>], b: &[Vec<f32>]) {
 }
 
 fn assert_within(name: &str, devs: &[Device], a: &[Vec<f32>], b: &[Vec<f32>], tol: f64) {
-    let worst = a.iter().zip(b).map(|(x, y)| row_err(x, y)).fold(0.0, f64::max);
+    let worst = worst_row_err(a, b);
     let names: Vec<String> = devs.iter().map(|d| d.to_string()).collect();
     assert!(worst <= tol, "{name} split over {names:?}: relative logit error {worst:.2e} > {tol:.0e}");
     eprintln!("{name} split over {names:?}: worst relative logit error {worst:.2e}");
@@ -55,14 +40,14 @@ fn assert_within(name: &str, devs: &[Device], a: &[Vec<f32>], b: &[Vec<f32>], to
 fn split_safetensors_models_give_the_one_device_logits() {
     for name in ["llama", "qwen2", "gemma2"] {
         let dir = ModelDir::open(fixture(name)).unwrap();
-        let reference = logits(&dir.load(&Device::cpu(), opts()).unwrap());
+        let reference = prefill_decode_logits(&dir.load(&Device::cpu(), f32_opts()).unwrap());
         let layers = dir.config.num_layers;
         for devs in splits() {
             let p = Placement::new(devs.clone(), None, layers).unwrap();
             assert_eq!(p.counts(), [1, 1], "{name}: one layer each");
-            let model = dir.load_on(&p, opts()).unwrap();
+            let model = dir.load_on(&p, f32_opts()).unwrap();
             assert!(model.placement().is_split());
-            assert_close(name, &devs, &logits(&model), &reference);
+            assert_close(name, &devs, &prefill_decode_logits(&model), &reference);
         }
     }
 }
@@ -76,12 +61,12 @@ fn split_safetensors_models_give_the_one_device_logits() {
 fn split_gguf_models_give_the_one_device_logits() {
     for file in ["llama/model-q8_0.gguf", "qwen2/model-q8_0.gguf"] {
         let g = GgufModel::open(fixture(file)).unwrap();
-        let on_cpu = logits(&g.load(&Device::cpu(), opts()).unwrap());
+        let on_cpu = prefill_decode_logits(&g.load(&Device::cpu(), f32_opts()).unwrap());
         for devs in splits() {
             let p = Placement::new(devs.clone(), Some(&[1, 1]), g.config.num_layers).unwrap();
-            let split = logits(&g.load_on(&p, opts()).unwrap());
+            let split = prefill_decode_logits(&g.load_on(&p, f32_opts()).unwrap());
             if devs.iter().all(Device::is_gpu) {
-                let on_gpu = logits(&g.load(&devs[0], opts()).unwrap());
+                let on_gpu = prefill_decode_logits(&g.load(&devs[0], f32_opts()).unwrap());
                 assert_close(file, &devs, &split, &on_gpu);
             } else {
                 assert_within(file, &devs, &split, &on_cpu, 5e-4);
@@ -95,7 +80,7 @@ fn split_gguf_models_give_the_one_device_logits() {
 fn batched_forward_refuses_a_split_model() {
     let dir = ModelDir::open(fixture("llama")).unwrap();
     let cpu = Device::cpu();
-    let model = dir.load_on(&Placement::new(vec![cpu.clone(), cpu], None, 2).unwrap(), opts()).unwrap();
+    let model = dir.load_on(&Placement::new(vec![cpu.clone(), cpu], None, 2).unwrap(), f32_opts()).unwrap();
     let mut c = model.new_cache();
     let e = model.forward_batch(&mut [BatchSeq { tokens: &[1, 2], kv: &mut c }]).unwrap_err().to_string();
     assert!(e.contains("split over several devices are not supported"), "{e}");

@@ -2,7 +2,29 @@
 #![allow(dead_code)]
 
 use kiln::{DType, Device};
+use kiln_llm::{LoadOptions, Model};
 use std::path::PathBuf;
+
+/// Loading in f32 with a 32-position cache (the fixture models' logit tests).
+pub fn f32_opts() -> LoadOptions {
+    LoadOptions { dtype: DType::F32, max_context: 32, progress: None }
+}
+
+/// Logits of a 5-token prefill (every row), then of 3 decode steps: 8 rows.
+pub fn prefill_decode_logits(model: &Model) -> Vec<Vec<f32>> {
+    let mut cache = model.new_cache();
+    let mut rows = model.forward(&[1, 5, 9, 2, 7], &mut cache, true).unwrap().to_vec2::<f32>().unwrap();
+    for t in [3u32, 11, 4] {
+        rows.extend(model.forward(&[t], &mut cache, false).unwrap().to_vec2::<f32>().unwrap());
+    }
+    assert_eq!(cache.len(), 8);
+    rows
+}
+
+/// The largest [`row_err`] over paired rows.
+pub fn worst_row_err(a: &[Vec<f32>], b: &[Vec<f32>]) -> f64 {
+    a.iter().zip(b).map(|(x, y)| row_err(x, y)).fold(0.0, f64::max)
+}
 
 /// The CPU, and the GPU (with output poisoning) when there is one; `KILN_REQUIRE_GPU=1` makes a missing
 /// adapter a failure.
