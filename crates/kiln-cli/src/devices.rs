@@ -56,7 +56,8 @@ pub fn open(device: Option<DeviceRequest>, devices: Option<&DeviceList>) -> Resu
 }
 
 /// The placement of a model of `num_layers` layers: all on the one device, or `--split`'s counts
-/// (else an equal split) over several.
+/// (else an equal split, which `generate::load` replaces by the split by free memory once the
+/// model's size is known) over several.
 pub fn placement(devices: Vec<Device>, split: Option<&LayerSplit>, num_layers: usize) -> Result<Placement, String> {
     if devices.len() == 1 && split.is_none() {
         return Ok(Placement::single(&devices[0], num_layers));

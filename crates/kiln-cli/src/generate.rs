@@ -329,11 +329,6 @@ fn warn_software_gpu(device: &Device) {
 /// `kiln serve`).
 pub(crate) fn open(args: &ModelArgs) -> Result<(ModelSource, Model), String> {
     let (placement, src) = open_source(args)?;
-    if placement.is_split() {
-        return Err("--devices with more than one device is not supported by kiln serve yet (its batched \
-             scheduler runs on one device): serve on one device, or split with kiln generate or kiln chat"
-            .into());
-    }
     tokenizer_of(&src, args.tokenizer.as_ref())?;
     let (ctx, note) = limits::context(src.config(), args.max_context);
     if let Some(note) = note {
@@ -359,8 +354,18 @@ pub(crate) fn load(
         (ModelSource::Dir(_), Some(d @ (DType::F16 | DType::BF16))) if gpu => d,
         _ => DType::F32,
     });
-    let device = crate::devices::describe(placement);
     let est = dir.estimate(dtype, max_context);
+    // Without --split, the layers follow the devices' free memory (the estimate says how much a
+    // layer takes).
+    let by_memory;
+    let placement = if placement.is_split() && args.split.is_none() {
+        by_memory =
+            Placement::by_memory(placement.devices().to_vec(), c.num_layers, &est).map_err(|e| e.to_string())?;
+        &by_memory
+    } else {
+        placement
+    };
+    let device = crate::devices::describe(placement);
     let ctx = kiln_llm::model::effective_context(c, max_context);
     errln!(
         "model: {:?}, {} layers, hidden {}, {}/{} heads, vocab {} on {device} in {dtype}",

@@ -26,6 +26,8 @@ fn adapter_json(a: &AdapterSummary) -> Value {
         "driver": a.driver,
         "software": a.software,
         "unified_memory": a.unified_memory,
+        "memory_bytes": a.vram.map(|v| v.total),
+        "memory_free_bytes": a.vram.and_then(|v| v.free),
         "features": a.features,
         "max_buffer_size": a.max_buffer_size,
         "max_storage_binding": a.max_storage_binding,
@@ -94,7 +96,14 @@ pub fn run(json: bool) {
     for a in list_adapters() {
         outln!("  gpu:{}: {}{}", a.index, a.name, if a.software { " (software)" } else { "" });
         outln!("    backend:        {} ({}), driver {}", a.backend, a.device_type, a.driver);
-        outln!("    memory:         {}", if a.unified_memory { "unified with the host" } else { "dedicated" });
+        let size = match a.vram {
+            Some(v) => match v.free {
+                Some(f) => format!(", {} ({} free)", human_bytes(v.total), human_bytes(f)),
+                None => format!(", {}", human_bytes(v.total)),
+            },
+            None => String::new(),
+        };
+        outln!("    memory:         {}{size}", if a.unified_memory { "unified with the host" } else { "dedicated" });
         outln!("    max buffer:     {}", human_bytes(a.max_buffer_size));
         outln!("    max binding:    {}", human_bytes(a.max_storage_binding));
         outln!(

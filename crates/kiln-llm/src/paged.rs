@@ -26,8 +26,8 @@ pub struct PagedPool {
 }
 
 impl PagedPool {
-    /// A pool of `blocks` blocks of `block_size` positions for `model` (its KV heads, head size,
-    /// dtype and device), allocated now.
+    /// A pool of `blocks` blocks of `block_size` positions for `model` (its KV heads, head size and
+    /// dtype; each layer's blocks on that layer's device), allocated now.
     pub fn new(model: &Model, block_size: usize, blocks: usize) -> Result<PagedPool> {
         if block_size == 0 || blocks == 0 || blocks > u32::MAX as usize {
             return Err(LlmError::Arg(format!(
@@ -35,8 +35,9 @@ impl PagedPool {
             )));
         }
         let c = &model.config;
+        let place = model.placement();
         let layers = (0..c.num_layers)
-            .map(|_| {
+            .map(|l| {
                 KvBlockPool::new(
                     blocks,
                     c.num_kv_heads,
@@ -44,7 +45,7 @@ impl PagedPool {
                     c.head_dim,
                     c.head_dim,
                     model.dtype(),
-                    model.device(),
+                    &place.devices()[place.device_index(l)],
                 )
             })
             .collect::<kiln::Result<Vec<_>>>()?;

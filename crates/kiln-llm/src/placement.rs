@@ -4,9 +4,10 @@
 //! devices the hidden states `(rows, hidden)` move with `Tensor::to_device` (through host memory:
 //! wgpu has no peer-to-peer copies).
 //!
-//! The split: wgpu reports no memory size for a discrete GPU, so by default every device takes the
-//! same number of layers (the first ones one more when the count does not divide); an explicit list
-//! of layer counts (`--split 20,12`) sets it.
+//! The split ([`Placement::by_memory`]): GPUs take layers in proportion to the memory they have free
+//! (Vulkan's memory budget: wgpu itself reports no memory size), and a CPU in the list takes the
+//! layers the GPUs cannot hold; where a device's memory is unknown (Metal, DX12), every device takes
+//! the same number of layers. An explicit list of layer counts (`--split 20,12`) sets it.
 
 use crate::model::MemoryEstimate;
 use crate::{LlmError, Result};
@@ -60,6 +61,23 @@ impl Placement {
         }
         let layer_device = counts.iter().enumerate().flat_map(|(d, &c)| std::iter::repeat_n(d, c)).collect();
         Ok(Placement { devices, layer_device })
+    }
+
+    /// `num_layers` layers over `devices` by their memory ([`crate::memory::capacity`]) for a model
+    /// of estimate `est`: the GPUs hold as many layers as fit them, in proportion to what each has
+    /// free; the CPUs (host memory, slower) take the rest, and at least one layer each. Every device
+    /// takes at least one layer. Where a device's memory is unknown, the equal split of
+    /// [`Placement::new`].
+    pub fn by_memory(devices: Vec<Device>, num_layers: usize, est: &MemoryEstimate) -> Result<Placement> {
+        let caps: Option<Vec<u64>> = devices.iter().map(crate::memory::capacity).collect();
+        match caps {
+            Some(caps) if devices.len() > 1 && num_layers >= devices.len() => {
+                let cpu: Vec<bool> = devices.iter().map(Device::is_cpu).collect();
+                let counts = memory_counts(&cpu, &caps, num_layers, est.total());
+                Placement::new(devices, Some(&counts), num_layers)
+            }
+            _ => Placement::new(devices, None, num_layers),
+        }
     }
 
     /// The devices, in layer order.
@@ -130,6 +148,55 @@ impl Placement {
     }
 }
 
+/// The layer counts of [`Placement::by_memory`] for devices (`cpu[i]`: device i is a CPU) of
+/// capacities `caps` (bytes) and a model of `total` bytes over `num_layers` layers (at least one per
+/// device).
+fn memory_counts(cpu: &[bool], caps: &[u64], num_layers: usize, total: u64) -> Vec<usize> {
+    let per_layer = total.div_ceil(num_layers as u64).max(1);
+    let cpus = cpu.iter().filter(|&&c| c).count();
+    let gpus: Vec<usize> = (0..cpu.len()).filter(|&i| !cpu[i]).collect();
+    let fit: Vec<u64> = gpus.iter().map(|&i| caps[i] / per_layer).collect();
+    // With a CPU the GPUs take what fits them (leaving a layer per CPU); without, all layers.
+    let on_gpus =
+        if cpus == 0 { num_layers } else { (fit.iter().sum::<u64>() as usize).clamp(gpus.len(), num_layers - cpus) };
+    let weights: Vec<u64> = gpus.iter().map(|&i| caps[i]).collect();
+    let mut counts = vec![0; cpu.len()];
+    for (&i, c) in gpus.iter().zip(proportional(on_gpus, &weights)) {
+        counts[i] = c;
+    }
+    let cpu_ix: Vec<usize> = (0..cpu.len()).filter(|&i| cpu[i]).collect();
+    for (&i, c) in cpu_ix.iter().zip(proportional(num_layers - on_gpus, &vec![1; cpus])) {
+        counts[i] = c;
+    }
+    counts
+}
+
+/// `total` split over `weights.len()` parts in proportion to `weights` (largest remainders first),
+/// each part at least 1 when `total >= weights.len()`.
+fn proportional(total: usize, weights: &[u64]) -> Vec<usize> {
+    let n = weights.len();
+    if n == 0 {
+        return vec![];
+    }
+    let sum: u128 = weights.iter().map(|&w| w as u128).sum::<u128>().max(1);
+    let exact: Vec<u128> = weights.iter().map(|&w| w as u128 * total as u128).collect();
+    let mut counts: Vec<usize> = exact.iter().map(|&e| (e / sum) as usize).collect();
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(exact[i] % sum));
+    let given: usize = counts.iter().sum();
+    for &i in order.iter().take(total - given) {
+        counts[i] += 1;
+    }
+    // At least one each: taken from the largest parts.
+    while total >= n && counts.contains(&0) {
+        let z = counts.iter().position(|&c| c == 0).expect("a zero");
+        let big = (0..n).max_by_key(|&i| counts[i]).expect("parts");
+        counts[big] -= 1;
+        counts[z] += 1;
+    }
+    counts
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,6 +227,24 @@ mod tests {
         p.check_fits(&est(1 << 20)).unwrap();
         let e = p.check_fits(&est(1 << 62)).unwrap_err().to_string();
         assert!(e.contains("cpu's share (3 layers) cannot fit"), "{e}");
+    }
+
+    #[test]
+    fn layers_follow_free_memory() {
+        assert_eq!(proportional(80, &[100, 100]), [40, 40]);
+        assert_eq!(proportional(80, &[150, 50]), [60, 20]);
+        assert_eq!(proportional(7, &[1, 1, 1]), [3, 2, 2]);
+        assert_eq!(proportional(3, &[1000, 1, 1]), [1, 1, 1]);
+        assert_eq!(proportional(0, &[1]), [0]);
+        // 80 layers of 1 GiB: two GPUs by what they have free.
+        let g = 1u64 << 30;
+        assert_eq!(memory_counts(&[false, false], &[100 * g, 60 * g], 80, 80 * g), [50, 30]);
+        // A CPU takes what the GPU cannot hold (the GPU fits 30 layers), and a GPU that could hold
+        // everything still leaves the CPU one layer.
+        assert_eq!(memory_counts(&[true, false], &[500 * g, 30 * g], 80, 80 * g), [50, 30]);
+        assert_eq!(memory_counts(&[false, true], &[200 * g, 500 * g], 80, 80 * g), [79, 1]);
+        // CPUs alone share equally (one host).
+        assert_eq!(memory_counts(&[true, true], &[8, 8], 5, 10), [3, 2]);
     }
 
     #[test]

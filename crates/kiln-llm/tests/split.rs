@@ -7,7 +7,8 @@
 mod common;
 use common::{devices, f32_opts, fixture, prefill_decode_logits, worst_row_err};
 use kiln::Device;
-use kiln_llm::{BatchSeq, GgufModel, ModelDir, Placement};
+use kiln_llm::paged::PagedPool;
+use kiln_llm::{BatchSeq, GgufModel, LoadOptions, Model, ModelDir, Placement, SeqKv};
 
 /// The device lists to split over: two handles of the CPU, and with a GPU the CPU and the GPU both
 /// ways plus the GPU and a second, separate device on its adapter.
@@ -75,13 +76,54 @@ fn split_gguf_models_give_the_one_device_logits() {
     }
 }
 
-/// The serving path (batched, paged KV) refuses a split model with a clear error.
+/// The serving path: batched passes over a paged pool whose layers live on their devices (decode
+/// rows and short prompt chunks through the block tables, a 70-token prompt over its gathered keys)
+/// and a contiguous cache give, step by step, the one-device model's batched logits.
 #[test]
-fn batched_forward_refuses_a_split_model() {
+fn split_batched_passes_give_the_one_device_logits() {
     let dir = ModelDir::open(fixture("llama")).unwrap();
-    let cpu = Device::cpu();
-    let model = dir.load_on(&Placement::new(vec![cpu.clone(), cpu], None, 2).unwrap(), f32_opts()).unwrap();
-    let mut c = model.new_cache();
-    let e = model.forward_batch(&mut [BatchSeq { tokens: &[1, 2], kv: &mut c }]).unwrap_err().to_string();
-    assert!(e.contains("split over several devices are not supported"), "{e}");
+    let opts = || LoadOptions { max_context: 96, ..f32_opts() };
+    let reference = dir.load(&Device::cpu(), opts()).unwrap();
+    let vocab = dir.config.vocab_size as u32;
+    let prompts: Vec<Vec<u32>> =
+        [5u32, 3, 70].iter().map(|&n| (0..n).map(|i| (i * 37 + n * 11 + 1) % vocab).collect()).collect();
+    let run = |model: &Model| -> Vec<Vec<f32>> {
+        let pool = PagedPool::new(model, 4, 64).unwrap();
+        let mut stores: Vec<Box<dyn SeqKv>> =
+            vec![Box::new(pool.reserve(16).unwrap()), Box::new(pool.reserve(16).unwrap()), Box::new(model.new_cache())];
+        let mut inputs = prompts.clone();
+        let mut out = vec![];
+        for _ in 0..4 {
+            let mut batch: Vec<BatchSeq> =
+                stores.iter_mut().zip(&inputs).map(|(s, t)| BatchSeq { tokens: t, kv: s.as_mut() }).collect();
+            let logits = model.forward_batch(&mut batch).unwrap().to_vec::<f32>().unwrap();
+            let rows: Vec<Vec<f32>> = logits.chunks(vocab as usize).map(<[f32]>::to_vec).collect();
+            inputs = rows.iter().map(|r| vec![common::argmax(r)]).collect();
+            out.extend(rows);
+        }
+        out
+    };
+    let expected = run(&reference);
+    for devs in splits() {
+        let model = dir.load_on(&Placement::new(devs.clone(), None, 2).unwrap(), opts()).unwrap();
+        assert_close("llama batched", &devs, &run(&model), &expected);
+    }
+    // Negative control: the same passes with the prompts' last tokens changed do not match.
+    let other = {
+        let mut p = prompts.clone();
+        p.iter_mut().for_each(|p| *p.last_mut().unwrap() = (*p.last().unwrap() + 1) % vocab);
+        p
+    };
+    let model = dir.load(&Device::cpu(), opts()).unwrap();
+    let pool = PagedPool::new(&model, 4, 64).unwrap();
+    let mut s0 = pool.reserve(16).unwrap();
+    let (mut s1, mut s2) = (pool.reserve(16).unwrap(), model.new_cache());
+    let mut batch = [
+        BatchSeq { tokens: &other[0], kv: &mut s0 },
+        BatchSeq { tokens: &other[1], kv: &mut s1 },
+        BatchSeq { tokens: &other[2], kv: &mut s2 },
+    ];
+    let changed = model.forward_batch(&mut batch).unwrap().to_vec::<f32>().unwrap();
+    let changed: Vec<Vec<f32>> = changed.chunks(vocab as usize).map(<[f32]>::to_vec).collect();
+    assert!(worst_row_err(&changed, &expected[..3]) > 1e-2, "the control must differ");
 }

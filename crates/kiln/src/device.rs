@@ -2,7 +2,7 @@
 
 use crate::backend::BackendDevice;
 use crate::cpu::{CpuDevice, CpuStorage};
-use crate::gpu::{self, AdapterSummary, GpuContext, GpuStorage, KernelTime, MemoryStats};
+use crate::gpu::{self, AdapterSummary, GpuContext, GpuStorage, KernelTime, MemoryStats, VramInfo};
 use crate::storage::Storage;
 use crate::{DType, Error, Result};
 use std::fmt;
@@ -181,6 +181,14 @@ impl Device {
     /// The adapter behind a GPU device.
     pub fn gpu_info(&self) -> Option<AdapterSummary> {
         self.gpu_context().map(|c| c.summary.clone())
+    }
+
+    /// A GPU's device memory, which wgpu does not report: the size of its largest device-local heap
+    /// and what this process may still allocate there (Vulkan, with `free` from
+    /// `VK_EXT_memory_budget`; `None` on the CPU and on backends that do not say).
+    pub fn vram(&self) -> Option<VramInfo> {
+        let c = self.gpu_context()?;
+        crate::gpu::runtime::vram::query(crate::gpu::runtime::adapters::adapters().get(c.index)?)
     }
 
     /// Memory statistics of a GPU device's pool (`None` on the CPU).

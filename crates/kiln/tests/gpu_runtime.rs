@@ -214,3 +214,19 @@ fn keep_busy_runs_the_work_for_its_time_and_returns_errors() {
         assert!(err.to_string().contains("add"), "{d}: {err}");
     }
 }
+
+#[test]
+fn vulkan_reports_device_memory() {
+    let Some((dev, _serial)) = gpu() else { return };
+    assert_eq!(Device::cpu().vram(), None);
+    let info = dev.gpu_info().unwrap();
+    let Some(v) = dev.vram() else {
+        assert_ne!(info.backend, "Vulkan", "a Vulkan adapter ({}) reports its heaps", info.name);
+        return;
+    };
+    assert!(v.total > 0, "{v:?}");
+    // What is free is a part of the heap (lavapipe's budget is host memory's).
+    if let Some(free) = v.free {
+        assert!(free <= v.total, "{v:?}");
+    }
+}

@@ -86,28 +86,34 @@ impl Model {
     /// Sequence by sequence the result is [`Model::forward`]'s (up to rounding: the products have
     /// more rows).
     pub fn forward_batch(&self, seqs: &mut [BatchSeq<'_>]) -> Result<Tensor> {
-        if self.placement.is_split() {
-            return Err(LlmError::Arg(
-                "batched forward passes of a model split over several devices are not supported yet".into(),
-            ));
-        }
         self.check_batch(seqs)?;
         let mut rows = self.stack_rows(seqs);
-        let table = self.block_table(seqs, &rows)?;
+        // Split over several devices, each device has its own rope rows and block table.
+        let devices = self.placement.devices();
+        let tables =
+            devices.iter().map(|d| self.block_table(seqs, &rows, d)).collect::<Result<Vec<Option<BlockTable>>>>()?;
         let total = rows.ids.len();
         let ids = Tensor::from_vec(std::mem::take(&mut rows.ids), total, &self.device)?;
-        let positions = Tensor::from_vec(std::mem::take(&mut rows.positions), total, &self.device)?;
+        let positions = std::mem::take(&mut rows.positions);
         // (T, head_dim / 2): each row's own position.
-        let cos = self.ropes[0].cos.embedding(&positions)?;
-        let sin = self.ropes[0].sin.embedding(&positions)?;
+        let ropes = devices
+            .iter()
+            .zip(&self.ropes)
+            .map(|(d, r)| {
+                let at = Tensor::from_vec(positions.clone(), total, d)?;
+                Ok((r.cos.embedding(&at)?, r.sin.embedding(&at)?))
+            })
+            .collect::<Result<Vec<(Tensor, Tensor)>>>()?;
         let x = self.embed_tokens(&ids)?; // (T, hidden)
                                           // `fused`: the architecture takes the stacked kernels (no q/k norms, post norms or GeGLU);
                                           // `fuse`: few enough rows for the kernels with the norm in their prologue.
         let fused = self.fused_path();
         let fuse = fused && total <= fused_rows();
         let x = self.decoder(x, fuse, |l, layer, x| {
-            let qkv = self.qkv_rows(layer, x, (&cos, &sin), fused, fuse)?;
-            self.attention_rows(l, qkv, seqs, &rows, table.as_ref())
+            let d = self.placement.device_index(l);
+            let (cos, sin) = &ropes[d];
+            let qkv = self.qkv_rows(layer, x, (cos, sin), fused, fuse)?;
+            self.attention_rows(l, qkv, seqs, &rows, tables[d].as_ref())
         })?;
         self.last_logits(x, &rows.spans, fused, fuse)
     }
@@ -175,10 +181,10 @@ impl Model {
         Rows { order, paged, paged_rows, spans, ids, positions }
     }
 
-    /// The paged rows' block tables, for every layer (`None` without paged rows): row j of a
-    /// sequence at offset o attends to positions 0..=o + j (its own, new, position last; write_last
-    /// stores it there).
-    fn block_table(&self, seqs: &mut [BatchSeq<'_>], rows: &Rows) -> Result<Option<BlockTable>> {
+    /// The paged rows' block tables on `device`, for every layer there (`None` without paged rows):
+    /// row j of a sequence at offset o attends to positions 0..=o + j (its own, new, position last;
+    /// write_last stores it there).
+    fn block_table(&self, seqs: &mut [BatchSeq<'_>], rows: &Rows, device: &kiln::Device) -> Result<Option<BlockTable>> {
         if rows.paged_rows == 0 {
             return Ok(None);
         }
@@ -193,7 +199,7 @@ impl Model {
             tables.push((p.block_table().to_vec(), t));
         }
         let refs: Vec<&[u32]> = tables.iter().flat_map(|(tb, t)| std::iter::repeat_n(tb.as_slice(), *t)).collect();
-        Ok(Some(BlockTable::new(&refs, &lens, bs, &self.device)?))
+        Ok(Some(BlockTable::new(&refs, &lens, bs, device)?))
     }
 
     /// The q, k and v heads `(1, heads, T, head_dim)` of every row of `x` `(T, hidden)`, rotated by
@@ -271,7 +277,7 @@ impl Model {
         let x = if last.iter().enumerate().all(|(i, &r)| r == i as i64) && last.len() == total {
             x
         } else {
-            x.index_select(&Tensor::from_vec(last.clone(), last.len(), &self.device)?, 0)?
+            x.index_select(&Tensor::from_vec(last.clone(), last.len(), x.device())?, 0)?
         };
         if fuse || !fused {
             return self.logits(&x);

@@ -26,7 +26,8 @@ impl Worker {
         drop(batch);
         laps.lap(StepPhase::Forward);
         if self.sync {
-            device.synchronize()?;
+            // Every device of a split model.
+            self.model.placement().devices().iter().try_for_each(kiln::Device::synchronize)?;
             laps.lap(StepPhase::Gpu);
         }
         let next = next_tokens(&logits, active, &feeds, &rows, &mut laps)?;

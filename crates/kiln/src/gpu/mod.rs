@@ -39,7 +39,9 @@ mod variant_tests;
 pub use catalog::kernel_catalog;
 pub use matmul::coop as matmul_coop;
 pub use runtime::bandwidth::copy_bandwidth;
-pub use runtime::{format_report, list_adapters, AdapterSummary, Gpu, GpuContext, GpuStorage, KernelTime, MemoryStats};
+pub use runtime::{
+    format_report, list_adapters, AdapterSummary, Gpu, GpuContext, GpuStorage, KernelTime, MemoryStats, VramInfo,
+};
 
 pub(crate) use custom::{compile as compile_custom, run as run_custom};
 pub(crate) use runtime::adapters::{best_hardware_index, best_index};

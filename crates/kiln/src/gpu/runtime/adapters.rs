@@ -13,6 +13,9 @@ pub struct AdapterSummary {
     pub software: bool,
     /// Integrated GPUs, software adapters and Apple GPUs share memory with the host.
     pub unified_memory: bool,
+    /// The device memory when the summary was made ([`super::vram`]; `None` where the backend does
+    /// not say). `Device::vram` reads what is free now.
+    pub vram: Option<super::vram::VramInfo>,
     pub features: Vec<&'static str>,
     pub max_buffer_size: u64,
     pub max_storage_binding: u64,
@@ -94,6 +97,7 @@ pub(crate) fn summarize(index: usize, a: &wgpu::Adapter) -> AdapterSummary {
         unified_memory: software
             || info.device_type == wgpu::DeviceType::IntegratedGpu
             || info.backend == wgpu::Backend::Metal,
+        vram: super::vram::query(a),
         features: WANTED.iter().filter(|(f, _)| feats.contains(*f)).map(|(_, n)| *n).collect(),
         max_buffer_size: limits.max_buffer_size,
         max_storage_binding: limits.max_storage_buffer_binding_size,

@@ -3,8 +3,8 @@
 //! execution, staging), buffers (`pool.rs`, `storage.rs`: `GpuStorage`), batched dispatch
 //! (`exec.rs`), uploads and readbacks (`transfer.rs`), the pipeline cache and templates
 //! (`kernels.rs`), how dtypes live in u32 words (`wgsl.rs`), fills, subgroup policy
-//! (`subgroups.rs`), timing (`profile.rs`), the autotune cache (`autotune.rs`) and the copy kernel
-//! that measures bandwidth (`bandwidth.rs`).
+//! (`subgroups.rs`), timing (`profile.rs`), the autotune cache (`autotune.rs`) the copy kernel
+//! that measures bandwidth (`bandwidth.rs`) and the device memory wgpu does not report (`vram.rs`).
 
 pub(crate) mod adapters;
 pub(crate) mod autotune;
@@ -20,6 +20,7 @@ pub(crate) mod profile;
 pub(crate) mod storage;
 pub(crate) mod subgroups;
 pub(crate) mod transfer;
+pub(crate) mod vram;
 pub(crate) mod wgsl;
 
 pub use adapters::{list_adapters, AdapterSummary};
@@ -28,3 +29,4 @@ pub use device::Gpu;
 pub use pool::MemoryStats;
 pub use profile::{format_report, KernelTime};
 pub use storage::GpuStorage;
+pub use vram::VramInfo;
