@@ -8,7 +8,7 @@ Weights: normals x 0.02 from one random pool, each tensor a run of slices of it 
 (written straight from the pool, no copy); a SentencePiece-style vocabulary of the full size, as
 ../../../shared/device/llama-cpp/make_gguf.py writes (both llama.cpp and kiln load it).
 
-Usage: mem_gguf.py SHAPE OUT.gguf CMD [ARG...]     SHAPE: 70b, 8b or tiny
+Usage: mem_gguf.py SHAPE OUT.gguf CMD [ARG...]     SHAPE: 70b, 8b, 1b or tiny
 """
 import os
 import subprocess
@@ -20,6 +20,7 @@ import gguf
 
 SHAPES = {
     "70b": dict(layers=80, hidden=8192, heads=64, kv=8, ffn=28672, vocab=128256),
+    "1b": dict(layers=16, hidden=2048, heads=32, kv=8, ffn=8192, vocab=128256),
     "8b": dict(layers=32, hidden=4096, heads=32, kv=8, ffn=14336, vocab=128256),
     "tiny": dict(layers=2, hidden=256, heads=4, kv=2, ffn=512, vocab=1000),
 }

@@ -30,7 +30,7 @@ pub use reader::{ggml_block, TensorInfo};
 pub use value::{Value, ValueType};
 
 use kiln::quant::{QTensor, QuantType};
-use kiln::{bf16, f16, Device, Shape, Tensor};
+use kiln::{DType, Device, Shape, Tensor};
 use reader::Header;
 
 /// The bytes of a file: memory-mapped, or owned.
@@ -358,9 +358,10 @@ impl Gguf {
         };
         let shape = info.shape.clone();
         Ok(match info.ggml_type {
-            0 => GgufTensor::Float(Tensor::from_vec(le_vec(bytes, f32::from_le_bytes), shape, device)?),
-            1 => GgufTensor::Float(Tensor::from_vec(le_vec(bytes, f16::from_le_bytes), shape, device)?),
-            30 => GgufTensor::Float(Tensor::from_vec(le_vec(bytes, bf16::from_le_bytes), shape, device)?),
+            // The file's bytes straight onto the device (no typed copy on the way to a GPU).
+            0 => GgufTensor::Float(Tensor::from_le_bytes(bytes, DType::F32, shape, device)?),
+            1 => GgufTensor::Float(Tensor::from_le_bytes(bytes, DType::F16, shape, device)?),
+            30 => GgufTensor::Float(Tensor::from_le_bytes(bytes, DType::BF16, shape, device)?),
             t => match QuantType::from_ggml_type(t) {
                 Some(q) => GgufTensor::Quant(QTensor::from_raw(bytes, q, shape, device)?),
                 None => {
@@ -373,9 +374,4 @@ impl Gguf {
             },
         })
     }
-}
-
-/// Little-endian values of `N` bytes each.
-fn le_vec<T, const N: usize>(bytes: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
-    bytes.chunks_exact(N).map(|c| f(c.try_into().expect("N bytes"))).collect()
 }

@@ -3,7 +3,7 @@
 //! of `model.safetensors.index.json`) through memory maps; a GGUF reader can implement the same trait.
 
 use crate::{LlmError, Result};
-use kiln::{bf16, f16, DType, Device, Tensor};
+use kiln::{DType, Device, Tensor};
 use memmap2::Mmap;
 use safetensors::tensor::{Dtype as StDtype, SafeTensors};
 use std::collections::{BTreeMap, HashMap};
@@ -150,9 +150,7 @@ impl WeightSource for SafetensorsDir {
         let shape = e.meta.shape.clone();
         // Upload in the stored dtype (fewest bytes), then convert on the device.
         let t = match e.meta.dtype {
-            DType::F32 => Tensor::from_vec(bytemuck::pod_collect_to_vec::<u8, f32>(bytes), shape, device)?,
-            DType::F16 => Tensor::from_vec(bytemuck::pod_collect_to_vec::<u8, f16>(bytes), shape, device)?,
-            DType::BF16 => Tensor::from_vec(bytemuck::pod_collect_to_vec::<u8, bf16>(bytes), shape, device)?,
+            d @ (DType::F32 | DType::F16 | DType::BF16) => Tensor::from_le_bytes(bytes, d, shape, device)?,
             other => return Err(LlmError::weight(name, format!("cannot read dtype {other}"))),
         };
         if t.dtype() == dtype {

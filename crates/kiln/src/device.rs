@@ -414,6 +414,17 @@ impl Device {
         }
     }
 
+    /// Little-endian bytes of elements of `dtype` onto this device: a GPU uploads them as they are
+    /// (bool and the CPU take a typed copy).
+    pub(crate) fn storage_from_le_bytes(&self, bytes: &[u8], dtype: crate::DType) -> Result<Storage> {
+        match &self.0 {
+            DeviceKind::Gpu(c) if dtype != crate::DType::Bool => {
+                Ok(Storage::Gpu(GpuStorage::from_le_bytes(c, dtype, bytes)?))
+            }
+            _ => self.storage_from_cpu(CpuStorage::from_le_bytes(bytes, dtype)),
+        }
+    }
+
     /// Host data moved onto this device.
     pub(crate) fn storage_from_cpu(&self, data: CpuStorage) -> Result<Storage> {
         match &self.0 {

@@ -57,6 +57,30 @@ pub enum CpuStorage {
     U64(Vec<u64>),
 }
 
+impl CpuStorage {
+    /// The elements of `dtype` whose little-endian bytes are `bytes` (a whole number of elements;
+    /// hosts are little-endian). Bool: non-zero bytes are true.
+    pub(crate) fn from_le_bytes(bytes: &[u8], dtype: crate::DType) -> CpuStorage {
+        use crate::DType as D;
+        use bytemuck::pod_collect_to_vec as v;
+        match dtype {
+            D::F32 => CpuStorage::F32(v(bytes)),
+            D::F16 => CpuStorage::F16(v(bytes)),
+            D::BF16 => CpuStorage::BF16(v(bytes)),
+            D::F64 => CpuStorage::F64(v(bytes)),
+            D::I32 => CpuStorage::I32(v(bytes)),
+            D::U32 => CpuStorage::U32(v(bytes)),
+            D::I64 => CpuStorage::I64(v(bytes)),
+            D::U8 => CpuStorage::U8(bytes.to_vec()),
+            D::Bool => CpuStorage::Bool(bytes.iter().map(|&b| b != 0).collect()),
+            D::I8 => CpuStorage::I8(v(bytes)),
+            D::I16 => CpuStorage::I16(v(bytes)),
+            D::U16 => CpuStorage::U16(v(bytes)),
+            D::U64 => CpuStorage::U64(v(bytes)),
+        }
+    }
+}
+
 /// Runs `$body` with `$v` bound to the typed vector of any variant.
 macro_rules! with_vec {
     ($s:expr, $v:ident => $body:expr) => {

@@ -28,6 +28,28 @@ impl Tensor {
         Tensor::from_vec(data.to_vec(), shape, device)
     }
 
+    /// A tensor of `shape` and `dtype` whose elements are the little-endian `bytes` (row-major),
+    /// as weight files store them. On a GPU the bytes are uploaded as they are, with no typed copy on
+    /// the host (loading a model reads each weight once).
+    pub fn from_le_bytes(bytes: &[u8], dtype: DType, shape: impl Into<Shape>, device: &Device) -> Result<Tensor> {
+        let shape = shape.into();
+        let n = Tensor::check_size("from_le_bytes", &shape, dtype)?;
+        if bytes.len() != n * dtype.size_in_bytes() {
+            return Err(Error::arg(
+                "from_le_bytes",
+                format!(
+                    "a {dtype} tensor of shape {shape} needs {} bytes, got {}",
+                    n * dtype.size_in_bytes(),
+                    bytes.len()
+                ),
+            ));
+        }
+        if !device.supports_dtype(dtype) {
+            return Tensor::from_cpu_storage(CpuStorage::from_le_bytes(bytes, dtype), shape, device);
+        }
+        Ok(Tensor::from_storage(device.storage_from_le_bytes(bytes, dtype)?, shape, device))
+    }
+
     /// Refuses shapes whose element count or bytes cannot exist at all (overflowing `usize`, or more
     /// than `isize::MAX` bytes); returns the element count. Allocations that are representable but
     /// fail are `Error::HostOutOfMemory` / `Error::OutOfMemory` where they happen.

@@ -81,6 +81,14 @@ impl GpuStorage {
         Ok(s)
     }
 
+    /// The little-endian bytes of `bytes.len() / size` elements of `dtype` (not bool), uploaded as
+    /// they are: no typed copy on the host.
+    pub(crate) fn from_le_bytes(ctx: &Arc<GpuContext>, dtype: DType, bytes: &[u8]) -> Result<GpuStorage> {
+        let s = GpuStorage::alloc(ctx, dtype, bytes.len() / dtype.size_in_bytes())?;
+        ctx.upload(&s.buffer, bytes)?;
+        Ok(s)
+    }
+
     /// `n` elements all equal to `value` converted to `dtype` like a host cast.
     pub(crate) fn full(ctx: &Arc<GpuContext>, dtype: DType, n: usize, value: f64) -> Result<GpuStorage> {
         let s = GpuStorage::alloc(ctx, dtype, n)?;
@@ -125,20 +133,21 @@ impl GpuStorage {
 }
 
 /// The bytes of host data as the GPU stores them (bool as one byte 0/1).
-pub(crate) fn host_bytes(data: &CpuStorage) -> Vec<u8> {
+pub(crate) fn host_bytes(data: &CpuStorage) -> std::borrow::Cow<'_, [u8]> {
+    use std::borrow::Cow::Borrowed;
     match data {
-        CpuStorage::F32(v) => bytemuck::cast_slice(v).to_vec(),
-        CpuStorage::F16(v) => bytemuck::cast_slice(v).to_vec(),
-        CpuStorage::BF16(v) => bytemuck::cast_slice(v).to_vec(),
-        CpuStorage::I32(v) => bytemuck::cast_slice(v).to_vec(),
-        CpuStorage::U32(v) => bytemuck::cast_slice(v).to_vec(),
-        CpuStorage::I64(v) => bytemuck::cast_slice(v).to_vec(),
-        CpuStorage::U8(v) => v.clone(),
-        CpuStorage::I8(v) => bytemuck::cast_slice(v).to_vec(),
-        CpuStorage::I16(v) => bytemuck::cast_slice(v).to_vec(),
-        CpuStorage::U16(v) => bytemuck::cast_slice(v).to_vec(),
-        CpuStorage::U64(v) => bytemuck::cast_slice(v).to_vec(),
-        CpuStorage::Bool(v) => v.iter().map(|&b| b as u8).collect(),
+        CpuStorage::F32(v) => Borrowed(bytemuck::cast_slice(v)),
+        CpuStorage::F16(v) => Borrowed(bytemuck::cast_slice(v)),
+        CpuStorage::BF16(v) => Borrowed(bytemuck::cast_slice(v)),
+        CpuStorage::I32(v) => Borrowed(bytemuck::cast_slice(v)),
+        CpuStorage::U32(v) => Borrowed(bytemuck::cast_slice(v)),
+        CpuStorage::I64(v) => Borrowed(bytemuck::cast_slice(v)),
+        CpuStorage::U8(v) => Borrowed(v),
+        CpuStorage::I8(v) => Borrowed(bytemuck::cast_slice(v)),
+        CpuStorage::I16(v) => Borrowed(bytemuck::cast_slice(v)),
+        CpuStorage::U16(v) => Borrowed(bytemuck::cast_slice(v)),
+        CpuStorage::U64(v) => Borrowed(bytemuck::cast_slice(v)),
+        CpuStorage::Bool(v) => std::borrow::Cow::Owned(v.iter().map(|&b| b as u8).collect()),
         CpuStorage::F64(_) => unreachable!("f64 is refused by alloc before any upload"),
     }
 }

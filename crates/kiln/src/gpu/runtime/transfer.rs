@@ -40,6 +40,10 @@ impl Staging {
     }
 }
 
+/// Uploads of at least this many bytes are submitted at once (their staging memory is then freed as
+/// the copy completes).
+const FLUSH_BYTES: usize = 16 << 20;
+
 /// Writes `bytes` at the start of `dst`.
 pub(crate) fn upload(ctx: &Gpu, exec: &Mutex<Exec>, dst: &GpuBuffer, bytes: &[u8]) -> Result<()> {
     let mut exec = exec.lock().unwrap_or_else(|e| e.into_inner());
@@ -58,6 +62,11 @@ pub(crate) fn upload(ctx: &Gpu, exec: &Mutex<Exec>, dst: &GpuBuffer, bytes: &[u8
         let mut tail = [0u8; 4];
         tail[..bytes.len() - n].copy_from_slice(&bytes[n..]);
         ctx.queue.write_buffer(dst.raw(), n as u64, &tail);
+    }
+    // `write_buffer` stages the bytes in host-visible memory until the next submission: a model's
+    // weights uploaded one after another with no work between them would all be staged at once.
+    if bytes.len() >= FLUSH_BYTES {
+        ctx.queue.submit(std::iter::empty());
     }
     ctx.check()
 }
