@@ -18,6 +18,7 @@ use super::emit::dispatch_rw;
 use super::params::AttnParams;
 use crate::gpu::runtime::{GpuContext, GpuStorage};
 use crate::{DType, Result};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// Workgroups the folded split aims for.
 const TARGET_GROUPS: usize = 512;
@@ -30,7 +31,21 @@ const MAX_SPLITS: usize = 64;
 /// adapters, unless `KILN_DECODE_FOLD=0`.
 pub(super) fn enabled(ctx: &GpuContext) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    ctx.summary.backend == "Vulkan" && *ON.get_or_init(|| crate::settings::DECODE_FOLD.is_not_zero())
+    let on = match FORCE.load(Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => *ON.get_or_init(|| crate::settings::DECODE_FOLD.is_not_zero()),
+    };
+    ctx.summary.backend == "Vulkan" && on
+}
+
+/// 0: `KILN_DECODE_FOLD` decides; 1: the two-dispatch path; 2: the folded one (on Vulkan).
+static FORCE: AtomicU8 = AtomicU8::new(0);
+
+/// Forces the folded (`Some(true)`) or the two-dispatch (`Some(false)`) decode path for the whole
+/// process, or hands the choice back to the setting (`None`): for tests of both paths in one run.
+pub(crate) fn force(on: Option<bool>) {
+    FORCE.store(on.map_or(0, |on| 1 + on as u8), Ordering::Relaxed);
 }
 
 /// A positive integer setting, read once.

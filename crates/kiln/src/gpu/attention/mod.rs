@@ -13,7 +13,7 @@
 //! The decode kernel's emitter is `decode.rs`; pieces both kernels use are in `emit.rs`.
 
 mod decode;
-mod decode_fold;
+pub(crate) mod decode_fold;
 mod emit;
 pub(crate) mod paged_decode;
 pub(crate) mod paged_write;
