@@ -322,6 +322,27 @@ fn split_keys(tk: usize, base: usize, step: usize, min_keys: usize) -> usize {
     c.div_ceil(step) * step
 }
 
+/// The decode kernel for sizes `[b, hq, hkv, tq, tk, d, dv]` (`vec`: keys and values read in
+/// granules; `fold`: the folded path's split): its variant, row chunks per head, row chunks in all,
+/// keys per split. `None` when it does not fit the adapter's workgroup memory.
+fn decode_plan(
+    ctx: &crate::gpu::runtime::GpuContext,
+    [b, hq, hkv, tq, tk, d, dv]: [usize; 7],
+    vec: bool,
+    fold: bool,
+) -> Option<(DecodeConfig, usize, usize, usize)> {
+    let rows = hq / hkv * tq;
+    let sg =
+        crate::gpu::runtime::subgroups::use_subgroups(ctx) && ctx.summary.subgroup_size.0 >= 8 && decode_subgroups();
+    let cfg = decode_config(d, dv, rows, vec, sg, ctx.limits.max_compute_workgroup_storage_size as usize)?;
+    let nrc = rows.div_ceil(cfg.rows());
+    let base = b * hkv * nrc;
+    let step = 16 * cfg.steps();
+    let c =
+        if fold { decode_fold::split_keys(tk, base, step) } else { split_keys(tk, base, step, min_decode_split(tk)) };
+    Some((cfg, nrc, base, c))
+}
+
 pub(crate) fn attention(
     q: &GpuStorage,
     ql: &Layout,
@@ -377,20 +398,8 @@ pub(crate) fn attention(
     }
     let fold = tq <= DECODE_MAX_TQ && decode_fold::enabled(ctx);
     let (kernel, blocks, ndv, base, c) = if tq <= DECODE_MAX_TQ {
-        let group = hq / hkv;
         let vec = granular(k, kl) && granular(v, vl);
-        let sg = crate::gpu::runtime::subgroups::use_subgroups(ctx)
-            && ctx.summary.subgroup_size.0 >= 8
-            && decode_subgroups();
-        let cfg = decode_config(d, dv, group * tq, vec, sg, limit).ok_or_else(too_small)?;
-        let nrc = (group * tq).div_ceil(cfg.rows());
-        let base = b * hkv * nrc;
-        let step = 16 * cfg.steps();
-        let c = if fold {
-            decode_fold::split_keys(tk, base, step)
-        } else {
-            split_keys(tk, base, step, min_decode_split(tk))
-        };
+        let (cfg, nrc, base, c) = decode_plan(ctx, [b, hq, hkv, tq, tk, d, dv], vec, fold).ok_or_else(too_small)?;
         (Kernel::Decode(cfg), nrc, 1, base, c)
     } else {
         let vec = granular(q, ql) && granular(k, kl) && granular(v, vl);
