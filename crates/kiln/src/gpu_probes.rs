@@ -65,3 +65,11 @@ pub fn sdpa_coop_tensors(
     let dims = vec![q.dims()[0], q.dims()[1], q.dims()[2], v.dims()[3]];
     Some(out.map(|s| Tensor::from_storage(Storage::Gpu(s), dims, q.device())))
 }
+
+/// Forces decode attention (query lengths up to 8) onto its folded one-dispatch path (`Some(true)`,
+/// Vulkan only) or its two-dispatch path with the combine kernel (`Some(false)`) for the whole
+/// process; `None` hands the choice back to `KILN_DECODE_FOLD`. Both paths compute the same result,
+/// so a test that forces one only changes which kernels other tests running meanwhile take.
+pub fn force_decode_fold(on: Option<bool>) {
+    crate::gpu::attention::decode_fold::force(on);
+}

@@ -99,11 +99,15 @@ settings! {
     COOP_ATTN_ABLATE = "KILN_COOP_ATTN_ABLATE", "kiln", default "none",
         "Leaves a part of the cooperative flash kernel out, to time the rest (wrong results): `stage`, `scores`, `softmax` or `pv`.";
     DECODE_SPLIT = "KILN_DECODE_SPLIT", "kiln", default "by context length",
-        "Keys per split of decode attention (at least 16).";
+        "Keys per split of decode attention: at least this (and 16) on the two-dispatch path, exactly this (rounded up to the keys per loop iteration) on the folded one.";
     DECODE_SG = "KILN_DECODE_SG", "kiln", default "1",
         "0: decode attention sums partial dot products without subgroup shuffles.";
     DECODE_UNROLL = "KILN_DECODE_UNROLL", "kiln", default "1",
         "Steps of 16 keys per iteration of the decode attention kernel: 1, 2 or 4.";
+    DECODE_FOLD = "KILN_DECODE_FOLD", "kiln", default "1",
+        "0: decode attention merges its key splits in a second dispatch (the combine kernel); else, on Vulkan, the last split workgroup of each row chunk merges them in the same dispatch.";
+    DECODE_GROUPS = "KILN_DECODE_GROUPS", "kiln", default "512",
+        "Workgroups the folded decode attention's key split aims for (at least 32 keys, at most 64 splits per row chunk).";
     QMV_C = "KILN_QMV_C", "kiln", default "by shape",
         "Weight rows per set of the quantized matvec (a power of two).";
     QMV_LN = "KILN_QMV_LN", "kiln", default "by shape",

@@ -26,7 +26,7 @@ fn ref_sdpa(q: &RefArray, k: &RefArray, v: &RefArray, causal: bool, scale: Optio
 /// The reference and, per output element, its error bound for a kernel computing in the compute type
 /// of `dtype` and storing `dtype` (see the module docs; twice the first-order terms, for the
 /// second-order ones).
-fn ref_sdpa_bounded(
+pub(crate) fn ref_sdpa_bounded(
     q: &RefArray,
     k: &RefArray,
     v: &RefArray,
@@ -106,12 +106,12 @@ fn p_round(dtype: DType) -> f64 {
 }
 
 /// Checks an attention output against the reference and bound of [`ref_sdpa_bounded`].
-fn assert_sdpa(got: &Tensor, (want, bound): &(RefArray, RefArray), ctx: &str) {
+pub(crate) fn assert_sdpa(got: &Tensor, (want, bound): &(RefArray, RefArray), ctx: &str) {
     assert_bounded(got, want, &bound.data, ctx);
 }
 
 /// (b, hq, hkv, tq, tk, d, dv, causal, scale)
-type Case = (usize, usize, usize, usize, usize, usize, usize, bool, Option<f64>);
+pub(crate) type Case = (usize, usize, usize, usize, usize, usize, usize, bool, Option<f64>);
 
 const CASES: [Case; 10] = [
     (1, 1, 1, 1, 1, 2, 2, false, None),
@@ -126,13 +126,13 @@ const CASES: [Case; 10] = [
     (1, 3, 3, 20, 20, 2, 1, false, Some(2.0)),
 ];
 
-struct Inputs {
-    q: RefArray,
-    k: RefArray,
-    v: RefArray,
+pub(crate) struct Inputs {
+    pub(crate) q: RefArray,
+    pub(crate) k: RefArray,
+    pub(crate) v: RefArray,
 }
 
-fn inputs(c: &Case, dtype: DType, seed: u64) -> Inputs {
+pub(crate) fn inputs(c: &Case, dtype: DType, seed: u64) -> Inputs {
     let &(b, hq, hkv, tq, tk, d, dv, _, _) = c;
     let mk = |shape: Vec<usize>, s: u64| {
         let n = shape.iter().product();
@@ -145,7 +145,7 @@ fn inputs(c: &Case, dtype: DType, seed: u64) -> Inputs {
     }
 }
 
-fn to_tensor(r: &RefArray, dtype: DType, kind: Layouts, dev: &Device) -> Tensor {
+pub(crate) fn to_tensor(r: &RefArray, dtype: DType, kind: Layouts, dev: &Device) -> Tensor {
     tensor_in(&r.data, &r.shape, dtype, kind, dev)
 }
 

@@ -5,6 +5,7 @@ mod bounds;
 mod common;
 
 mod attention;
+mod attention_splits;
 mod binary;
 mod create;
 mod decode;

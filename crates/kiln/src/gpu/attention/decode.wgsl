@@ -11,13 +11,12 @@
 // variants: no barrier in the loop) or through workgroup memory, and each invocation
 // keeps its own running max, sum and weighted value sum (online softmax) for its 4NV value columns.
 // At the end the 16 slots are merged in workgroup memory and the rows written: final rows when there
-// is one split, else (max, sum) and unnormalised rows for combine.wgsl.
+// is one split, else (max, sum) and unnormalised rows, which combine.wgsl merges in a second dispatch
+// or, in the folded variant (FOLD), the last split workgroup of the row chunk merges (decode_fold.wgsl).
+// The first keys and values are requested before the queries, so the two loads overlap.
 //
 // Params: `AttnParams` (mod.rs); p.blocks counts row chunks per head.
-@group(0) @binding(0) var<storage, read_write> dst: array<u32>;
-@group(0) @binding(1) var<storage, read> in0: array<u32>;
-@group(0) @binding(2) var<storage, read> in1: {{KV_ARRAY}};
-@group(0) @binding(3) var<storage, read> in2: {{KV_ARRAY}};
+{{BINDINGS}}
 {{PARAMS}}
 {{PRELUDE}}
 {{LOADERS}}
@@ -38,6 +37,7 @@ const PB: u32 = R * DP4;
 const MB: u32 = 0u;
 const SB: u32 = 16u * R;
 var<workgroup> sm: array<vec4<f32>, {{TOTAL}}>;
+{{FOLD_DECLS}}
 
 fn visible(i: u32, tq: u32, tk: u32, causal: bool) -> u32 {
     if (!causal) { return tk; }
@@ -57,7 +57,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     if (g >= p.groups) { return; }
     let hq = p.hq; let hkv = p.hkv; let tq = p.tq; let tk = p.tk; let d = p.d; let dv = p.dv;
     let scale = p.scale; let causal = p.causal == 1u;
-    let nrc = p.blocks; let nsplit = p.splits; let partial = p.partial == 1u;
+    let nrc = p.blocks; let nsplit = p.splits;
     // Row chunks of one key/value head and split are neighbours, so the second reads hit L2.
     let rc = g % nrc;
     var r = g / nrc;
@@ -69,16 +69,24 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     // Row x of this chunk is query i of head hk * group + x / tq; rows past the group are idle.
     var lim: array<u32, R>;
     var kend = 0u;
+    // Keys the chunk's rows see: the splits holding one are those that write partial rows.
+    var kvis = 0u;
     for (var x = 0u; x < R; x++) {
         let gr = rc * R + x;
         lim[x] = 0u;
-        if (gr < group * tq) { lim[x] = min(visible(gr % tq, tq, tk, causal), kstop); }
+        if (gr < group * tq) {
+            let vis = visible(gr % tq, tq, tk, causal);
+            lim[x] = min(vis, kstop);
+            kvis = max(kvis, vis);
+        }
         kend = max(kend, lim[x]);
     }
+    let nvis = min(nsplit, (kvis + p.per_split - 1u) / p.per_split);
+{{PARTIAL}}
     if (kbeg >= kend) {
         // No row of the chunk sees a key of this split: partial rows of it are never read (the combine
         // reads only the splits holding a visible key); final rows see no key at all and are zeros.
-        if (!partial) {
+        if (!partial && s == 0u) {
             for (var e = t; e < R * DV4; e += 128u) {
                 let x = e / DV4; let c = 4u * (e % DV4);
                 let gr = rc * R + x;
@@ -93,6 +101,8 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
 
     let kbase = p.k_off + b * p.k_sb + hk * p.k_sh; let kst = p.k_st; let kse = p.k_se;
     let vbase = p.v_off + b * p.v_sb + hk * p.v_sh; let vst = p.v_st; let vse = p.v_se;
+    let slot = t / 8u; let cg = t % 8u;
+{{PREFETCH}}
     // The queries: all QN loads of an invocation first, then the stores.
     var qv: array<f32, QN>;
     for (var it = 0u; it < QN; it++) {
@@ -110,9 +120,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
         if (e < R * DP4 * 4u) { sm[QB + e / 4u][e % 4u] = qv[it]; }
     }
     workgroupBarrier();
-    let slot = t / 8u; let cg = t % 8u;
 {{DECLARE}}
-{{PREFETCH}}
     var buf = 0u;
     for (var j0 = kbeg; j0 < kend; j0 += 16u * U) {
 {{LOAD}}
@@ -133,4 +141,5 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     var bad: array<bool, R>;
 {{MERGE_ML}}
 {{ROUNDS}}
+{{TAIL}}
 }

@@ -8,6 +8,7 @@ use super::kernels::Pipelines;
 use super::pool::{GpuBuffer, Pool};
 use super::transfer::{self, Staging};
 use crate::{Error, Result};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// One opened GPU: the wgpu device and queue with kiln's runtime around them. Dereferences to the
@@ -18,6 +19,8 @@ pub struct GpuContext {
     pub(crate) pipelines: Pipelines,
     pub(crate) exec: Mutex<Exec>,
     pub(crate) staging: Staging,
+    /// Counter buffers by name (`GpuContext::counters`).
+    counters: Mutex<HashMap<&'static str, wgpu::Buffer>>,
 }
 
 impl std::ops::Deref for GpuContext {
@@ -96,7 +99,34 @@ impl GpuContext {
         } else {
             wgpu::BufferUsages::empty()
         };
-        Ok(GpuContext { gpu, pool: Pool::new(usage), pipelines, exec: Mutex::new(exec), staging: Staging::new() })
+        Ok(GpuContext {
+            gpu,
+            pool: Pool::new(usage),
+            pipelines,
+            exec: Mutex::new(exec),
+            staging: Staging::new(),
+            counters: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The counter buffer `name` of at least `words` u32 words: created zeroed (wgpu zeroes new
+    /// buffers), kept for the life of the context, and left zeroed by the kernels that use it (each
+    /// dispatch sets the counters it raised back to 0 before it ends; wgpu orders dispatches that
+    /// write one buffer). A request for more words replaces it by a larger fresh one.
+    pub(crate) fn counters(&self, name: &'static str, words: usize) -> wgpu::Buffer {
+        let bytes = (4 * words as u64).next_power_of_two().max(256);
+        let mut map = self.counters.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = map.get(name).filter(|b| b.size() >= bytes) {
+            return b.clone();
+        }
+        let b = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(name),
+            size: bytes,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        map.insert(name, b.clone());
+        b
     }
 
     /// Writes `bytes` at the start of `dst` (after the pending batch).

@@ -1,0 +1,110 @@
+//! Decode attention (query lengths up to 8) with its keys split over many workgroups, on both GPU
+//! paths: the folded one (the last split workgroup of each row chunk merges the splits; Vulkan) and
+//! the two-dispatch one (the combine kernel). Contexts of thousands of keys (odd lengths), several
+//! query/key head ratios, causal queries up to 8 (rows seeing different numbers of splits), NaN and
+//! Inf in keys and values, and calls queued back to back: the folded path's ticket counters must be
+//! back at zero after each call, or the next call's merge never runs and its output stays poisoned.
+//! Tolerances: `ref_sdpa_bounded` (attention.rs).
+
+use crate::attention::{assert_sdpa, inputs, ref_sdpa_bounded, to_tensor, Case};
+use crate::backend_tests;
+use crate::common::*;
+use kiln::gpu_probes::force_decode_fold;
+use kiln::{DType, Device, Tensor};
+
+/// (b, hq, hkv, tq, tk, d, dv, causal, scale): many splits, head ratios 1, 3, 4 and 8.
+const CASES: [Case; 6] = [
+    (1, 8, 2, 1, 4099, 128, 128, false, None),
+    (1, 12, 4, 3, 2501, 80, 80, true, None),
+    (1, 4, 4, 8, 1903, 64, 64, true, None),
+    (2, 16, 2, 2, 1537, 64, 32, true, Some(0.1)),
+    // Causal, 8 queries over 33 keys: the first rows see one split, the last two.
+    (1, 4, 1, 8, 33, 64, 64, true, None),
+    (1, 32, 8, 1, 700, 64, 64, true, None),
+];
+
+/// Runs `f` once per GPU path (folded first), then hands the choice back to the setting; once on
+/// the CPU.
+fn each_path(dev: &Device, mut f: impl FnMut(&str)) {
+    if dev.is_cpu() {
+        return f("cpu");
+    }
+    for (on, name) in [(true, "folded"), (false, "two dispatches")] {
+        force_decode_fold(Some(on));
+        f(name);
+    }
+    force_decode_fold(None);
+}
+
+fn sdpa_decode_many_splits(dev: &Device) {
+    each_path(dev, |path| {
+        for dtype in supported(dev, &[DType::F32, DType::BF16]) {
+            for (ci, c) in CASES.iter().enumerate() {
+                let inp = inputs(c, dtype, 3100 + 10 * ci as u64);
+                let expected = ref_sdpa_bounded(&inp.q, &inp.k, &inp.v, c.7, c.8, dtype);
+                let t = |r| to_tensor(r, dtype, Layouts::Contiguous, dev);
+                let got = t(&inp.q).sdpa(&t(&inp.k), &t(&inp.v), c.7, c.8).unwrap();
+                assert_sdpa(&got, &expected, &format!("sdpa splits {c:?} {dtype} {path}"));
+            }
+        }
+    });
+}
+
+/// NaN and Inf keys and values in different splits of a long context: a NaN key or value poisons
+/// the rows that see it (causal: the last query only, for the last key), an Inf value makes its
+/// column Inf in the rows that see it; the other rows stay finite.
+fn sdpa_decode_splits_nan_inf(dev: &Device) {
+    let c: Case = (1, 8, 2, 3, 3001, 64, 64, true, None);
+    let (d, dv, tk) = (c.5, c.6, c.4);
+    each_path(dev, |path| {
+        for dtype in supported(dev, &[DType::F32, DType::BF16]) {
+            let mut inp = inputs(&c, dtype, 3300);
+            // Key/value head 0: a NaN value at key 100, an Inf value at key 2000. Head 1: a NaN key
+            // at the last key (seen by the last query only).
+            inp.v.data[100 * dv + 5] = f64::NAN;
+            inp.v.data[2000 * dv + 7] = f64::INFINITY;
+            inp.k.data[(tk + tk - 1) * d + 3] = f64::NAN;
+            for causal in [true, false] {
+                let expected = ref_sdpa_bounded(&inp.q, &inp.k, &inp.v, causal, None, dtype);
+                assert!(expected.0.data.iter().any(|v| v.is_nan()) && expected.0.data.iter().any(|v| v.is_finite()));
+                let t = |r| to_tensor(r, dtype, Layouts::Contiguous, dev);
+                let got = t(&inp.q).sdpa(&t(&inp.k), &t(&inp.v), causal, None).unwrap();
+                assert_sdpa(&got, &expected, &format!("sdpa splits nan/inf causal {causal} {dtype} {path}"));
+            }
+        }
+    });
+}
+
+/// Calls queued back to back on one device (no readback in between) with different split counts and
+/// row chunks, each of them three times: every output must equal the reference, and the repeats
+/// must be bit-identical. A counter left raised by one call would keep the next call of the same
+/// chunks from merging (its output stays poisoned), so this fails without the reset.
+fn sdpa_decode_back_to_back(dev: &Device) {
+    let cases: [Case; 3] = [
+        (1, 8, 2, 1, 2053, 64, 64, false, None),
+        (1, 8, 2, 4, 333, 64, 64, true, None),
+        (1, 8, 2, 1, 1100, 64, 64, true, None),
+    ];
+    each_path(dev, |path| {
+        let dtype = DType::F32;
+        let data: Vec<_> = cases.iter().enumerate().map(|(i, c)| inputs(c, dtype, 3500 + i as u64)).collect();
+        let t = |r| to_tensor(r, dtype, Layouts::Contiguous, dev);
+        let mut outs: Vec<Vec<Tensor>> = vec![Vec::new(); cases.len()];
+        for _ in 0..3 {
+            for (i, (c, inp)) in cases.iter().zip(&data).enumerate() {
+                outs[i].push(t(&inp.q).sdpa(&t(&inp.k), &t(&inp.v), c.7, c.8).unwrap());
+            }
+        }
+        for ((c, inp), got) in cases.iter().zip(&data).zip(&outs) {
+            let expected = ref_sdpa_bounded(&inp.q, &inp.k, &inp.v, c.7, c.8, dtype);
+            let first = got[0].to_f64_vec().unwrap();
+            for (n, g) in got.iter().enumerate() {
+                assert_sdpa(g, &expected, &format!("sdpa back to back {c:?} call {n} {path}"));
+                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&g.to_f64_vec().unwrap()), bits(&first), "{c:?} call {n} {path}: repeats differ");
+            }
+        }
+    });
+}
+
+backend_tests!(sdpa_decode_many_splits, sdpa_decode_splits_nan_inf, sdpa_decode_back_to_back);
