@@ -100,13 +100,17 @@ fn reduce(name: &str, side: usize, out: usize, f: fn(&Tensor) -> kiln::Result<Te
 }
 
 /// One decode step: a single query token per head against a key/value cache of `len` tokens.
-fn decode(b: usize, (hq, hkv): (usize, usize), len: usize, d: usize) -> Case {
-    let bytes = F32 * (2 * b * hkv * len * d + 2 * b * hq * d) as f64;
-    let name = format!("sdpa_decode_d{d}_kv{len}");
-    case(name, format!("{b}x{hq}/{hkv}x1x{d} kv {len}"), DType::F32, Bound::Memory, Some(bytes), None, move |inp| {
-        let q = inp.randn((b, hq, 1, d), DType::F32, SEED_A)?;
-        let k = inp.randn((b, hkv, len, d), DType::F32, SEED_B)?;
-        let v = inp.randn((b, hkv, len, d), DType::F32, SEED_C)?;
+fn decode(b: usize, heads: (usize, usize), len: usize, d: usize) -> Case {
+    decode_in(format!("sdpa_decode_d{d}_kv{len}"), DType::F32, b, heads, len, d)
+}
+
+/// [`decode`] in `dt` (an LLM's bf16 KV cache).
+fn decode_in(name: String, dt: DType, b: usize, (hq, hkv): (usize, usize), len: usize, d: usize) -> Case {
+    let bytes = (dt.size_in_bytes() * (2 * b * hkv * len * d + 2 * b * hq * d)) as f64;
+    case(name, format!("{b}x{hq}/{hkv}x1x{d} kv {len}"), dt, Bound::Memory, Some(bytes), None, move |inp| {
+        let q = inp.randn((b, hq, 1, d), dt, SEED_A)?;
+        let k = inp.randn((b, hkv, len, d), dt, SEED_B)?;
+        let v = inp.randn((b, hkv, len, d), dt, SEED_C)?;
         Ok(Box::new(move || q.sdpa(&k, &v, false, None)) as Op)
     })
 }
@@ -181,6 +185,12 @@ pub fn all(quick: bool) -> Vec<Case> {
         }
     }
     v.push(decode(1, s.heads, s.cache, 128));
+    // An 8B-shaped decode step's attention in bf16, short context to long (issue 35's targets).
+    if s.cache >= 8192 {
+        for len in [512, 4096, 32768] {
+            v.push(decode_in(format!("sdpa_decode_bf16_d128_kv{len}"), DType::BF16, 1, s.heads, len, 128));
+        }
+    }
     v.push(launch_chain(1000));
     v
 }

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Issue 35's decode attention in one device call (one GPU): the whole GPU suite first
+# (device_check.sh), the copy bandwidth, `kiln bench --filter sdpa_decode` with the folded
+# one-dispatch kernel and with the two-dispatch one (KILN_DECODE_FOLD=0), a sweep of the folded
+# kernel's keys per split (short context) and workgroup target (long), PyTorch's SDPA on the same
+# cases (torch_ref.py), and the 8B-shaped f16 decode (llm-bench, per-kernel profile) both ways.
+# Run from the repository root with .gl/, .lcpp/ (the gguf wheel) and .devbin.tar.xz carried.
+# Writes $OUT/device_check.txt, $OUT/decode_attn.txt and $OUT/llm_8b_fold_*.json.
+set -u
+OUT=${OUT:-/tmp/kiln-out}
+mkdir -p "$OUT" /tmp/site
+[ -d .devbin ] || tar xJf .devbin.tar.xz
+[ -n "${VK_DRIVER_FILES:-}" ] || source bench/gpu/vulkan-env.sh
+log="$OUT/decode_attn.txt"
+if [ "${CHECK:-1}" = 1 ]; then
+    bash bench/gpu/device_check.sh > "$OUT/device_check.txt" 2>&1
+    echo "device_check rc=$?" >> "$OUT/device_check.txt"
+    tail -4 "$OUT/device_check.txt"
+fi
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> "$log"
+python3 - >> "$log" 2>&1 <<'PY'
+import torch
+x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda"); y = torch.empty_like(x)
+for _ in range(3): y.copy_(x)
+s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+torch.cuda.synchronize(); s.record()
+for _ in range(20): y.copy_(x)
+e.record(); torch.cuda.synchronize()
+print(f"copy bandwidth (torch copy_, 1 GiB): {2 * 20 * (1 << 30) / (s.elapsed_time(e) / 1e3) / 1e9:.0f} GB/s")
+PY
+kb() { timeout 120 .devbin/kiln bench --device gpu --filter "$1" 2>/dev/null | grep -E "sdpa_decode|^name" >> "$log"; }
+for fold in 1 0; do
+    echo "== kiln bench sdpa_decode, KILN_DECODE_FOLD=$fold" >> "$log"
+    KILN_DECODE_FOLD=$fold kb sdpa_decode
+done
+for split in 16 32 64; do
+    echo "== KILN_DECODE_SPLIT=$split (folded)" >> "$log"
+    KILN_DECODE_SPLIT=$split kb sdpa_decode_bf16_d128_kv512
+done
+for groups in 256 1024; do
+    echo "== KILN_DECODE_GROUPS=$groups (folded)" >> "$log"
+    KILN_DECODE_GROUPS=$groups kb sdpa_decode_bf16_d128_kv4096,sdpa_decode_bf16_d128_kv32768
+done
+echo "== torch SDPA" >> "$log"
+(cd bench/gpu && timeout 120 python3 torch_ref.py --filter sdpa_decode) >> "$log" 2>&1
+[ "${LLM:-1}" = 1 ] || exit 0
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .lcpp/gguf-*.whl
+export PYTHONPATH=/tmp/site KILN=$PWD/.devbin/kiln OUTDIR=$OUT
+cat > /tmp/llm.sh <<'SH'
+for fold in 1 0; do
+    echo "== llm-bench 8b f16, KILN_DECODE_FOLD=$fold" >> "$OUTDIR/decode_attn.txt"
+    KILN_DECODE_FOLD=$fold timeout 150 "$KILN" llm-bench --model "$MODEL" --device gpu --dtype f16 --prefill 512 \
+        --contexts 512,4096 --decode-tokens 32 > "$OUTDIR/llm_8b_fold_$fold.json" 2>> "$OUTDIR/decode_attn.txt"
+done
+SH
+timeout 330 python3 bench/gpu/mem_gguf.py 8b /tmp/m/8b.gguf bash /tmp/llm.sh >> "$log" 2>&1
+grep -E "loaded in|decode at|prefill of 512 tokens:" "$log" | tail -8
