@@ -328,11 +328,20 @@ impl Gguf {
         &'a self,
         device: &'a Device,
     ) -> Result<impl Iterator<Item = Result<(String, GgufTensor)>> + 'a> {
+        self.load_hf_on(move |_| device)
+    }
+
+    /// [`Gguf::load_hf`] with each tensor read straight onto `device_of(its Hugging Face name)` (a
+    /// model split over several devices).
+    pub fn load_hf_on<'a>(
+        &'a self,
+        device_of: impl Fn(&str) -> &'a Device + 'a,
+    ) -> Result<impl Iterator<Item = Result<(String, GgufTensor)>> + 'a> {
         let p = self.llama_params()?;
         Ok(self.header.tensors.iter().filter_map(move |i| {
             let hf = names::hf_name(&i.name)?;
             let heads = names::qk_heads(&i.name, p.head_count, p.head_count_kv);
-            Some(self.load_info(i, device, heads).map(|t| (hf, t)))
+            Some(self.load_info(i, device_of(&hf), heads).map(|t| (hf, t)))
         }))
     }
 

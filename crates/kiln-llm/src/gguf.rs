@@ -95,9 +95,7 @@ impl GgufModel {
 
     fn load_with(&self, placement: &Placement, mut opts: LoadOptions, dequantize: bool) -> Result<Model> {
         let device = placement.first();
-        // Split: every tensor is read on the host, then moved to its layer's device.
-        let (split, cpu) = (placement.is_split(), Device::cpu());
-        let read_on = if split { &cpu } else { device };
+        // Every tensor is read straight onto its layer's device (split or not).
         let dtype = opts.dtype;
         if !dtype.is_float() || dtype == DType::F64 {
             return Err(LlmError::Arg(format!("model dtype must be f32, f16 or bf16, got {dtype}")));
@@ -108,11 +106,6 @@ impl GgufModel {
         let mut done = 0u64;
         let mut tensors = HashMap::new();
         let mut add = |name: String, t: GgufTensor| -> Result<()> {
-            let t = match t {
-                t if !split => t,
-                GgufTensor::Float(t) => GgufTensor::Float(t.to_device(placement.device_of(&name))?),
-                GgufTensor::Quant(q) => GgufTensor::Quant(q.to_device(placement.device_of(&name))?),
-            };
             done += match &t {
                 GgufTensor::Float(t) => (t.elem_count() * dtype.size_in_bytes()) as u64,
                 GgufTensor::Quant(q) => q.storage_bytes() as u64,
@@ -125,14 +118,15 @@ impl GgufModel {
         };
         if cfg.arch == Arch::Llama {
             // The converter permuted the q/k rows for GGML's interleaved rope: back to HF order.
-            for t in self.file.load_hf(read_on).map_err(|e| bad(&self.path, e))? {
+            for t in self.file.load_hf_on(|hf| placement.device_of(hf)).map_err(|e| bad(&self.path, e))? {
                 let (name, t) = t.map_err(|e| bad(&self.path, e))?;
                 add(name, t)?;
             }
         } else {
             for info in self.file.tensor_infos() {
                 if let Some(hf) = names::hf_name(&info.name) {
-                    add(hf, self.file.load(&info.name, read_on).map_err(|e| bad(&self.path, e))?)?;
+                    let on = placement.device_of(&hf);
+                    add(hf, self.file.load(&info.name, on).map_err(|e| bad(&self.path, e))?)?;
                 }
             }
         }
