@@ -206,13 +206,12 @@ def cases(quick):
     add(f"sdpa_decode_d128_kv{L}", f"1x{hq}/{hkv}x1x128 kv {L}", F32 * (2 * hkv * L * 128 + 2 * hq * 128), None,
         lambda I: (lambda q=I.randn([1, hq, 1, 128], 1), k=I.randn([1, hkv, L, 128], 2), v=I.randn([1, hkv, L, 128], 3):
                    F.scaled_dot_product_attention(q, k, v, enable_gqa=True)))
-    if L >= 8192:
-        for n in (512, 4096, 32768):
-            add(f"sdpa_decode_bf16_d128_kv{n}", f"1x{hq}/{hkv}x1x128 kv {n}", 2 * (2 * hkv * n * 128 + 2 * hq * 128), None,
-                lambda I, n=n: (lambda q=I.randn([1, hq, 1, 128], 1, torch.bfloat16),
-                                k=I.randn([1, hkv, n, 128], 2, torch.bfloat16),
-                                v=I.randn([1, hkv, n, 128], 3, torch.bfloat16):
-                                F.scaled_dot_product_attention(q, k, v, enable_gqa=True)))
+    for n in (L // 16, L // 2, L * 4):  # as gpu_cases.rs
+        add(f"sdpa_decode_bf16_d128_kv{n}", f"1x{hq}/{hkv}x1x128 kv {n}", 2 * (2 * hkv * n * 128 + 2 * hq * 128), None,
+            lambda I, n=n: (lambda q=I.randn([1, hq, 1, 128], 1, torch.bfloat16),
+                            k=I.randn([1, hkv, n, 128], 2, torch.bfloat16),
+                            v=I.randn([1, hkv, n, 128], 3, torch.bfloat16):
+                            F.scaled_dot_product_attention(q, k, v, enable_gqa=True)))
     realistic(add, quick)
     return out
 
