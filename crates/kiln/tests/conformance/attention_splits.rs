@@ -12,8 +12,9 @@ use crate::common::*;
 use kiln::gpu_probes::{decode_attention_kernel, force_decode_fold};
 use kiln::{DType, Device, Tensor};
 
-/// (b, hq, hkv, tq, tk, d, dv, causal, scale): many splits, head ratios 1, 3, 4 and 8.
-const CASES: [Case; 6] = [
+/// (b, hq, hkv, tq, tk, d, dv, causal, scale): many splits, head ratios 1, 3, 4 and 8, head sizes
+/// 64 to 128.
+const CASES: [Case; 7] = [
     (1, 8, 2, 1, 4099, 128, 128, false, None),
     (1, 12, 4, 3, 2501, 80, 80, true, None),
     (1, 4, 4, 8, 1903, 64, 64, true, None),
@@ -21,6 +22,7 @@ const CASES: [Case; 6] = [
     // Causal, 8 queries over 33 keys: the first rows see one split, the last two.
     (1, 4, 1, 8, 33, 64, 64, true, None),
     (1, 32, 8, 1, 700, 64, 64, true, None),
+    (1, 4, 1, 1, 300, 96, 96, false, None),
 ];
 
 /// Runs `f` once per GPU path (folded first), then hands the choice back to the setting; once on

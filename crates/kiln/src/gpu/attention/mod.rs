@@ -365,8 +365,8 @@ fn decode_plan(
     Some((cfg, nrc, base, c))
 }
 
-/// The decode kernel variant and keys per split [`attention`] would take for these sizes (keys and
-/// values contiguous): for the tests that check which kernel runs.
+/// The pipeline key of the decode kernel variant [`attention`] would take for these sizes (keys and
+/// values contiguous, before folding): for the tests that check which kernel runs.
 pub(crate) fn decode_variant_name(ctx: &crate::gpu::runtime::GpuContext, sizes: [usize; 7], dt: DType) -> String {
     let fold = decode_fold::enabled(ctx);
     let vec = sizes[5].is_multiple_of(4) && sizes[6].is_multiple_of(4);
