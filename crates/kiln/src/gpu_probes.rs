@@ -73,3 +73,11 @@ pub fn sdpa_coop_tensors(
 pub fn force_decode_fold(on: Option<bool>) {
     crate::gpu::attention::decode_fold::force(on);
 }
+
+/// The decode attention kernel (its pipeline key: `...:lanes:...` or the `slots` kernel's) that a
+/// call on the device of GPU tensor `on` with sizes `[b, hq, hkv, tq, tk, d, dv]`, contiguous keys
+/// and values of dtype `on.dtype()`, would take; `None` for a CPU tensor.
+pub fn decode_attention_kernel(on: &Tensor, sizes: [usize; 7]) -> Option<String> {
+    let s = on.storage();
+    Some(crate::gpu::attention::decode_variant_name(&s.as_gpu()?.ctx, sizes, on.dtype()))
+}

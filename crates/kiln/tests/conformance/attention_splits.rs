@@ -9,11 +9,12 @@
 use crate::attention::{assert_sdpa, inputs, ref_sdpa_bounded, to_tensor, Case};
 use crate::backend_tests;
 use crate::common::*;
-use kiln::gpu_probes::force_decode_fold;
+use kiln::gpu_probes::{decode_attention_kernel, force_decode_fold};
 use kiln::{DType, Device, Tensor};
 
-/// (b, hq, hkv, tq, tk, d, dv, causal, scale): many splits, head ratios 1, 3, 4 and 8.
-const CASES: [Case; 6] = [
+/// (b, hq, hkv, tq, tk, d, dv, causal, scale): many splits, head ratios 1, 3, 4 and 8, head sizes
+/// 64 to 128.
+const CASES: [Case; 7] = [
     (1, 8, 2, 1, 4099, 128, 128, false, None),
     (1, 12, 4, 3, 2501, 80, 80, true, None),
     (1, 4, 4, 8, 1903, 64, 64, true, None),
@@ -21,6 +22,7 @@ const CASES: [Case; 6] = [
     // Causal, 8 queries over 33 keys: the first rows see one split, the last two.
     (1, 4, 1, 8, 33, 64, 64, true, None),
     (1, 32, 8, 1, 700, 64, 64, true, None),
+    (1, 4, 1, 1, 300, 96, 96, false, None),
 ];
 
 /// Runs `f` once per GPU path (folded first), then hands the choice back to the setting; once on
@@ -107,4 +109,29 @@ fn sdpa_decode_back_to_back(dev: &Device) {
     });
 }
 
-backend_tests!(sdpa_decode_many_splits, sdpa_decode_splits_nan_inf, sdpa_decode_back_to_back);
+/// Where the adapter has subgroups (lavapipe has), the cases above with head sizes of 128 (and 64 on
+/// subgroups under 32 lanes, as lavapipe's) take the `lanes` decode kernel (unless
+/// `KILN_DECODE_KERNEL=slots`), so these tests cover it; an odd head size (80) keeps to `slots`.
+fn sdpa_decode_kernel_choice(dev: &Device) {
+    let Some(info) = dev.gpu_info() else { return };
+    if !info.features.contains(&"SUBGROUP") || info.subgroup_size.0 < 4 {
+        return;
+    }
+    let lanes_ok = std::env::var("KILN_DECODE_KERNEL").map_or(true, |v| v != "slots");
+    let w = info.subgroup_size.0.min(32) as usize;
+    let on = Tensor::zeros(&[4usize][..], DType::BF16, dev).unwrap();
+    let cases = [[1, 8, 2, 1, 4099, 128, 128], [1, 32, 8, 1, 700, 64, 64], [1, 12, 4, 3, 2501, 80, 80]];
+    for sizes in cases {
+        let key = decode_attention_kernel(&on, sizes).unwrap();
+        eprintln!("decode kernel for {sizes:?} (subgroups {:?}): {key}", info.subgroup_size);
+        let lanes = lanes_ok && sizes[6] % (4 * w) == 0;
+        assert_eq!(key.contains(":lanes:"), lanes, "{sizes:?}: {key}");
+    }
+}
+
+backend_tests!(
+    sdpa_decode_many_splits,
+    sdpa_decode_splits_nan_inf,
+    sdpa_decode_back_to_back,
+    sdpa_decode_kernel_choice
+);

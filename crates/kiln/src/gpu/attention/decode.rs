@@ -199,7 +199,7 @@ pub(crate) fn decode_source(dt: DType, out: DType, c: DecodeConfig) -> String {
     let rounds = decode_rounds(&c);
     let (loaders, arrays) = granule_loaders(dt, [false, c.vec, c.vec]);
     let n = |x: usize| x.to_string();
-    let fold = fold_parts(&c);
+    let fold = fold_parts(c.fold);
     render(
         DECODE,
         &[
@@ -331,8 +331,8 @@ fn decode_rounds(c: &DecodeConfig) -> String {
 /// The parts of the decode kernel that differ between the two-dispatch and the folded variants:
 /// bindings, module-scope declarations, `partial` (whether the workgroup writes partial rows), and
 /// the end of `main` (the folded variant's ticket and merge).
-fn fold_parts(c: &DecodeConfig) -> [String; 4] {
-    if !c.fold {
+pub(super) fn fold_parts(fold: bool) -> [String; 4] {
+    if !fold {
         return [
             "@group(0) @binding(0) var<storage, read_write> dst: array<u32>;\n\
              @group(0) @binding(1) var<storage, read> in0: array<u32>;\n\

@@ -25,6 +25,8 @@
 const R: u32 = {{R}}u;
 const RR: u32 = {{RR}}u;
 const U: u32 = {{U}}u;
+// Invocations per workgroup.
+const WG: u32 = 128u;
 // Query elements per invocation.
 const QN: u32 = (R * DP4 * 4u + 127u) / 128u;
 const DP4: u32 = {{DP4}}u;

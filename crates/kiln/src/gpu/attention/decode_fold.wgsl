@@ -8,7 +8,7 @@
 //
 // `part` (vec4): (max, sum, 0, 0) of row x of split s of chunk ch at (ch * nsplit + s) * R + x, its
 // value sums from p.part_start + ((ch * nsplit + s) * R + x) * DV4. Invocation t merges (row, column
-// quad) pairs t, t + 128, ..., loading MS splits at a time so their loads are in flight together.
+// quad) pairs t, t + WG, ..., loading MS splits at a time so their loads are in flight together.
 
 var<workgroup> ticket: u32;
 
@@ -32,7 +32,7 @@ const MS: u32 = {{MS}}u;
 
 fn merge_splits(t: u32, ch: u32, rc: u32, b: u32, hk: u32, nvis: u32) {
     let group = p.hq / p.hkv; let tq = p.tq; let dv = p.dv; let nsplit = p.splits;
-    for (var e = t; e < R * DV4; e += 128u) {
+    for (var e = t; e < R * DV4; e += WG) {
         let x = e / DV4; let c4 = e % DV4; let c = 4u * c4;
         let gr = rc * R + x;
         if (gr < group * tq && c < dv) {

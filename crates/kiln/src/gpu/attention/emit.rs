@@ -73,11 +73,17 @@ pub(super) fn granule_loaders(dt: DType, vec: [bool; 3]) -> (String, [&'static s
 
 /// Whether a view can be read in aligned 4-element granules (`granule_loaders`).
 pub(super) fn granular(s: &GpuStorage, l: &Layout) -> bool {
+    granular_by(s, l, 4)
+}
+
+/// Whether a view can be read in aligned `n`-element granules: unit last stride, rows of a
+/// multiple of `n` elements starting at multiples of `n`, and a buffer of whole 16-byte words.
+pub(super) fn granular_by(s: &GpuStorage, l: &Layout, n: usize) -> bool {
     let st = l.strides();
     let e = l.dims()[3];
     (st[3] == 1 || e <= 1)
-        && e.is_multiple_of(4)
-        && [l.offset(), st[0], st[1], st[2]].iter().all(|x| x.is_multiple_of(4))
+        && e.is_multiple_of(n)
+        && [l.offset(), st[0], st[1], st[2]].iter().all(|x| x.is_multiple_of(n))
         && s.buffer.size().is_multiple_of(16)
 }
 

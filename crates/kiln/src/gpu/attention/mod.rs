@@ -14,6 +14,7 @@
 
 mod decode;
 pub(crate) mod decode_fold;
+mod decode_lanes;
 mod emit;
 pub(crate) mod paged_decode;
 pub(crate) mod paged_write;
@@ -24,8 +25,9 @@ use crate::gpu::runtime::wgsl::{self, PRELUDE};
 use crate::gpu::runtime::GpuStorage;
 use crate::op::AttentionParams;
 use crate::{DType, Error, Layout, Result};
-use decode::{decode_config, decode_source, decode_subgroups, min_decode_split, DecodeConfig};
-use emit::{dispatch, granular, granule_loaders, lines, store_fns};
+use decode::{decode_config, decode_source, decode_subgroups, min_decode_split};
+use decode_lanes::{lanes_allowed, lanes_config, lanes_source, DecodeVariant};
+use emit::{dispatch, granular, granular_by, granule_loaders, lines, store_fns};
 use params::{AttnParams, CombineParams};
 use std::fmt::Write;
 
@@ -274,7 +276,8 @@ pub(crate) fn combine_source(out: DType) -> String {
 }
 
 /// Every attention kernel variant the launcher can pick for the usual head sizes (64, 128) and one
-/// odd one (80), on 32 KiB and 48 KiB of workgroup memory: for the MSL/HLSL translation test.
+/// odd one (80), on 32 KiB and 48 KiB of workgroup memory, and the `lanes` decode kernel on
+/// subgroups of 8 and 32: for the MSL/HLSL translation test.
 pub(crate) fn catalog() -> Vec<(String, String)> {
     let mut out = Vec::new();
     for dt in [DType::F32, DType::F16, DType::BF16] {
@@ -308,6 +311,16 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
                 }
             }
         }
+        for (d, w) in [(64, 8), (128, 8), (128, 32), (256, 32)] {
+            for rows in [2, 8] {
+                let c = lanes_config(d, d, rows, w, 32 * 1024).expect("lanes decode fits 32 KiB");
+                for c in [c, c.folded()] {
+                    for &o in outs {
+                        out.push((DecodeVariant::Lanes(c).key(dt, o), lanes_source(dt, o, c)));
+                    }
+                }
+            }
+        }
         out.push((format!("attention_combine:{dt}"), combine_source(dt)));
     }
     out.extend(flash_coop::catalog());
@@ -323,24 +336,42 @@ fn split_keys(tk: usize, base: usize, step: usize, min_keys: usize) -> usize {
 }
 
 /// The decode kernel for sizes `[b, hq, hkv, tq, tk, d, dv]` (`vec`: keys and values read in
-/// granules; `fold`: the folded path's split): its variant, row chunks per head, row chunks in all,
-/// keys per split. `None` when it does not fit the adapter's workgroup memory.
+/// granules, `vec8`: keys in 8-element ones too; `fold`: the folded path's split): its variant, row
+/// chunks per head, row chunks in all, keys per split. The `lanes` kernel where it applies (subgroups,
+/// granular keys and values, its head sizes) and `KILN_DECODE_KERNEL` allows it, else the `slots`
+/// one. `None` when neither fits the adapter's workgroup memory.
 fn decode_plan(
     ctx: &crate::gpu::runtime::GpuContext,
     [b, hq, hkv, tq, tk, d, dv]: [usize; 7],
-    vec: bool,
+    [vec, vec8]: [bool; 2],
     fold: bool,
-) -> Option<(DecodeConfig, usize, usize, usize)> {
+) -> Option<(DecodeVariant, usize, usize, usize)> {
     let rows = hq / hkv * tq;
-    let sg =
-        crate::gpu::runtime::subgroups::use_subgroups(ctx) && ctx.summary.subgroup_size.0 >= 8 && decode_subgroups();
-    let cfg = decode_config(d, dv, rows, vec, sg, ctx.limits.max_compute_workgroup_storage_size as usize)?;
+    let limit = ctx.limits.max_compute_workgroup_storage_size as usize;
+    let subgroups = crate::gpu::runtime::subgroups::use_subgroups(ctx);
+    let sg = subgroups && ctx.summary.subgroup_size.0 >= 8 && decode_subgroups();
+    let sg_min = ctx.summary.subgroup_size.0 as usize;
+    let lanes =
+        (subgroups && vec && vec8 && lanes_allowed()).then(|| lanes_config(d, dv, rows, sg_min, limit)).flatten();
+    let cfg = match lanes {
+        Some(c) => DecodeVariant::Lanes(c),
+        None => DecodeVariant::Slots(decode_config(d, dv, rows, vec, sg, limit)?),
+    };
     let nrc = rows.div_ceil(cfg.rows());
     let base = b * hkv * nrc;
-    let step = 16 * cfg.steps();
+    let step = cfg.step();
     let c =
         if fold { decode_fold::split_keys(tk, base, step) } else { split_keys(tk, base, step, min_decode_split(tk)) };
     Some((cfg, nrc, base, c))
+}
+
+/// The pipeline key of the decode kernel variant [`attention`] would take for these sizes (keys and
+/// values contiguous, before folding): for the tests that check which kernel runs.
+pub(crate) fn decode_variant_name(ctx: &crate::gpu::runtime::GpuContext, sizes: [usize; 7], dt: DType) -> String {
+    let fold = decode_fold::enabled(ctx);
+    let vec = sizes[5].is_multiple_of(4) && sizes[6].is_multiple_of(4);
+    let vec8 = dt == DType::F32 || sizes[5].is_multiple_of(8);
+    decode_plan(ctx, sizes, [vec, vec8], fold).map_or_else(|| "none".into(), |(c, ..)| c.key(dt, dt))
 }
 
 pub(crate) fn attention(
@@ -393,13 +424,15 @@ pub(crate) fn attention(
     // Either kernel: its variant, the blocks per head (query blocks or row chunks), the value
     // chunks, and the workgroups and keys per split it would take without splitting.
     enum Kernel {
-        Decode(DecodeConfig),
+        Decode(DecodeVariant),
         Flash(FlashConfig),
     }
     let fold = tq <= DECODE_MAX_TQ && decode_fold::enabled(ctx);
     let (kernel, blocks, ndv, base, c) = if tq <= DECODE_MAX_TQ {
         let vec = granular(k, kl) && granular(v, vl);
-        let (cfg, nrc, base, c) = decode_plan(ctx, [b, hq, hkv, tq, tk, d, dv], vec, fold).ok_or_else(too_small)?;
+        let vec8 = dt == DType::F32 || granular_by(k, kl, 8);
+        let sizes = [b, hq, hkv, tq, tk, d, dv];
+        let (cfg, nrc, base, c) = decode_plan(ctx, sizes, [vec, vec8], fold).ok_or_else(too_small)?;
         (Kernel::Decode(cfg), nrc, 1, base, c)
     } else {
         let vec = granular(q, ql) && granular(k, kl) && granular(v, vl);
@@ -433,8 +466,7 @@ pub(crate) fn attention(
     let bufs = [dst.buffer.raw(), q.buffer.raw(), k.buffer.raw(), v.buffer.raw()];
     match kernel {
         Kernel::Decode(cfg) => {
-            let key = format!("attention_decode:{dt}:{o}:{}", cfg.key());
-            dispatch(q, key, || decode_source(dt, o, cfg), &bufs, &params, groups, 1)?;
+            dispatch(q, cfg.key(dt, o), || cfg.source(dt, o), &bufs, &params, groups, 1)?;
         }
         Kernel::Flash(cfg) => {
             let key = format!("attention_flash:{dt}:{o}:{}", cfg.key());
