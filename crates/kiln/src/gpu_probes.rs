@@ -74,6 +74,12 @@ pub fn force_decode_fold(on: Option<bool>) {
     crate::gpu::attention::decode_fold::force(on);
 }
 
+/// Forces the `lanes` (`Some(true)`) or `slots` (`Some(false)`) decode attention kernel for the
+/// whole process, or hands the choice back to `KILN_DECODE_KERNEL` (`None`).
+pub fn force_decode_lanes(on: Option<bool>) {
+    crate::gpu::attention::decode_lanes::force(on);
+}
+
 /// The decode attention kernel (its pipeline key: `...:lanes:...` or the `slots` kernel's) that a
 /// call on the device of GPU tensor `on` with sizes `[b, hq, hkv, tq, tk, d, dv]`, contiguous keys
 /// and values of dtype `on.dtype()`, would take; `None` for a CPU tensor.

@@ -108,8 +108,8 @@ settings! {
         "0: decode attention merges its key splits in a second dispatch (the combine kernel); else, on Vulkan, the last split workgroup of each row chunk merges them in the same dispatch.";
     DECODE_GROUPS = "KILN_DECODE_GROUPS", "kiln", default "256",
         "Workgroups the folded decode attention's key split aims for (at least 32 keys, at most 64 splits per row chunk).";
-    DECODE_KERNEL = "KILN_DECODE_KERNEL", "kiln", default "lanes",
-        "The decode attention kernel: `lanes` (a lane owns whole keys, then value columns; subgroups, granular keys and values and its head sizes needed, else `slots`) or `slots` (16 key slots of 8 lanes, everywhere).";
+    DECODE_KERNEL = "KILN_DECODE_KERNEL", "kiln", default "slots",
+        "The decode attention kernel: `slots` (16 key slots of 8 lanes, everywhere) or `lanes` (opt-in, not yet run on a 32-lane GPU: a lane owns whole keys, then value columns; subgroups, granular keys and values and its head sizes needed, else `slots`).";
     QMV_C = "KILN_QMV_C", "kiln", default "by shape",
         "Weight rows per set of the quantized matvec (a power of two).";
     QMV_LN = "KILN_QMV_LN", "kiln", default "by shape",

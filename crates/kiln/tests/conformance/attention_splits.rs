@@ -9,7 +9,7 @@
 use crate::attention::{assert_sdpa, inputs, ref_sdpa_bounded, to_tensor, Case};
 use crate::backend_tests;
 use crate::common::*;
-use kiln::gpu_probes::{decode_attention_kernel, force_decode_fold};
+use kiln::gpu_probes::{decode_attention_kernel, force_decode_fold, force_decode_lanes};
 use kiln::{DType, Device, Tensor};
 
 /// (b, hq, hkv, tq, tk, d, dv, causal, scale): many splits, head ratios 1, 3, 4 and 8, head sizes
@@ -25,17 +25,24 @@ const CASES: [Case; 7] = [
     (1, 4, 1, 1, 300, 96, 96, false, None),
 ];
 
-/// Runs `f` once per GPU path (folded first), then hands the choice back to the setting; once on
-/// the CPU.
+/// Runs `f` once per GPU path (folded or two dispatches) and kernel (`slots`, and the opt-in
+/// `lanes` where it applies), then hands the choices back to the settings; once on the CPU.
 fn each_path(dev: &Device, mut f: impl FnMut(&str)) {
     if dev.is_cpu() {
         return f("cpu");
     }
-    for (on, name) in [(true, "folded"), (false, "two dispatches")] {
-        force_decode_fold(Some(on));
+    for (fold, lanes, name) in [
+        (true, false, "folded, slots"),
+        (true, true, "folded, lanes"),
+        (false, false, "two dispatches, slots"),
+        (false, true, "two dispatches, lanes"),
+    ] {
+        force_decode_fold(Some(fold));
+        force_decode_lanes(Some(lanes));
         f(name);
     }
     force_decode_fold(None);
+    force_decode_lanes(None);
 }
 
 fn sdpa_decode_many_splits(dev: &Device) {
@@ -110,23 +117,27 @@ fn sdpa_decode_back_to_back(dev: &Device) {
 }
 
 /// Where the adapter has subgroups (lavapipe has), the cases above with head sizes of 128 (and 64 on
-/// subgroups under 32 lanes, as lavapipe's) take the `lanes` decode kernel (unless
-/// `KILN_DECODE_KERNEL=slots`), so these tests cover it; an odd head size (80) keeps to `slots`.
+/// subgroups under 32 lanes, as lavapipe's) take the `lanes` decode kernel when it is forced (as
+/// `each_path` does), so these tests cover it; an odd head size (80) keeps to `slots`, and so does
+/// every case when `slots` is forced.
 fn sdpa_decode_kernel_choice(dev: &Device) {
     let Some(info) = dev.gpu_info() else { return };
     if !info.features.contains(&"SUBGROUP") || info.subgroup_size.0 < 4 {
         return;
     }
-    let lanes_ok = std::env::var("KILN_DECODE_KERNEL").map_or(true, |v| v != "slots");
     let w = info.subgroup_size.0.min(32) as usize;
     let on = Tensor::zeros(&[4usize][..], DType::BF16, dev).unwrap();
     let cases = [[1, 8, 2, 1, 4099, 128, 128], [1, 32, 8, 1, 700, 64, 64], [1, 12, 4, 3, 2501, 80, 80]];
-    for sizes in cases {
-        let key = decode_attention_kernel(&on, sizes).unwrap();
-        eprintln!("decode kernel for {sizes:?} (subgroups {:?}): {key}", info.subgroup_size);
-        let lanes = lanes_ok && sizes[6] % (4 * w) == 0;
-        assert_eq!(key.contains(":lanes:"), lanes, "{sizes:?}: {key}");
+    for forced in [true, false] {
+        force_decode_lanes(Some(forced));
+        for sizes in cases {
+            let key = decode_attention_kernel(&on, sizes).unwrap();
+            eprintln!("decode kernel for {sizes:?} (subgroups {:?}, lanes {forced}): {key}", info.subgroup_size);
+            let lanes = forced && sizes[6] % (4 * w) == 0;
+            assert_eq!(key.contains(":lanes:"), lanes, "{sizes:?}: {key}");
+        }
     }
+    force_decode_lanes(None);
 }
 
 backend_tests!(

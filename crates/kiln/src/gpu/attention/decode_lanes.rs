@@ -119,11 +119,26 @@ impl DecodeVariant {
     }
 }
 
-/// Whether `KILN_DECODE_KERNEL` lets decode attention take the `lanes` kernel (`slots` keeps the
-/// other one everywhere).
+/// Whether decode attention may take the `lanes` kernel: only with `KILN_DECODE_KERNEL=lanes` (or a
+/// test's [`force`]). It is opt-in until it has run on a GPU with 32-lane subgroups: CI runs it on
+/// lavapipe's 8-lane subgroups, and the default `slots` kernel is the one checked on the NVIDIA
+/// machine (docs/PERFORMANCE.md).
 pub(super) fn lanes_allowed() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| crate::settings::DECODE_KERNEL.get().map_or(true, |v| v.trim() != "slots"))
+    match FORCE.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => *ON.get_or_init(|| crate::settings::DECODE_KERNEL.get().is_ok_and(|v| v.trim() == "lanes")),
+    }
+}
+
+/// 0: `KILN_DECODE_KERNEL` decides; 1: `slots`; 2: `lanes` where it applies.
+static FORCE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Forces the `lanes` (`Some(true)`) or the `slots` (`Some(false)`) decode kernel for the whole
+/// process, or hands the choice back to the setting (`None`): for tests of both kernels in one run.
+pub(crate) fn force(lanes: Option<bool>) {
+    FORCE.store(lanes.map_or(0, |on| 1 + on as u8), std::sync::atomic::Ordering::Relaxed);
 }
 
 /// The `lanes` variant for head sizes `d`, `dv` and `rows` query rows per key/value head, on

@@ -14,7 +14,7 @@
 
 mod decode;
 pub(crate) mod decode_fold;
-mod decode_lanes;
+pub(crate) mod decode_lanes;
 mod emit;
 pub(crate) mod paged_decode;
 pub(crate) mod paged_write;
