@@ -230,3 +230,27 @@ fn vulkan_reports_device_memory() {
         assert!(free <= v.total, "{v:?}");
     }
 }
+
+/// `Tensor::from_le_bytes` (weights straight from a file's bytes: uploaded as they are on a GPU)
+/// gives `from_vec`'s tensor on both devices, and a byte count that is not the shape's is an error.
+#[test]
+fn tensors_from_little_endian_bytes() {
+    let Some((gpu, _serial)) = gpu() else { return };
+    let f: Vec<f32> = (0..37).map(|i| i as f32 * 0.37 - 5.0).collect();
+    let h: Vec<kiln::f16> = f.iter().map(|&x| kiln::f16::from_f32(x)).collect();
+    let b: Vec<kiln::bf16> = f.iter().map(|&x| kiln::bf16::from_f32(x)).collect();
+    let n: Vec<i64> = (0..37).map(|i| i * 1_000_000_007 - 3).collect();
+    for dev in [Device::cpu(), gpu] {
+        let check = |bytes: &[u8], dt: DType, want: Tensor| {
+            let t = Tensor::from_le_bytes(bytes, dt, 37, &dev).unwrap();
+            assert_eq!((t.dtype(), t.dims().to_vec(), t.device().name()), (dt, vec![37], dev.name()));
+            assert_eq!(t.to_f64_vec().unwrap(), want.to_f64_vec().unwrap(), "{dt} on {dev}");
+        };
+        check(bytemuck::cast_slice(&f), DType::F32, Tensor::from_vec(f.clone(), 37, &dev).unwrap());
+        check(bytemuck::cast_slice(&h), DType::F16, Tensor::from_vec(h.clone(), 37, &dev).unwrap());
+        check(bytemuck::cast_slice(&b), DType::BF16, Tensor::from_vec(b.clone(), 37, &dev).unwrap());
+        check(bytemuck::cast_slice(&n), DType::I64, Tensor::from_vec(n.clone(), 37, &dev).unwrap());
+        let e = Tensor::from_le_bytes(&[0u8; 73], DType::F16, 37, &dev).unwrap_err().to_string();
+        assert!(e.contains("from_le_bytes") && e.contains("needs 74 bytes, got 73"), "{e}");
+    }
+}
