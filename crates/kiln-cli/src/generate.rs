@@ -33,7 +33,8 @@ pub struct ModelArgs {
     device: Option<DeviceRequest>,
     /// Split the model's layers over several devices, in order (e.g. gpu:0,gpu:1 or cpu,gpu:0): the
     /// embedding with the first, the final norm and LM head with the last, hidden states moved
-    /// through host memory between them; an equal number of layers each unless --split says.
+    /// through host memory between them; GPUs take layers in proportion to their free memory (a CPU
+    /// what they cannot hold) unless --split says.
     #[arg(long, value_name = "DEV,DEV,..", value_parser = crate::devices::parse_devices)]
     pub(crate) devices: Option<DeviceList>,
     /// Layers per device of --devices, e.g. 20,12 (they must add up to the model's layer count).
