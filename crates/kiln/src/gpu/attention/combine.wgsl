@@ -17,26 +17,7 @@
 var<workgroup> part: array<vec4<f32>, 256>;
 var<workgroup> ml: array<vec2<f32>, 256>;
 
-fn visible(i: u32, tq: u32, tk: u32, causal: bool) -> u32 {
-    if (!causal) { return tk; }
-    return u32(clamp(i32(i) + 1 + i32(tk) - i32(tq), 0, i32(tk)));
-}
-
-// Folds split `s` (when `s < ns`) of row `row` into the running (m, l, o).
-struct Acc { m: f32, l: f32, o: vec4<f32>, bad: bool }
-
-fn fold(a: Acc, m: f32, l: f32, o: vec4<f32>) -> Acc {
-    var r = a;
-    r.bad = r.bad || is_nan(m);
-    if (!(m > -inf_f32())) { return r; }
-    if (m > r.m) {
-        let f = exp(r.m - m);
-        r.l *= f; r.o *= f; r.m = m;
-    }
-    let w = exp(m - r.m);
-    r.l += w * l; r.o += w * o;
-    return r;
-}
+{{ROWS}}
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,

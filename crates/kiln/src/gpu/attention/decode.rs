@@ -3,7 +3,7 @@
 //! the folded one (`fold`) merges them in the last split workgroup of each row chunk
 //! (decode_fold.wgsl, launched by `decode_fold.rs`).
 
-use super::emit::{granule_loaders, lines, store_fns, XYZW};
+use super::emit::{granule_loaders, lines, store_fns, ROWS, XYZW};
 use super::params::AttnParams;
 use crate::gpu::runtime::kernels::render;
 use crate::gpu::runtime::wgsl::PRELUDE;
@@ -210,6 +210,7 @@ pub(crate) fn decode_source(dt: DType, out: DType, c: DecodeConfig) -> String {
             ("PARAMS", &AttnParams::wgsl()),
             ("KV_ARRAY", arrays[1]),
             ("PRELUDE", PRELUDE),
+            ("ROWS", ROWS),
             ("LOADERS", &loaders),
             ("STORE", &store_fns(out)),
             ("R", &n(r)),

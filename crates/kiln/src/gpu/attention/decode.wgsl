@@ -41,16 +41,7 @@ const SB: u32 = 16u * R;
 var<workgroup> sm: array<vec4<f32>, {{TOTAL}}>;
 {{FOLD_DECLS}}
 
-fn visible(i: u32, tq: u32, tk: u32, causal: bool) -> u32 {
-    if (!causal) { return tk; }
-    return u32(clamp(i32(i) + 1 + i32(tk) - i32(tq), 0, i32(tk)));
-}
-
-fn finish(o: vec4<f32>, l: f32, bad: bool, vis: u32) -> vec4<f32> {
-    if (bad) { return vec4<f32>(nan_f32()); }
-    if (l == 0.0) { return select(vec4<f32>(0.0), vec4<f32>(nan_f32()), vis > 0u); }
-    return o / l;
-}
+{{ROWS}}
 
 @compute @workgroup_size(128)
 fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,

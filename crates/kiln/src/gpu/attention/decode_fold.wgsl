@@ -12,21 +12,7 @@
 
 var<workgroup> ticket: u32;
 
-struct Acc { m: f32, l: f32, o: vec4<f32>, bad: bool }
-
-// Folds one split's (max m, sum l, value sums o) into the running (m, l, o); -inf marks no key.
-fn fold(a: Acc, m: f32, l: f32, o: vec4<f32>) -> Acc {
-    var r = a;
-    r.bad = r.bad || is_nan(m);
-    if (!(m > -inf_f32())) { return r; }
-    if (m > r.m) {
-        let f = exp(r.m - m);
-        r.l *= f; r.o *= f; r.m = m;
-    }
-    let w = exp(m - r.m);
-    r.l += w * l; r.o += w * o;
-    return r;
-}
+// `Acc` and `fold` (the running merge): rows.wgsl.
 
 const MS: u32 = {{MS}}u;
 

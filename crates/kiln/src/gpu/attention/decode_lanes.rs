@@ -4,7 +4,7 @@
 //! (`decode.rs`). Both write the same partial rows, so both fold (decode_fold.rs) or combine.
 
 use super::decode::{decode_source, fold_parts, DecodeConfig};
-use super::emit::{lines, store_fns, XYZW};
+use super::emit::{lines, store_fns, ROWS, XYZW};
 use super::params::AttnParams;
 use crate::gpu::runtime::kernels::render;
 use crate::gpu::runtime::wgsl::{loader, PRELUDE};
@@ -235,6 +235,7 @@ pub(crate) fn lanes_source(dt: DType, out: DType, c: LanesConfig) -> String {
             ("TAIL", &fold[3]),
             ("PARAMS", &AttnParams::wgsl()),
             ("PRELUDE", PRELUDE),
+            ("ROWS", ROWS),
             ("LOADERS", &loaders),
             ("STORE", &store_fns(out)),
             ("R", &n(r)),

@@ -1,10 +1,14 @@
-//! Emitter pieces the attention kernels share: line builders, the output stores, the q/k/v granule
+//! Emitter pieces the attention kernels share: the row rules (rows.wgsl), line builders, the output stores, the q/k/v granule
 //! loaders, whether a view can be read in granules, and the dispatch of one kernel.
 
 use crate::gpu::runtime::wgsl::{self, loader};
 use crate::gpu::runtime::GpuStorage;
 use crate::{DType, Layout, Result};
 use std::fmt::Write;
+
+/// The attention-row rules the split decode kernels share (`{{ROWS}}`: keys a query sees, a finished
+/// row, the running merge of split rows).
+pub(super) const ROWS: &str = include_str!("rows.wgsl");
 
 /// `fn store4(e, v, n)`: elements `e..e + n` (n <= 4) of the final output, in `out` (f16/bf16 packed:
 /// `e` and `n` even) and `fn put_raw(e, v, n)`: the same as f32 words.

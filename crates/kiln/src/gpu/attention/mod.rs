@@ -27,7 +27,7 @@ use crate::op::AttentionParams;
 use crate::{DType, Error, Layout, Result};
 use decode::{decode_config, decode_source, decode_subgroups, min_decode_split};
 use decode_lanes::{lanes_allowed, lanes_config, lanes_source, DecodeVariant};
-use emit::{dispatch, granular, granular_by, granule_loaders, lines, store_fns};
+use emit::{dispatch, granular, granular_by, granule_loaders, lines, store_fns, ROWS};
 use params::{AttnParams, CombineParams};
 use std::fmt::Write;
 
@@ -272,7 +272,10 @@ fn flash_output(nv: usize) -> String {
 
 /// The kernel merging split partial rows into the final output of dtype `out`.
 pub(crate) fn combine_source(out: DType) -> String {
-    render(COMBINE, &[("PARAMS", &CombineParams::wgsl()), ("PRELUDE", PRELUDE), ("STORE", &store_fns(out))])
+    render(
+        COMBINE,
+        &[("PARAMS", &CombineParams::wgsl()), ("PRELUDE", PRELUDE), ("ROWS", ROWS), ("STORE", &store_fns(out))],
+    )
 }
 
 /// Every attention kernel variant the launcher can pick for the usual head sizes (64, 128) and one
