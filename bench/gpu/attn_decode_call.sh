@@ -18,16 +18,7 @@ if [ "${CHECK:-1}" = 1 ]; then
     tail -4 "$OUT/device_check.txt"
 fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> "$log"
-python3 - >> "$log" 2>&1 <<'PY'
-import torch
-x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda"); y = torch.empty_like(x)
-for _ in range(3): y.copy_(x)
-s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-torch.cuda.synchronize(); s.record()
-for _ in range(20): y.copy_(x)
-e.record(); torch.cuda.synchronize()
-print(f"copy bandwidth (torch copy_, 1 GiB): {2 * 20 * (1 << 30) / (s.elapsed_time(e) / 1e3) / 1e9:.0f} GB/s")
-PY
+python3 bench/gpu/copy_bw.py >> "$log" 2>&1
 kb() { timeout 120 .devbin/kiln bench --device gpu --filter "$1" 2>/dev/null | grep -E "sdpa_decode|^name" >> "$log"; }
 # The lanes kernel (default) against the slots kernel, both folded, and the two-dispatch path.
 for variant in "KILN_DECODE_KERNEL=lanes" "KILN_DECODE_KERNEL=slots" "KILN_DECODE_FOLD=0"; do

@@ -18,16 +18,7 @@ if [ "${CHECK:-1}" = 1 ]; then
     tail -4 "$OUT/device_check.txt"
 fi
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >> "$log"
-python3 - >> "$log" 2>&1 <<'PY'
-import torch
-x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda"); y = torch.empty_like(x)
-for _ in range(3): y.copy_(x)
-s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-torch.cuda.synchronize(); s.record()
-for _ in range(20): y.copy_(x)
-e.record(); torch.cuda.synchronize()
-print(f"copy bandwidth (torch copy_, 1 GiB): {2 * 20 * (1 << 30) / (s.elapsed_time(e) / 1e3) / 1e9:.0f} GB/s")
-PY
+python3 bench/gpu/copy_bw.py >> "$log" 2>&1
 # The formats of Q4_K_M and Q8_0 files (the whole qmatvec set takes over two minutes).
 for i8 in ${BENCH_I8S:-1 0}; do
     for f in q4_k q6_k q8_0; do
