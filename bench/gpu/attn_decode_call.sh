@@ -23,7 +23,7 @@ kb() { timeout 120 .devbin/kiln bench --device gpu --filter "$1" 2>/dev/null | g
 # The lanes kernel (default) against the slots kernel, both folded, and the two-dispatch path.
 for variant in "KILN_DECODE_KERNEL=lanes" "KILN_DECODE_KERNEL=slots" "KILN_DECODE_FOLD=0"; do
     echo "== kiln bench sdpa_decode, $variant" >> "$log"
-    env $variant kb sdpa_decode
+    (export "$variant"; kb sdpa_decode)
 done
 for split in ${SPLITS:-64 128}; do
     echo "== KILN_DECODE_SPLIT=$split (lanes, folded)" >> "$log"

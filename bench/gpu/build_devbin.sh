@@ -25,6 +25,11 @@ for l in sys.stdin:
     m=json.loads(l)
     if m.get('reason')=='compiler-artifact' and m.get('executable') and m['target']['name']=='kiln' and 'lib' in m['target']['kind']: print(m['executable'])" | tail -n1)
 cp "$exe" .devbin/kiln_lib
+# Examples the call also runs (EXAMPLES="coop_sweep coop_attention"), each a release build.
+for ex in ${EXAMPLES:-}; do
+    cargo build --release -p kiln --example "$ex"
+    cp "${CARGO_TARGET_DIR:-target}/release/examples/$ex" ".devbin/$ex"
+done
 strip .devbin/* 2>/dev/null || true
 tar cJf .devbin.tar.xz .devbin
 ls -la .devbin .devbin.tar.xz

@@ -15,7 +15,7 @@ use kiln::{DType, Device, Result, Tensor};
 const RUNS: usize = 15;
 
 /// `(name, batch, m, k, n, b_is_weight)`: a weight is stored `(n, k)` and used as its transpose.
-const CASES: [(&str, usize, usize, usize, usize, bool); 11] = [
+const CASES: [(&str, usize, usize, usize, usize, bool); 16] = [
     // Odd shapes: edge tiles beside interior ones (fast reads), and K off the slice (checked reads).
     ("odd777x4096x3000", 1, 777, 4096, 3000, false),
     ("odd1000x4104x2050", 1, 1000, 4104, 2050, true),
@@ -29,6 +29,12 @@ const CASES: [(&str, usize, usize, usize, usize, bool); 11] = [
     // Batched decode (serving): 32 or 64 rows against an 8B MLP weight.
     ("lin32x14336", 1, 32, 4096, 14336, true),
     ("lin64x14336", 1, 64, 4096, 14336, true),
+    // Issue 36's few-row class: a serving step's products (q/k/v, o, gate/up, down) at 16-96 rows.
+    ("lin16x14336", 1, 16, 4096, 14336, true),
+    ("lin96x14336", 1, 96, 4096, 14336, true),
+    ("lin96x4096", 1, 96, 4096, 4096, true),
+    ("lin32x6144", 1, 32, 4096, 6144, true),
+    ("down32x4096", 1, 32, 14336, 4096, true),
 ];
 
 const SPECS: [&str; 12] = [

@@ -90,6 +90,8 @@ settings! {
         "0: matmuls never take the cooperative-matrix kernels.";
     COOP_STAGE = "KILN_COOP_STAGE", "kiln", default "h4",
         "The staging of the cooperative matmul on Vulkan: `h1` or `h4`.";
+    COOP_SPLIT = "KILN_COOP_SPLIT", "kiln", default "1",
+        "0: the cooperative matmul never splits K over workgroups (it does where the tiles alone make too few).";
     COOP_TILE = "KILN_COOP_TILE", "kiln", default "auto",
         "The cooperative matmul's tile: `large`, `wide` or `small`; anything else chooses by shape.";
     COOP_ATTN = "KILN_COOP_ATTN", "kiln", default "1",

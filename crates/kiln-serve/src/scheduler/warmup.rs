@@ -12,9 +12,9 @@ impl Worker {
     /// before the first real one, so that the GPU kernels of the shapes a server meets are compiled
     /// now and not while a burst of clients waits for its first tokens: a kernel variant's first use
     /// compiles its pipeline, which takes seconds on some drivers (lavapipe, NVIDIA's for large
-    /// kernels). Bursts of 1, 2, 4, 8, 16, 64 and `max_batch` requests (the row blocks of the matmul
-    /// and fused decode kernels, the switch to composed ops past 8 rows, bf16's cooperative matmul
-    /// from 64 rows), so prompt chunks up to the step's budget, one prompt longer than a paged chunk
+    /// kernels). Bursts of 1, 2, 4, 8, 16, 32, 64, 128 and `max_batch` requests (the row blocks of the
+    /// matmul and fused decode kernels, the switch to composed ops past 8 rows, the cooperative
+    /// matmul's tiles for up to 32, 64 and 128 rows), so prompt chunks up to the step's budget, one prompt longer than a paged chunk
     /// and long enough for split decode attention, and one sampled request. The sequences' blocks
     /// go back to the pool and the counters stay untouched. Returns a line saying what it did.
     pub(super) fn warm_up(&mut self) -> Result<String, String> {
@@ -41,7 +41,7 @@ impl Worker {
         if ctx < 4 {
             return Ok(());
         }
-        let mut sizes = vec![1, 2, 4, 8, 16, 64, max_batch];
+        let mut sizes = vec![1, 2, 4, 8, 16, 32, 64, 128, max_batch];
         sizes.retain(|&n| n <= max_batch);
         sizes.sort_unstable();
         sizes.dedup();

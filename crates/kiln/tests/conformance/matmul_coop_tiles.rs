@@ -99,8 +99,9 @@ fn check(
     };
     let ctx =
         format!("spec {spec} emulate {emulate:?} {batch:?} ({m}, {k}) @ ({k}, {n}) A {va:?} B {vb:?} bcast {bcast}");
-    let parsed = CoopSpec::parse(spec).unwrap_or_else(|| panic!("bad spec {spec}"));
-    let got = matmul_coop_spec(&a, &b, CoopTile::Auto, emulate, Some(parsed))
+    // "auto": the automatic choice.
+    let parsed = (spec != "auto").then(|| CoopSpec::parse(spec).unwrap_or_else(|| panic!("bad spec {spec}")));
+    let got = matmul_coop_spec(&a, &b, CoopTile::Auto, emulate, parsed)
         .unwrap_or_else(|| panic!("the cooperative path refused {ctx}"))
         .unwrap_or_else(|e| panic!("{ctx}: {e}"));
     assert_eq!(got.dtype(), F16, "{ctx}");
@@ -129,6 +130,9 @@ const VIEWS: [(View, View); 6] = [
     (View::Offset(1), View::Transposed),
     (View::Stepped, View::Stepped),
 ];
+
+/// `VIEWS` without the column-major A.
+const A_ROW_VIEWS: [(View, View); 5] = [VIEWS[0], VIEWS[1], VIEWS[3], VIEWS[4], VIEWS[5]];
 
 /// Runs the cases for one spec: each view pair on an odd shape crossing several tiles and K slices,
 /// one exact-tile shape, a batched and a broadcast product, and NaN/Inf propagation.
@@ -207,7 +211,7 @@ fn coop_tiles_emulated_large() {
 /// The tile specs on the adapter's cooperative matrices (Vulkan, 16x16), each from its own seed. The
 /// specs are split over three tests so that the device run, one process per test, takes them side by
 /// side.
-fn tiles_on_device(specs: &[&str], mut seed: u64) {
+fn tiles_on_device(specs: &[&str], views: &[(View, View)], mut seed: u64) {
     let required = std::env::var("KILN_REQUIRE_COOP").is_ok_and(|v| v == "1");
     let Some(dev) = gpu_device() else {
         assert!(!required, "KILN_REQUIRE_COOP=1 but there is no GPU");
@@ -223,7 +227,7 @@ fn tiles_on_device(specs: &[&str], mut seed: u64) {
         return;
     }
     for spec in specs {
-        run_spec(&dev, spec, None, &VIEWS, &mut seed);
+        run_spec(&dev, spec, None, views, &mut seed);
     }
 }
 
@@ -231,13 +235,13 @@ fn tiles_on_device(specs: &[&str], mut seed: u64) {
 #[ignore = "needs 16x16 f16 cooperative matrices on Vulkan (NVIDIA): run with --include-ignored, KILN_REQUIRE_COOP=1"]
 fn coop_tiles_on_device_bk32() {
     let specs = ["2x2:4x4:32:h1", "2x2:4x4:32:h4", "2x2:4x4:32:h4:deep", "2x4:4x2:32:h4:deep", "2x2:2x2:32:h1:deep"];
-    tiles_on_device(&specs, 900);
+    tiles_on_device(&specs, &VIEWS, 900);
 }
 
 #[test]
 #[ignore = "needs 16x16 f16 cooperative matrices on Vulkan (NVIDIA): run with --include-ignored, KILN_REQUIRE_COOP=1"]
 fn coop_tiles_on_device_bk16() {
-    tiles_on_device(&["4x2:4x4:16:h4", "4x2:4x4:16:h4:deep", "2x4:4x4:16:h4:deep", "4x4:2x2:16:h4:deep"], 1300);
+    tiles_on_device(&["4x2:4x4:16:h4", "4x2:4x4:16:h4:deep", "2x4:4x4:16:h4:deep", "4x4:2x2:16:h4:deep"], &VIEWS, 1300);
 }
 
 #[test]
@@ -249,8 +253,15 @@ fn coop_tiles_on_device_fast() {
         "2x4:4x4:16:h4:a4:fast",
         "2x2:4x4:32:h4:deep:fast",
         "2x4:4x2:32:h4:a3:fast",
+        "1x4:2x2:32:h4:deep:fast:k4",
+        "1x4:4x2:32:h4:deep:fast:k3",
+        "2x2:4x4:32:h4:deep:fast:k2",
+        "1x4:4x1:64:h4:a4:fast",
     ];
-    tiles_on_device(&specs, 1600);
+    tiles_on_device(&specs, &VIEWS, 1600);
+    // 96-row tiles do not divide a column-major A's staging among 128 invocations (the path declines
+    // them there, and the automatic choice takes its next candidate): the other layouts.
+    tiles_on_device(&["1x4:6x2:32:h4:a4:fast"], &A_ROW_VIEWS, 1700);
 }
 
 /// bf16 values over 1e-6..1e4 in magnitude, both signs, and in every 7th line (row of a row-major
@@ -375,6 +386,28 @@ fn coop_bf16_emulated() {
     }
 }
 
+/// K split over workgroups (`kN`), f16 and bf16: splits of whole slices with a shorter last one,
+/// two and three splits, batches, the fast interior reads, the pair sums (even outputs) and the f32
+/// sum and cast (odd ones); `check`'s negative control drops the last 16 of K.
+#[test]
+fn coop_split_emulated() {
+    let Some(dev) = gpu_device() else { return };
+    let probe = (rand_tensor(&[2, 2], F16, 1, &dev), rand_tensor(&[2, 2], F16, 2, &dev));
+    if matmul_coop_spec(&probe.0, &probe.1, CoopTile::Small, Some(16), None).is_none() {
+        skip_emulation(&dev, "cooperative split-K matmul");
+        return;
+    }
+    let mut seed = 800;
+    run_spec(&dev, "2x2:2x2:32:h4:deep:fast:k3", Some(16), &VIEWS[..4], &mut seed);
+    run_spec(&dev, "1x4:2x2:16:h1:k2", Some(16), &VIEWS[..2], &mut seed);
+    run_bf16(&dev, "2x2:2x2:16:h4:a3:fast:k3", Some(16), &VIEWS[..3], &mut seed);
+    // The automatic choice splits K where the tiles make few workgroups: few rows, deep K.
+    for (m, k, n) in [(24, 1100, 70), (40, 1024, 33)] {
+        seed += 2;
+        check(&dev, "auto", Some(16), &[], (m, k, n), VIEWS[1], false, false, seed);
+    }
+}
+
 /// bf16 on the adapter's cooperative matrices, through specs and through `matmul`/`linear` (the
 /// automatic choice), where the adapter has them.
 /// The bf16 device runs: the device, or `None` where the test is skipped.
@@ -398,9 +431,16 @@ fn bf16_device() -> Option<Device> {
 fn coop_bf16_on_device() {
     let Some(dev) = bf16_device() else { return };
     let mut seed = 1900;
-    for spec in ["2x2:4x4:32:h4", "4x2:4x4:16:h4:deep", "2x4:4x4:16:h4:a4:fast", "2x2:4x4:32:h4:deep:fast"] {
+    for spec in [
+        "2x2:4x4:32:h4",
+        "4x2:4x4:16:h4:deep",
+        "2x4:4x4:16:h4:a4:fast",
+        "2x2:4x4:32:h4:deep:fast",
+        "1x4:2x2:32:h4:deep:fast:k4",
+    ] {
         run_bf16(&dev, spec, None, &VIEWS, &mut seed);
     }
+    run_bf16(&dev, "1x4:6x2:32:h4:a4:fast", None, &A_ROW_VIEWS, &mut seed);
 }
 
 /// The automatic choice on bf16 shapes of every size class (the specs are `coop_bf16_on_device`).
@@ -409,7 +449,9 @@ fn coop_bf16_on_device() {
 fn coop_bf16_on_device_auto() {
     let Some(dev) = bf16_device() else { return };
     let mut seed = 1950;
-    for (m, k, n) in [(300, 257, 514), (513, 96, 1000), (64, 4096, 129)] {
+    for (m, k, n) in
+        [(300, 257, 514), (513, 96, 1000), (64, 4096, 129), (40, 2048, 1000), (96, 4096, 515), (77, 512, 8200)]
+    {
         seed += 2;
         check_bf16(&dev, None, None, &[], (m, k, n), (View::Plain, View::Transposed), false, false, seed);
         check_bf16(&dev, None, None, &[2], (m, k, n), (View::Plain, View::Plain), false, true, seed);

@@ -245,18 +245,23 @@ pub(crate) fn run(p: &Problem, plan: Plan, a: &GpuStorage, b: &GpuStorage, out: 
         first += count;
     }
     if let Some(part) = &part {
-        let kernel = ctx.pipelines.get(ctx, "matmul_splitk", 1, splitk_source)?;
-        let len = out.len;
-        let lanes = splitk_lanes(splits);
-        let groups = wgsl::grid(len.div_ceil(256 / lanes), 1, max as u32);
-        let bufs = [out.buffer.raw(), part.buffer.raw()];
-        ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(
-            ctx,
-            &kernel,
-            &bufs,
-            &SplitkParams { len: len as u32, splits: splits as u32, lanes: lanes as u32 }.words(),
-            groups,
-        )?;
+        splitk_sum(ctx, out, part, out.len, splits)?;
     }
     Ok(())
+}
+
+/// `out` (f32, `len`) = the sum of the `splits` planes of `len` partial products in `part`.
+pub(crate) fn splitk_sum(
+    ctx: &std::sync::Arc<crate::gpu::runtime::GpuContext>,
+    out: &GpuStorage,
+    part: &GpuStorage,
+    len: usize,
+    splits: usize,
+) -> Result<()> {
+    let kernel = ctx.pipelines.get(ctx, "matmul_splitk", 1, splitk_source)?;
+    let lanes = splitk_lanes(splits);
+    let groups = wgsl::grid(len.div_ceil(256 / lanes), 1, ctx.limits.max_compute_workgroups_per_dimension);
+    let bufs = [out.buffer.raw(), part.buffer.raw()];
+    let params = SplitkParams { len: len as u32, splits: splits as u32, lanes: lanes as u32 };
+    ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(ctx, &kernel, &bufs, &params.words(), groups)
 }

@@ -2,6 +2,7 @@
 
 use super::config::{Config, CoopTile, Operand, Out, Stage};
 use super::emit::source;
+use super::launch::splitsum_source;
 use crate::gpu::pointwise::line_maxima;
 
 /// Every variant, for the translation test: both sizes, both presets, all operand stagings.
@@ -86,5 +87,34 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
             }
         }
     }
+    // Split K: f16 and bf16 partial products (cooperative 16x16 and 8x8, emulated), the few-row
+    // tiles the automatic choice takes for them, and the sums of their planes.
+    let (a, b) = (Operand { k_fast: true, vec: true }, Operand { k_fast: true, vec: true });
+    for out_form in [Out::F16, Out::Bf16Pairs, Out::Bf16ViaF32] {
+        for (s, stage, emulate) in [(16, Stage::H4, false), (8, Stage::H1, false), (16, Stage::H4, true)] {
+            let c =
+                Config { stage, emulate, out: out_form, split: true, ..Config::preset(CoopTile::Small, s, 32, a, b) };
+            out.push((c.key(), source(&c)));
+        }
+        for ((tm, tn, bk), split) in [(2, 1, 64), (4, 1, 64), (6, 2, 32)].into_iter().zip([true, false, true]) {
+            let base = Config::preset(CoopTile::Large, 16, 32, a, b);
+            let c = Config {
+                wm: 1,
+                wn: 4,
+                tm,
+                tn,
+                bk,
+                stage: Stage::H4,
+                ahead: 4,
+                fast: true,
+                out: out_form,
+                split,
+                ..base
+            };
+            out.push((c.key(), source(&c)));
+        }
+    }
+    out.push(("matmul_coop_splitsum_f16".into(), splitsum_source(false)));
+    out.push(("matmul_coop_splitsum_bf16".into(), splitsum_source(true)));
     out
 }

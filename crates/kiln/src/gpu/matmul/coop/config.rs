@@ -96,6 +96,10 @@ pub(crate) struct Config {
     /// words) and converted to f16 when staged, each line (row of A, column of B) multiplied by a
     /// power of two from its maximum (`pointwise/line_maxima.rs`), which the epilogue undoes.
     pub(crate) out: Out,
+    /// Split K: workgroup row `y` takes K from `y * p.kper` (a whole number of slices) and writes its
+    /// f32 partial product (unscaled for bf16) to plane `y` of `dst`, `p.part` elements apart; a
+    /// second pass sums the planes (`splitsum.wgsl`).
+    pub(crate) split: bool,
 }
 
 /// Ablations for `examples/coop_sweep.rs` (results are wrong with any but `None`): `NoLoad` reads no
@@ -150,6 +154,7 @@ impl Config {
             b,
             emulate: false,
             out: Out::F16,
+            split: false,
         }
     }
 
@@ -204,7 +209,7 @@ impl Config {
     pub(crate) fn key(&self) -> String {
         let op = |o: Operand| format!("{}{}", if o.k_fast { "k" } else { "mn" }, if o.vec { "x4" } else { "x1" });
         format!(
-            "matmul_coop{}{}:{s}x{s}:sg{}:{}x{}:{}x{}:bk{}:{}{}{}{}:A={}:B={}",
+            "matmul_coop{}{}:{s}x{s}:sg{}:{}x{}:{}x{}:bk{}:{}{}{}{}{}:A={}:B={}",
             if self.emulate { "_emulated" } else { "" },
             match self.out {
                 Out::F16 => "",
@@ -224,6 +229,7 @@ impl Config {
                 n => format!(":a{n}"),
             },
             if self.fast { ":fast" } else { "" },
+            if self.split { ":splitk" } else { "" },
             if self.probe == Probe::None { String::new() } else { format!(":{:?}", self.probe) },
             op(self.a),
             op(self.b),
@@ -281,12 +287,15 @@ pub(super) fn operand(
 
 params! {
     /// The cooperative matmul's parameters: the problem, tiles along M and N, the emulated kernel's
-    /// loop bounds (elements per lane, fragment size), and where B's line maxima start in `mx`.
+    /// loop bounds (elements per lane, fragment size), where B's line maxima start in `mx`, and for
+    /// split K the depth of each split and the distance between the partial products' planes.
     pub(super) struct CoopParams: MatmulShape {
         tiles_m: u32,
         tiles_n: u32,
         lane_elems: u32,
         frag: u32,
         mx_b: u32,
+        kper: u32,
+        part: u32,
     }
 }

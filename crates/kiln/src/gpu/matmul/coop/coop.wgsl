@@ -7,7 +7,8 @@
 // {{WM}}x{{WN}} grid; each subgroup keeps {{TM}}x{{TN}} accumulators of {{S}}x{{S}} in registers. A and
 // B advance {{BK}} deep along K, staged through two workgroup buffers: while one buffer is multiplied,
 // the next slice is read from memory into registers, then stored into the other buffer (one barrier
-// per slice). Reads outside the matrices give zeros, so any M, N, K work.
+// per slice). Reads outside the matrices give zeros, so any M, N, K work. With split K (SPLIT_DECLS)
+// workgroup row y multiplies K from kb = y * p.kper to kk and writes an f32 partial product.
 // The cooperative ops stay in workgroup-uniform control flow (naga requires it): every subgroup runs
 // the same straight-line code, and only plain loads and stores are guarded by bounds.
 // A and B are strided views. Each operand is staged with its contiguous ("fast") dim along a tile row
@@ -57,7 +58,7 @@ fn chunk_b(base: u32, s: u32, f: u32) -> {{REG}} {
 }
 
 {{BF16_DECLS}}
-{{PUT}}{{EMU}}
+{{SPLIT_DECLS}}{{PUT}}{{EMU}}
 @compute @workgroup_size({{WG}})
 fn main(
     @builtin(local_invocation_index) li: u32,
@@ -67,7 +68,7 @@ fn main(
     {{SG_LET}}
     let m = p.m;
     let n = p.n;
-    let kk = p.k;
+{{K_RANGE}}
     var a_base = p.a_off;
     var b_base = p.b_off;
     var rem = wid.z;
@@ -88,7 +89,7 @@ fn main(
     let tile_n = (wid.x % group) / rows;
     let m0 = tile_m * {{BM}}u;
     let n0 = tile_n * {{BN}}u;
-    let out = wid.z * m * n;
+    let out = wid.z * m * n{{PART}};
     {{SET_X}}
     // This subgroup's block of C and where its operands start in each stage.
     let wm = sg / {{WN}}u;
@@ -108,7 +109,7 @@ fn main(
         sc[i] = 0.0;
     }
 {{DECLS}}
-    let steps = (kk + {{BK}}u - 1u) / {{BK}}u;
+    let steps = (kk - kb + {{BK}}u - 1u) / {{BK}}u;
 {{MAINLOOP}}
 {{EPILOGUE}}
 }

@@ -96,8 +96,10 @@ pub(crate) fn source(c: &Config) -> String {
     let decls = declarations(&g);
 
     // Operand bindings and chunk readers. `base + s * slow_stride + f * fast_stride`.
-    let a = reader(c.a, c.stage, bf16, ("p.m", "p.a_so"), ("p.k", "p.a_sk"));
-    let b = reader(c.b, c.stage, bf16, ("p.n", "p.b_so"), ("p.k", "p.b_sk"));
+    // A split reads K up to its own end (`kend`), so a slice past it reads zeros, not the next split.
+    let kx = if c.split { "kend" } else { "p.k" };
+    let a = reader(c.a, c.stage, bf16, ("p.m", "p.a_so"), (kx, "p.a_sk"));
+    let b = reader(c.b, c.stage, bf16, ("p.n", "p.b_so"), (kx, "p.b_sk"));
     let (dst, decls_bf16, set_x) = match c.out {
         Out::F16 => ("array<f16>", String::new(), ""),
         out => (
@@ -105,6 +107,16 @@ pub(crate) fn source(c: &Config) -> String {
             bf16_decls(),
             "xa = wid.z * m;\n    xb = p.mx_b + wid.z * n;",
         ),
+    };
+    let (dst, split_decls, k_range, part) = if c.split {
+        (
+            "array<f32>",
+            "var<private> kend: u32;\n",
+            "    let kb = wid.y * p.kper;\n    let kk = min(p.k, kb + p.kper);\n    kend = kk;",
+            " + wid.y * p.part",
+        )
+    } else {
+        (dst, "", "    let kb = 0u;\n    let kk = p.k;", "")
     };
     let (lda, ldb) = (g.lda, g.ldb);
     let wa = if c.a.k_fast { format!("wm * {}u", c.tm * s * lda) } else { format!("wm * {}u", c.tm * s) };
@@ -189,6 +201,9 @@ pub(crate) fn source(c: &Config) -> String {
             ("EPILOGUE", &epilogue),
             ("DST", dst),
             ("BF16_DECLS", &decls_bf16),
+            ("SPLIT_DECLS", split_decls),
+            ("K_RANGE", k_range),
+            ("PART", part),
             ("SET_X", set_x),
             ("PUT", &put_fn(c)),
         ],
@@ -284,9 +299,12 @@ fn fast_load(g: &Geometry, set: u32) -> String {
 fn fast_setup(g: &Geometry) -> String {
     let c = g.c;
     let mut setup = String::new();
+    // A K-contiguous operand's lines past its edge (rows of A past M, columns of B past N) read its
+    // last line instead: in bounds, and they only reach outputs past the edge, which are not stored.
     let origin = |k_fast: bool, mn0: &str, sl: String, f: &str| {
         if k_fast {
-            format!("({mn0} + {sl}) * ss + {f}")
+            let last = if mn0 == "m0" { "m - 1u" } else { "n - 1u" };
+            format!("min({mn0} + {sl}, {last}) * ss + {f}")
         } else {
             format!("({sl}) * ss + {mn0} + {f}")
         }
@@ -388,15 +406,15 @@ fn k_loop(g: &Geometry, compute: &str, load: &dyn Fn(u32) -> String) -> String {
     let (bk, sas, sbs, ahead) = (c.bk, g.sa_stage, g.sb_stage, c.ahead);
     let unroll = if ahead % 2 == 0 { ahead } else { 2 * ahead };
     let barrier = if c.probe == Probe::NoBarrier { "" } else { "        workgroupBarrier();\n" };
-    let mut main = format!("    k0 = 0u;\n{}    so = 0u;\n{}", load(0), store(g, 0));
+    let mut main = format!("    k0 = kb;\n{}    so = 0u;\n{}", load(0), store(g, 0));
     for set in 1..ahead {
-        main += &format!("    k0 = {}u;\n{}", set * bk, load(set));
+        main += &format!("    k0 = kb + {}u;\n{}", set * bk, load(set));
     }
     main += "    workgroupBarrier();\n";
     let mut body = String::new();
     for u in 0..unroll {
         body += &format!(
-            "        {{\n        let sa0 = {}u;\n        let sb0 = {}u;\n        k0 = (t + {}u) * {bk}u;\n{}{compute}        so = {}u;\n{}{barrier}        }}\n",
+            "        {{\n        let sa0 = {}u;\n        let sb0 = {}u;\n        k0 = kb + (t + {}u) * {bk}u;\n{}{compute}        so = {}u;\n{}{barrier}        }}\n",
             (u % 2) * sas,
             (u % 2) * sbs,
             u + ahead,
@@ -426,13 +444,16 @@ fn main_loop(g: &Geometry) -> String {
         // Workgroup-uniform (`&`, not `&&`: naga lowers a short-circuit into a local variable, which
         // its uniformity analysis takes as non-uniform): the coop ops of both branches stay in
         // uniform control flow.
+        // A K-contiguous operand's edge tiles read on the fast path too (`fast_setup`): few-row
+        // products (any row count) are all edge tiles.
+        let whole = |k_fast: bool, e: &str| if k_fast { String::new() } else { e.to_string() };
         main += &format!(
-            "    let interior = (m0 + {bm}u <= m) & (n0 + {bn}u <= n) & (kk % {bk}u == 0u);\n    if (interior) {{\n{}{}    }} else {{\n{}    }}\n",
+            "    let interior = {}{}(kk % {bk}u == 0u);\n    if (interior) {{\n{}{}    }} else {{\n{}    }}\n",
+            whole(c.a.k_fast, &format!("(m0 + {}u <= m) & ", c.bm())),
+            whole(c.b.k_fast, &format!("(n0 + {}u <= n) & ", c.bn())),
             fast_setup(g),
             k_loop(g, &compute, &|set| fast_load(g, set)),
             k_loop(g, &compute, &checked),
-            bm = c.bm(),
-            bn = c.bn(),
             bk = c.bk,
         );
     } else {
@@ -584,10 +605,13 @@ fn unscale(v: f32, row: u32, col: u32) -> f32 {{
 fn put_fn(c: &Config) -> String {
     let (s, wg) = (c.s, c.wg());
     let (ss, slot, ldc, wmt, wnt, wn) = (s * s, s * c.ldc(), c.ldc(), c.tm * s, c.tn * s, c.wn);
-    let pairs = c.out == Out::Bf16Pairs;
+    let pairs = c.out == Out::Bf16Pairs && !c.split;
     let per = c.nsg() * ss / wg / if pairs { 2 } else { 1 };
     let (tile, width, col) = if pairs { (ss / 2, s / 2, "2u * (x % W2)") } else { (ss, s, "x % S") };
     let store = match c.out {
+        // A split's partial product: f32, scaled back for bf16 (the planes are summed afterwards).
+        Out::F16 if c.split => "dst[out + row * n + col] = sc[i];",
+        _ if c.split => "dst[out + row * n + col] = unscale(sc[i], row, col);",
         Out::F16 => "dst[out + row * n + col] = f16(sc[i]);",
         Out::Bf16ViaF32 => "dst[out + row * n + col] = unscale(sc[i], row, col);",
         // N is even here, so `col + 1` is inside the row and the word holds no other row's element.

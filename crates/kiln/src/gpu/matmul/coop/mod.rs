@@ -19,12 +19,16 @@
 //! choice takes 8 subgroups of 4x4 accumulators (128x256 tiles, 16-deep K slices, four in flight)
 //! where the output has 1.5 waves of them, else 4 subgroups of 4x4 (128x128, 32-deep slices, two in
 //! flight), else the presets (docs/PERFORMANCE.md, session 8: 1.5x the session-6 choice on an H200).
+//! Up to 128 rows (batched decode, serving) it takes one row of 4 subgroups over 32 or 64 rows with
+//! four slices in flight, and splits a deep K over several workgroups whose f32 partial products a
+//! second pass sums (`splitsum.wgsl`; `KILN_COOP_SPLIT=0` turns the split off).
 //! Every choice can be spelled out with [`CoopSpec`] (tests, `examples/coop_sweep.rs`).
 //!
 //! Files: `config.rs` (the specialisations and their sizes), `spec.rs` (the settings and sweep specs),
 //! `plan.rs` (whether the path applies, which kernel runs), `emit.rs` (the WGSL of one kernel, on
 //! `coop.wgsl`), `emulation.rs` (the plain-WGSL stand-ins), `launch.rs` (parameters and dispatch),
-//! `catalog.rs` (every variant, for the translation test). The tensor-level entries for tests and
+//! `catalog.rs` (every variant, for the translation test), `splitsum.wgsl` (the sum of a split's
+//! partial products). The tensor-level entries for tests and
 //! sweeps are `kiln::gpu_probes` (gpu_probes.rs).
 
 mod catalog;

@@ -17,13 +17,27 @@ use std::sync::Arc;
 /// Below this many multiply-adds (or with M or N under `MIN_SIDE`) the generic kernel is used.
 const MIN_WORK: usize = 32 * 32 * 32;
 const MIN_SIDE: usize = 16;
-/// bf16 takes the cooperative path from this many rows and columns on.
-const MIN_SIDE_BF16: usize = 64;
+/// bf16 takes the cooperative path from this many rows and columns on: at 16 rows the skinny kernel
+/// on the CUDA cores is faster (it needs no line maxima pass), past 16 it makes a second pass over
+/// the weight and the cooperative one is faster (H200: 260 against 139 us at 32 x 4096 -> 14336).
+const MIN_SIDE_BF16: usize = 17;
 /// The automatic choice on Vulkan takes 128x256 tiles from this many on (about 1.5 waves of an
 /// H100/H200's 132 SMs; fewer: 128x128 tiles, two workgroups per SM).
 const WIDE_MIN_TILES: usize = 200;
 /// `Auto` picks `Small` when `Large` would make fewer workgroups than this.
 const LARGE_MIN_TILES: usize = 256;
+/// The automatic choice on Vulkan takes its few-row tiles up to this many rows, 96-row ones from
+/// this many columns on (fewer: too few workgroups).
+const FEW_ROWS: usize = 128;
+const WIDE_FEW_N: usize = 8192;
+/// The automatic choice splits K when the tiles make fewer workgroups than this (about 1.5 waves of
+/// an H100/H200's 132 SMs), into splits of at least `MIN_SPLIT_K` (on the H200 a split paid only for
+/// deep K, e.g. the 14336-deep down projection: 204 -> 118 us at 32 rows; shallower it cost more
+/// than it gained).
+const SPLIT_BELOW: usize = 200;
+const MIN_SPLIT_K: usize = 4096;
+/// The partial products of a split stay within one binding of this size.
+const MAX_PART_BYTES: u64 = 256 << 20;
 
 /// `try_matmul_coop` (mod.rs) with a forced preset, an optional size threshold, and `emulate: Some(s)` to
 /// run the emulated kernel with `s x s` tiles instead (any adapter with SHADER_F16).
@@ -133,7 +147,20 @@ pub(crate) fn matmul_coop(
         let big = |wm, wn, bk, ahead| Config { wm, wn, tm: 4, tn: 4, bk, ahead, fast: true, ..preset(CoopTile::Large) };
         let wide = big(2, 4, 16, 4);
         let square = big(2, 2, 32, 2);
-        if batch * tiles(&wide) >= WIDE_MIN_TILES {
+        // Few rows (batched decode, serving): one subgroup row of 32 or 64 rows by 4 x 32 columns,
+        // so no tensor-core work is spent on rows past M; K is split (`auto_split`) to fill the GPU.
+        let few = |tm, tn, bk| Config { wm: 1, wn: 4, tm, tn, bk, ahead: 4, fast: true, ..preset(CoopTile::Large) };
+        if m <= FEW_ROWS {
+            // Measured on an H200 (docs/PERFORMANCE.md, 2026-11-28 sixth session): 32 x 64 tiles
+            // over 64-deep slices to 32 rows, else 64 x 64, except 96 x 128 tiles over 32-deep
+            // slices (the weight read once) for 65-96 rows of a wide product; four slices in flight.
+            let few = match m {
+                ..=32 => few(2, 1, 64),
+                65..=96 if n >= WIDE_FEW_N => few(6, 2, 32),
+                _ => few(4, 1, 64),
+            };
+            candidates.insert(0, few);
+        } else if batch * tiles(&wide) >= WIDE_MIN_TILES {
             candidates.insert(0, wide);
         } else if batch * tiles(&square) >= LARGE_MIN_TILES / 4 {
             candidates.insert(0, square);
@@ -153,13 +180,24 @@ pub(crate) fn matmul_coop(
             ..base
         }];
     }
-    let c = candidates.into_iter().find(|c| c.well_formed() && fits_device(c))?;
+    let mut c = candidates.into_iter().find(|c| c.well_formed() && fits_device(c))?;
     if batch > max {
         return None;
     }
+    let (mut splits, mut kper) = match spec {
+        Some(sp) => k_split(k, c.bk as usize, sp.splits as usize),
+        None if tile == CoopTile::Auto && vulkan && split_enabled() => auto_split(&c, batch * tiles(&c), k),
+        None => (1, k),
+    };
+    // Every partial product's index must fit in u32, and the planes one binding: else no split.
+    let planes = splits * batch * m * n;
+    if splits > max || planes as u64 >= u32::MAX as u64 || planes as u64 * 4 > MAX_PART_BYTES {
+        (splits, kper) = (1, k);
+    }
+    c.split = splits > 1;
     Some((|| {
         if !bf16 {
-            return run(a, al, b, bl, &c, (m, n, k), batch, (&bd, &bs), tiles(&c), None);
+            return run(a, al, b, bl, &c, (m, n, k), batch, (&bd, &bs), tiles(&c), None, (splits, kper));
         }
         let mx = line_maxima::maxima_buffer(ctx, batch * (m + n))?;
         let lines = |lines, offset, line_stride, k_stride, strides| line_maxima::Lines {
@@ -176,6 +214,31 @@ pub(crate) fn matmul_coop(
         let lb = lines(n, bl.offset(), sb[rank - 1], sb[rank - 2], &bs[1][..]);
         line_maxima::line_maxima(a, &la, &mx, 0)?;
         line_maxima::line_maxima(b, &lb, &mx, batch * m)?;
-        run(a, al, b, bl, &c, (m, n, k), batch, (&bd, &bs), tiles(&c), Some(&mx))
+        run(a, al, b, bl, &c, (m, n, k), batch, (&bd, &bs), tiles(&c), Some(&mx), (splits, kper))
     })())
+}
+
+/// `splits` splits of K as (splits, K per split): each a whole number of `bk` slices (so no slice
+/// crosses into the next split), the last one shorter; fewer splits where K has fewer slices.
+fn k_split(k: usize, bk: usize, splits: usize) -> (usize, usize) {
+    let kper = k.div_ceil(splits.max(1)).div_ceil(bk) * bk;
+    (k.div_ceil(kper), kper)
+}
+
+/// The automatic K split: enough splits that `groups` tiles make `SPLIT_BELOW` workgroups, each
+/// split at least `MIN_SPLIT_K` deep.
+fn auto_split(c: &Config, groups: usize, k: usize) -> (usize, usize) {
+    if groups >= SPLIT_BELOW || k < 2 * MIN_SPLIT_K {
+        return (1, k);
+    }
+    let want = SPLIT_BELOW.div_ceil(groups).min(k / MIN_SPLIT_K);
+    if want < 2 {
+        return (1, k);
+    }
+    k_split(k, c.bk as usize, want)
+}
+
+fn split_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| crate::settings::COOP_SPLIT.is_not_zero())
 }

@@ -35,11 +35,15 @@ pub struct CoopSpec {
     pub fast: bool,
     /// An ablation (sweeps only: the result is wrong).
     pub probe: Probe,
+    /// K split over this many workgroups per output tile (1: no split), their partial products
+    /// summed by a second pass (`splitsum.wgsl`).
+    pub splits: u32,
 }
 
 impl CoopSpec {
     /// `WMxWN:TMxTN:BK:STAGE[:FLAG]...`, e.g. `4x2:4x4:16:h4:deep:fast`. Flags: `deep` (two slices
-    /// in flight), `a3` or `a4` (three, four), `fast`, and the ablations `noload`, `nobarrier`, `nomma`.
+    /// in flight), `a3` or `a4` (three, four), `fast`, `kN` (K split N ways, 2 to 64), and the
+    /// ablations `noload`, `nobarrier`, `nomma`.
     pub fn parse(text: &str) -> Option<CoopSpec> {
         let parts: Vec<&str> = text.split(':').collect();
         let pair = |p: &str| -> Option<(u32, u32)> {
@@ -58,8 +62,16 @@ impl CoopSpec {
             ahead: 1,
             fast: false,
             probe: Probe::None,
+            splits: 1,
         };
         for flag in flags {
+            if let Some(n) = flag.strip_prefix('k').and_then(|n| n.parse::<u32>().ok()) {
+                if !(2..=64).contains(&n) {
+                    return None;
+                }
+                spec.splits = n;
+                continue;
+            }
             match *flag {
                 "deep" => spec.ahead = 2,
                 "a3" => spec.ahead = 3,
