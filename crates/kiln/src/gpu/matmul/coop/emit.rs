@@ -108,16 +108,7 @@ pub(crate) fn source(c: &Config) -> String {
             "xa = wid.z * m;\n    xb = p.mx_b + wid.z * n;",
         ),
     };
-    let (dst, split_decls, k_range, part) = if c.split {
-        (
-            "array<f32>",
-            "var<private> kend: u32;\n",
-            "    let kb = wid.y * p.kper;\n    let kk = min(p.k, kb + p.kper);\n    kend = kk;",
-            " + wid.y * p.part",
-        )
-    } else {
-        (dst, "", "    let kb = 0u;\n    let kk = p.k;", "")
-    };
+    let (dst, split_decls, k_range, part) = split_parts(c, dst);
     let (lda, ldb) = (g.lda, g.ldb);
     let wa = if c.a.k_fast { format!("wm * {}u", c.tm * s * lda) } else { format!("wm * {}u", c.tm * s) };
     let wb = if c.b.k_fast { format!("wn * {}u", c.tn * s * ldb) } else { format!("wn * {}u", c.tn * s) };
@@ -208,6 +199,21 @@ pub(crate) fn source(c: &Config) -> String {
             ("PUT", &put_fn(c)),
         ],
     )
+}
+
+/// The pieces split K changes: the result binding (f32 partial products), the declarations, this
+/// workgroup's K range (`kb` to `kk`) and its plane's offset.
+fn split_parts<'a>(c: &Config, dst: &'a str) -> (&'a str, &'static str, &'static str, &'static str) {
+    if c.split {
+        (
+            "array<f32>",
+            "var<private> kend: u32;\n",
+            "    let kb = wid.y * p.kper;\n    let kk = min(p.k, kb + p.kper);\n    kend = kk;",
+            " + wid.y * p.part",
+        )
+    } else {
+        (dst, "", "    let kb = 0u;\n    let kk = p.k;", "")
+    }
 }
 
 /// `DECLS`: for bf16 the line scales of each chunk, then the register sets of the slices in flight.

@@ -139,31 +139,10 @@ pub(crate) fn matmul_coop(
     if tile == CoopTile::Auto {
         candidates.push(preset(CoopTile::Small));
     }
-    // Vulkan, 16x16 (NVIDIA), measured on an H200 (docs/PERFORMANCE.md, session 8): interior tiles
-    // on the fast reads; 8 subgroups of 4x4 accumulators (128x256 tiles) over 16-deep slices with
-    // four in flight where there are 1.5 waves of such tiles or more, else 4 subgroups of 4x4
-    // (128x128, two workgroups per SM) over 32-deep slices with two in flight, else the presets.
     if tile == CoopTile::Auto && stage == Stage::H4 && s == 16 {
-        let big = |wm, wn, bk, ahead| Config { wm, wn, tm: 4, tn: 4, bk, ahead, fast: true, ..preset(CoopTile::Large) };
-        let wide = big(2, 4, 16, 4);
-        let square = big(2, 2, 32, 2);
-        // Few rows (batched decode, serving): one subgroup row of 32 or 64 rows by 4 x 32 columns,
-        // so no tensor-core work is spent on rows past M; K is split (`auto_split`) to fill the GPU.
-        let few = |tm, tn, bk| Config { wm: 1, wn: 4, tm, tn, bk, ahead: 4, fast: true, ..preset(CoopTile::Large) };
-        if m <= FEW_ROWS {
-            // Measured on an H200 (docs/PERFORMANCE.md, 2026-11-28 sixth session): 32 x 64 tiles
-            // over 64-deep slices to 32 rows, else 64 x 64, except 96 x 128 tiles over 32-deep
-            // slices (the weight read once) for 65-96 rows of a wide product; four slices in flight.
-            let few = match m {
-                ..=32 => few(2, 1, 64),
-                65..=96 if n >= WIDE_FEW_N => few(6, 2, 32),
-                _ => few(4, 1, 64),
-            };
-            candidates.insert(0, few);
-        } else if batch * tiles(&wide) >= WIDE_MIN_TILES {
-            candidates.insert(0, wide);
-        } else if batch * tiles(&square) >= LARGE_MIN_TILES / 4 {
-            candidates.insert(0, square);
+        let large = preset(CoopTile::Large);
+        if let Some(c) = measured_choice(&large, (m, n), |c| batch * tiles(c)) {
+            candidates.insert(0, c);
         }
     }
     if let Some(sp) = spec {
@@ -216,6 +195,34 @@ pub(crate) fn matmul_coop(
         line_maxima::line_maxima(b, &lb, &mx, batch * m)?;
         run(a, al, b, bl, &c, (m, n, k), batch, (&bd, &bs), tiles(&c), Some(&mx), (splits, kper))
     })())
+}
+
+/// The measured choice on Vulkan with 16x16 matrices (NVIDIA), or `None` for the presets; `groups`
+/// counts a config's workgroups. On an H200 (docs/PERFORMANCE.md, session 8): interior tiles on the
+/// fast reads; 8 subgroups of 4x4 accumulators (128x256 tiles) over 16-deep slices with four in
+/// flight where there are 1.5 waves of such tiles or more, else 4 subgroups of 4x4 (128x128, two
+/// workgroups per SM) over 32-deep slices with two in flight. Few rows (batched decode, serving;
+/// 2026-11-28, sixth session): one row of 4 subgroups, so little tensor-core work is spent on rows
+/// past M, four slices in flight: 32 x 64 tiles over 64-deep slices to 32 rows, else 64 x 64, except
+/// 96 x 128 over 32-deep slices (the weight read once) for 65-96 rows of a wide product; K is split
+/// (`auto_split`) where it is deep and the tiles few.
+fn measured_choice(large: &Config, (m, n): (usize, usize), groups: impl Fn(&Config) -> usize) -> Option<Config> {
+    let big = |wm, wn, bk, ahead| Config { wm, wn, tm: 4, tn: 4, bk, ahead, fast: true, ..*large };
+    let few = |tm, tn, bk| Config { wm: 1, wn: 4, tm, tn, bk, ahead: 4, fast: true, ..*large };
+    let (wide, square) = (big(2, 4, 16, 4), big(2, 2, 32, 2));
+    if m <= FEW_ROWS {
+        Some(match m {
+            ..=32 => few(2, 1, 64),
+            65..=96 if n >= WIDE_FEW_N => few(6, 2, 32),
+            _ => few(4, 1, 64),
+        })
+    } else if groups(&wide) >= WIDE_MIN_TILES {
+        Some(wide)
+    } else if groups(&square) >= LARGE_MIN_TILES / 4 {
+        Some(square)
+    } else {
+        None
+    }
 }
 
 /// `splits` splits of K as (splits, K per split): each a whole number of `bk` slices (so no slice
