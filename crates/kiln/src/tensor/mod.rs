@@ -51,7 +51,12 @@ impl Tensor {
 
     pub(crate) fn storage_mut(&self) -> RwLockWriteGuard<'_, Storage> {
         crate::fusion::trace::touch(self, "written");
-        self.0.storage.write().unwrap_or_else(|e| e.into_inner())
+        let guard = self.0.storage.write().unwrap_or_else(|e| e.into_inner());
+        // Buffers derived from the contents (a bf16 weight's line maxima) go stale with a write.
+        if let Storage::Gpu(g) = &*guard {
+            g.forget_derived();
+        }
+        guard
     }
 
     /// This tensor object's identity for the fusion tracer, and a weak handle that keeps the address

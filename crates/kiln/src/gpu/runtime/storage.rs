@@ -37,7 +37,13 @@ pub struct GpuStorage {
     pub(crate) buffer: GpuBuffer,
     pub(crate) dtype: DType,
     pub(crate) len: usize,
+    /// Buffers computed from this one's contents (a bf16 weight's line maxima: `derived`), kept
+    /// until the storage is written (`Tensor::storage_mut`, `fill_words`) or dropped.
+    derived: std::sync::Mutex<Vec<(Vec<usize>, Arc<GpuStorage>)>>,
 }
+
+/// Derived buffers kept per storage (older ones are dropped first).
+const DERIVED_KEPT: usize = 4;
 
 impl std::fmt::Debug for GpuStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -64,7 +70,7 @@ impl GpuStorage {
             });
         }
         let buffer = ctx.pool.alloc(&ctx.device, bytes, max)?;
-        let s = GpuStorage { ctx: ctx.clone(), buffer, dtype, len: n };
+        let s = GpuStorage { ctx: ctx.clone(), buffer, dtype, len: n, derived: Default::default() };
         if ctx.poison.load(std::sync::atomic::Ordering::Relaxed) && n > 0 {
             s.fill_words(&[poison_word(dtype)])?;
         }
@@ -102,8 +108,33 @@ impl GpuStorage {
         Ok(s)
     }
 
+    /// The buffer derived from this storage's contents under `key` (which names what was derived
+    /// and from which view): `make`'s result, kept until the storage is written or dropped.
+    pub(crate) fn derived(
+        &self,
+        key: Vec<usize>,
+        make: impl FnOnce() -> Result<GpuStorage>,
+    ) -> Result<Arc<GpuStorage>> {
+        let mut kept = self.derived.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, d)) = kept.iter().find(|(k, _)| *k == key) {
+            return Ok(d.clone());
+        }
+        let d = Arc::new(make()?);
+        if kept.len() >= DERIVED_KEPT {
+            kept.remove(0);
+        }
+        kept.push((key, d.clone()));
+        Ok(d)
+    }
+
+    /// Drops the derived buffers: the contents are about to change.
+    pub(crate) fn forget_derived(&self) {
+        self.derived.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
     /// Fills the whole buffer of `s` with the repeating word pattern `words` (1 or 2 words).
     pub(crate) fn fill_words(&self, words: &[u32]) -> Result<()> {
+        self.forget_derived();
         let s = self;
         let ctx = &s.ctx;
         let kernel = ctx.pipelines.get(ctx, "fill", 0, fill_source)?;

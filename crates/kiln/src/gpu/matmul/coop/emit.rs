@@ -225,14 +225,14 @@ fn declarations(g: &Geometry) -> String {
         // lies along one line (slow index: one scale, splatted where used), an mn-fast chunk across 4
         // (fast index).
         for (sc, n, step, k_fast, s0, sl, f, lines, x) in [
-            ("sca", g.a_chunks, g.a_step, c.a.k_fast, "m0", "a_s", "a_f", "m", "xa"),
-            ("scb", g.b_chunks, g.b_step, c.b.k_fast, "n0", "b_s", "b_f", "n", "xb"),
+            ("sca", g.a_chunks, g.a_step, c.a.k_fast, "m0", "a_s", "a_f", "m", "a"),
+            ("scb", g.b_chunks, g.b_step, c.b.k_fast, "n0", "b_s", "b_f", "n", "b"),
         ] {
             for i in 0..n {
                 let v = if k_fast {
-                    format!("line_scale({x}, {s0} + {sl} + {}u, {lines})", i * step)
+                    format!("line_scale_{x}({s0} + {sl} + {}u, {lines})", i * step)
                 } else {
-                    let l = |j: u32| format!("line_scale({x}, {s0} + {f} + {j}u, {lines})");
+                    let l = |j: u32| format!("line_scale_{x}({s0} + {f} + {j}u, {lines})");
                     format!("vec4<f32>({}, {}, {}, {})", l(0), l(1), l(2), l(3))
                 };
                 decls += &format!("    let {sc}_{i} = {v};\n");
@@ -562,23 +562,32 @@ fn reader(o: Operand, stage: Stage, bf16: bool, mn: (&str, &str), k: (&str, &str
     }
 }
 
-/// Declarations of bf16 kernels: the line maxima, where this batch entry's lines start in them, the
-/// scale exponent of a line and the scaling back of a result.
+/// Declarations of bf16 kernels: the line maxima of A (`mx`) and of B (`mxb`, which a weight keeps
+/// between products: `plan.rs`), where this batch entry's lines start in them, the scale exponent
+/// of a line and the scaling back of a result.
 fn bf16_decls() -> String {
     format!(
         "@group(0) @binding(5) var<storage, read> mx: array<u32>;
+@group(0) @binding(6) var<storage, read> mxb: array<u32>;
 var<private> xa: u32;
 var<private> xb: u32;
 
 {}
 {}
-// The power of two 2^-e that a line's values are multiplied by when staged (1 past the last line).
-fn line_scale(first: u32, line: u32, lines: u32) -> f32 {{
+// The power of two 2^-e that a line's values are multiplied by when staged (1 past the last line):
+// `bits`, the line's maximum, is read only for a line inside the operand.
+fn line_scale(line: u32, lines: u32, bits: u32) -> f32 {{
     if (line >= lines) {{
         return 1.0;
     }}
     // e is within [-110, 115]: the exponent field stays normal.
-    return bitcast<f32>(u32(127 - line_exp(mx[first + line])) << 23u);
+    return bitcast<f32>(u32(127 - line_exp(bits)) << 23u);
+}}
+fn line_scale_a(line: u32, lines: u32) -> f32 {{
+    return line_scale(line, lines, mx[xa + min(line, lines - 1u)]);
+}}
+fn line_scale_b(line: u32, lines: u32) -> f32 {{
+    return line_scale(line, lines, mxb[xb + min(line, lines - 1u)]);
 }}
 
 // Four bf16 values (two words, low half first) times their scales, as f16: every finite value fits
@@ -595,7 +604,7 @@ fn bf16_h4(w: vec2<u32>, s: vec4<f32>) -> vec4<f16> {{
 
 // `v * 2^(ea + eb)` in two steps of the same sign: no intermediate overflows unless the result does.
 fn unscale(v: f32, row: u32, col: u32) -> f32 {{
-    let e = line_exp(mx[xa + row]) + line_exp(mx[xb + col]);
+    let e = line_exp(mx[xa + row]) + line_exp(mxb[xb + col]);
     let h = e / 2;
     return ldexp(ldexp(v, h), e - h);
 }}

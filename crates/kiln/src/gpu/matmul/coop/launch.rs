@@ -35,13 +35,13 @@ pub(super) fn run(
     batch: usize,
     (bd, bs): (&[usize], &[Vec<usize>]),
     tiles: usize,
-    mx: Option<&GpuStorage>,
+    mx: Option<(&GpuStorage, &GpuStorage)>,
     (splits, kper): (usize, usize),
 ) -> Result<GpuStorage> {
     let ctx = &a.ctx;
     let rank = al.rank();
     let bf16 = c.out.bf16();
-    let inputs = 4 + bf16 as usize;
+    let inputs = 4 + 2 * bf16 as usize;
     let kernel = ctx.pipelines.get(ctx, &c.key(), inputs, || source(c))?;
     let out_dtype = match c.out {
         Out::F16 => DType::F16,
@@ -82,14 +82,17 @@ pub(super) fn run(
         // Loop bounds of the emulated kernel.
         lane_elems: c.s * c.s / c.sg,
         frag: c.s,
-        mx_b: (batch * m) as u32,
+        // B's maxima have a buffer of their own (`mxb`).
+        mx_b: 0,
         kper: kper as u32,
         part: len as u32,
     };
     let groups = [tiles as u32, splits as u32, batch as u32];
     // Each operand is bound twice: 4 halves at a time and one at a time (edges, general strides).
     let mut bufs = vec![out.buffer.raw(), a.buffer.raw(), a.buffer.raw(), b.buffer.raw(), b.buffer.raw()];
-    bufs.extend(mx.map(|mx| mx.buffer.raw()));
+    if let Some((ma, mb)) = mx {
+        bufs.extend([ma.buffer.raw(), mb.buffer.raw()]);
+    }
     ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(ctx, &kernel, &bufs, &params.words(), groups)?;
     if c.split {
         return sum_splits(&out, splits, len, c.out.bf16());

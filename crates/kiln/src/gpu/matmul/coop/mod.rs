@@ -38,6 +38,8 @@ mod emulation;
 mod launch;
 mod plan;
 mod spec;
+#[cfg(test)]
+mod tests;
 
 pub(crate) use catalog::catalog;
 pub use config::{CoopTile, Probe, Stage};

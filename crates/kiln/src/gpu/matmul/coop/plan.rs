@@ -26,6 +26,8 @@ const MIN_SIDE_BF16: usize = 17;
 const WIDE_MIN_TILES: usize = 200;
 /// `Auto` picks `Small` when `Large` would make fewer workgroups than this.
 const LARGE_MIN_TILES: usize = 256;
+/// What `GpuStorage::derived` keys a bf16 operand's line maxima by (then the view it was read as).
+const MAXIMA: usize = 0x6d61_7861;
 /// The automatic choice on Vulkan takes its few-row tiles up to this many rows, 96-row ones from
 /// this many columns on (fewer: too few workgroups).
 const FEW_ROWS: usize = 128;
@@ -178,7 +180,7 @@ pub(crate) fn matmul_coop(
         if !bf16 {
             return run(a, al, b, bl, &c, (m, n, k), batch, (&bd, &bs), tiles(&c), None, (splits, kper));
         }
-        let mx = line_maxima::maxima_buffer(ctx, batch * (m + n))?;
+        let mxa = line_maxima::maxima_buffer(ctx, batch * m)?;
         let lines = |lines, offset, line_stride, k_stride, strides| line_maxima::Lines {
             lines,
             k,
@@ -191,9 +193,17 @@ pub(crate) fn matmul_coop(
         };
         let la = lines(m, al.offset(), sa[rank - 2], sa[rank - 1], &bs[0][..]);
         let lb = lines(n, bl.offset(), sb[rank - 1], sb[rank - 2], &bs[1][..]);
-        line_maxima::line_maxima(a, &la, &mx, 0)?;
-        line_maxima::line_maxima(b, &lb, &mx, batch * m)?;
-        run(a, al, b, bl, &c, (m, n, k), batch, (&bd, &bs), tiles(&c), Some(&mx), (splits, kper))
+        line_maxima::line_maxima(a, &la, &mxa, 0)?;
+        // B is most often a weight, multiplied again and again: its maxima are kept with its storage
+        // until it is written (`GpuStorage::derived`), so a serving step does not read every weight
+        // twice.
+        let key = [vec![MAXIMA, n, k, bl.offset(), sb[rank - 1], sb[rank - 2], batch], bd.clone(), bs[1].clone()];
+        let mxb = b.derived(key.concat(), || {
+            let mx = line_maxima::maxima_buffer(ctx, batch * n)?;
+            line_maxima::line_maxima(b, &lb, &mx, 0)?;
+            Ok(mx)
+        })?;
+        run(a, al, b, bl, &c, (m, n, k), batch, (&bd, &bs), tiles(&c), Some((&mxa, &mxb)), (splits, kper))
     })())
 }
 
