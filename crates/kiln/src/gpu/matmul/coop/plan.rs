@@ -18,8 +18,9 @@ use std::sync::Arc;
 const MIN_WORK: usize = 32 * 32 * 32;
 const MIN_SIDE: usize = 16;
 /// bf16 takes the cooperative path from this many rows and columns on: at 16 rows the skinny kernel
-/// on the CUDA cores is faster (it needs no line maxima pass), past 16 it makes a second pass over
-/// the weight and the cooperative one is faster (H200: 260 against 139 us at 32 x 4096 -> 14336).
+/// on the CUDA cores was as fast (163 against 175 us at 16 x 4096 -> 14336, H200, when each product
+/// still read the weight for its line maxima); past 16 it reads the weight once per 16 rows and the
+/// cooperative one is faster (260 against 139 us at 32 rows).
 const MIN_SIDE_BF16: usize = 17;
 /// The automatic choice on Vulkan takes 128x256 tiles from this many on (about 1.5 waves of an
 /// H100/H200's 132 SMs; fewer: 128x128 tiles, two workgroups per SM).
