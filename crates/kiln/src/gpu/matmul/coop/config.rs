@@ -287,14 +287,13 @@ pub(super) fn operand(
 
 params! {
     /// The cooperative matmul's parameters: the problem, tiles along M and N, the emulated kernel's
-    /// loop bounds (elements per lane, fragment size), where B's line maxima start in `mx`, and for
-    /// split K the depth of each split and the distance between the partial products' planes.
+    /// loop bounds (elements per lane, fragment size), and for split K the depth of each split and
+    /// the distance between the partial products' planes.
     pub(super) struct CoopParams: MatmulShape {
         tiles_m: u32,
         tiles_n: u32,
         lane_elems: u32,
         frag: u32,
-        mx_b: u32,
         kper: u32,
         part: u32,
     }

@@ -105,7 +105,7 @@ pub(crate) fn source(c: &Config) -> String {
         out => (
             if out == Out::Bf16Pairs { "array<u32>" } else { "array<f32>" },
             bf16_decls(),
-            "xa = wid.z * m;\n    xb = p.mx_b + wid.z * n;",
+            "xa = wid.z * m;\n    xb = wid.z * n;",
         ),
     };
     let (dst, split_decls, k_range, part) = split_parts(c, dst);
@@ -307,10 +307,9 @@ fn fast_setup(g: &Geometry) -> String {
     let mut setup = String::new();
     // A K-contiguous operand's lines past its edge (rows of A past M, columns of B past N) read its
     // last line instead: in bounds, and they only reach outputs past the edge, which are not stored.
-    let origin = |k_fast: bool, mn0: &str, sl: String, f: &str| {
+    let origin = |k_fast: bool, (mn0, mn): (&str, &str), sl: String, f: &str| {
         if k_fast {
-            let last = if mn0 == "m0" { "m - 1u" } else { "n - 1u" };
-            format!("min({mn0} + {sl}, {last}) * ss + {f}")
+            format!("min({mn0} + {sl}, {mn} - 1u) * ss + {f}")
         } else {
             format!("({sl}) * ss + {mn0} + {f}")
         }
@@ -320,12 +319,12 @@ fn fast_setup(g: &Geometry) -> String {
     let (b_ss, b_ks) = if c.b.k_fast { ("p.b_so", "1u") } else { ("p.b_sk", "p.b_sk") };
     setup += &format!("        let a_ks = {a_ks};\n        let b_ks = {b_ks};\n        var ss = {a_ss};\n");
     for i in 0..g.a_chunks {
-        let origin = origin(c.a.k_fast, "m0", format!("a_s + {}u", i * g.a_step), "a_f");
+        let origin = origin(c.a.k_fast, ("m0", "m"), format!("a_s + {}u", i * g.a_step), "a_f");
         setup += &format!("        let fa_{i} = a_base + {origin};\n");
     }
     setup += &format!("        ss = {b_ss};\n");
     for i in 0..g.b_chunks {
-        let origin = origin(c.b.k_fast, "n0", format!("b_s + {}u", i * g.b_step), "b_f");
+        let origin = origin(c.b.k_fast, ("n0", "n"), format!("b_s + {}u", i * g.b_step), "b_f");
         setup += &format!("        let fb_{i} = b_base + {origin};\n");
     }
     setup

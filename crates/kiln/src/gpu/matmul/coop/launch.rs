@@ -82,8 +82,6 @@ pub(super) fn run(
         // Loop bounds of the emulated kernel.
         lane_elems: c.s * c.s / c.sg,
         frag: c.s,
-        // B's maxima have a buffer of their own (`mxb`).
-        mx_b: 0,
         kper: kper as u32,
         part: len as u32,
     };
