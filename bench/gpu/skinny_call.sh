@@ -6,7 +6,8 @@
 # then PyTorch on the same shapes (torch_gemm.py). Optionally (SERVE=1) the serving benchmark
 # (bench/serve/run_h100.sh on the 8B shape written by mem_gguf.py, 1/8/32/64 streams). Run from the
 # repository root with .gl/, .lcpp/ and .devbin.tar.xz carried. Writes $OUT/skinny.txt (and
-# $OUT/serve.txt with SERVE=1).
+# $OUT/serve.txt with SERVE=1: the table, the per-level profile and, with SERVE_KERNEL_PROFILE=1,
+# the per-kernel GPU time of a 1- and a 32-stream burst).
 set -u
 OUT=${OUT:-/tmp/kiln-out}
 mkdir -p "$OUT"
@@ -40,6 +41,7 @@ if [ "${SERVE:-0}" = 1 ]; then
         python3 bench/gpu/mem_gguf.py 8b /tmp/m/8b.gguf bash -c 'SERVE_MODEL=$MODEL bash bench/serve/run_h100.sh .devbin' \
         > "$sout/run.txt" 2>&1
     echo "serve rc=$? ($SECONDS s)" | tee -a "$log"
-    cat "$sout/serve_table.md" "$sout/serve_profile.txt" "$sout/load.txt" > "$OUT/serve.txt" 2>&1
+    cat "$sout/serve_table.md" "$sout/serve_profile.txt" "$sout/load.txt" "$sout/serve_kernels.txt" \
+        > "$OUT/serve.txt" 2>&1
     tail -n 20 "$sout/run.txt" >> "$OUT/serve.txt"
 fi

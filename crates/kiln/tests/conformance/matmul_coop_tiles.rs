@@ -175,9 +175,9 @@ fn coop_tiles_emulated() {
         "2x2:2x2:32:h4:deep",
         "2x2:2x2:16:h1:deep",
         "2x2:2x2:32:h4:fast",
-        "2x2:2x2:16:h4:a3:fast",
+        "2x2:2x2:16:h4:a3:fast:w",
         "2x2:2x2:16:h4:a4:fast",
-        "2x2:2x2:16:h1:a3",
+        "2x2:2x2:16:h1:a3:w",
     ] {
         run_spec(&dev, spec, Some(16), &VIEWS, &mut seed);
     }
@@ -253,15 +253,36 @@ fn coop_tiles_on_device_fast() {
         "2x4:4x4:16:h4:a4:fast",
         "2x2:4x4:32:h4:deep:fast",
         "2x4:4x2:32:h4:a3:fast",
-        "1x4:2x2:32:h4:deep:fast:k4",
-        "1x4:4x2:32:h4:deep:fast:k3",
         "2x2:4x4:32:h4:deep:fast:k2",
-        "1x4:4x1:64:h4:a4:fast",
+        "2x4:4x4:16:h4:a4:fast:w",
     ];
     tiles_on_device(&specs, &VIEWS, 1600);
+}
+
+/// The few-row tiles (one row of 4 subgroups), split K, and f16 read as words (`w`): the automatic
+/// choice's few-row configs among them.
+#[test]
+#[ignore = "needs 16x16 f16 cooperative matrices on Vulkan (NVIDIA): run with --include-ignored, KILN_REQUIRE_COOP=1"]
+fn coop_tiles_on_device_few() {
+    let specs = [
+        "1x4:2x2:32:h4:deep:fast:k4",
+        "1x4:4x2:32:h4:deep:fast:k3",
+        "1x4:4x1:64:h4:a4:fast",
+        "1x4:2x1:64:h4:a4:fast:w",
+        "1x4:4x1:64:h4:a4:fast:w",
+    ];
+    tiles_on_device(&specs, &VIEWS, 1800);
+    // The automatic choice on few-row f16 shapes (words, the 96-row tiles of a wide product, split K).
+    if let Some(dev) = gpu_device().filter(|d| coop_matmul_support(d).1 == Some(16)) {
+        for (i, (m, k, n)) in
+            [(16, 1024, 300), (40, 2048, 1000), (96, 640, 8200), (77, 8192, 130)].into_iter().enumerate()
+        {
+            check(&dev, "auto", None, &[], (m, k, n), VIEWS[1], false, i == 0, 1900 + i as u64);
+        }
+    }
     // 96-row tiles do not divide a column-major A's staging among 128 invocations (the path declines
     // them there, and the automatic choice takes its next candidate): the other layouts.
-    tiles_on_device(&["1x4:6x2:32:h4:a4:fast"], &A_ROW_VIEWS, 1700);
+    tiles_on_device(&["1x4:6x2:32:h4:a4:fast", "1x4:6x2:32:h4:a4:fast:w"], &A_ROW_VIEWS, 1700);
 }
 
 /// bf16 values over 1e-6..1e4 in magnitude, both signs, and in every 7th line (row of a row-major
@@ -431,13 +452,19 @@ fn bf16_device() -> Option<Device> {
 fn coop_bf16_on_device() {
     let Some(dev) = bf16_device() else { return };
     let mut seed = 1900;
-    for spec in [
-        "2x2:4x4:32:h4",
-        "4x2:4x4:16:h4:deep",
-        "2x4:4x4:16:h4:a4:fast",
-        "2x2:4x4:32:h4:deep:fast",
-        "1x4:2x2:32:h4:deep:fast:k4",
-    ] {
+    for spec in ["2x2:4x4:32:h4", "4x2:4x4:16:h4:deep", "2x4:4x4:16:h4:a4:fast", "2x2:4x4:32:h4:deep:fast"] {
+        run_bf16(&dev, spec, None, &VIEWS, &mut seed);
+    }
+}
+
+/// bf16 on the few-row tiles and split K (apart from `coop_bf16_on_device`: each test runs in its
+/// own process on the device, side by side).
+#[test]
+#[ignore = "needs 16x16 cooperative matrices (NVIDIA): run with --include-ignored, KILN_REQUIRE_COOP=1"]
+fn coop_bf16_on_device_few() {
+    let Some(dev) = bf16_device() else { return };
+    let mut seed = 2100;
+    for spec in ["1x4:2x2:32:h4:deep:fast:k4", "1x4:2x1:64:h4:a4:fast", "1x4:4x1:64:h4:a4:fast:k2"] {
         run_bf16(&dev, spec, None, &VIEWS, &mut seed);
     }
     run_bf16(&dev, "1x4:6x2:32:h4:a4:fast", None, &A_ROW_VIEWS, &mut seed);
@@ -449,9 +476,15 @@ fn coop_bf16_on_device() {
 fn coop_bf16_on_device_auto() {
     let Some(dev) = bf16_device() else { return };
     let mut seed = 1950;
-    for (m, k, n) in
-        [(300, 257, 514), (513, 96, 1000), (64, 4096, 129), (40, 2048, 1000), (96, 4096, 515), (77, 512, 8200)]
-    {
+    for (m, k, n) in [
+        (300, 257, 514),
+        (513, 96, 1000),
+        (64, 4096, 129),
+        (40, 2048, 1000),
+        (96, 4096, 515),
+        (77, 512, 8200),
+        (16, 1024, 300),
+    ] {
         seed += 2;
         check_bf16(&dev, None, None, &[], (m, k, n), (View::Plain, View::Transposed), false, false, seed);
         check_bf16(&dev, None, None, &[2], (m, k, n), (View::Plain, View::Plain), false, true, seed);

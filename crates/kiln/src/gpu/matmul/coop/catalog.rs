@@ -112,7 +112,18 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
                 ..base
             };
             out.push((c.key(), source(&c)));
+            if out_form == Out::F16 {
+                // f16 read as words (`Config::words`), checked and fast reads.
+                let w = Config { words: true, ..c };
+                out.push((w.key(), source(&w)));
+            }
         }
+    }
+    // f16 words on scalar staging and scalar (strided) operands, cooperative and emulated.
+    let (a, b) = (Operand { k_fast: false, vec: false }, Operand { k_fast: true, vec: true });
+    for (s, stage, emulate) in [(8, Stage::H1, false), (16, Stage::H4, true)] {
+        let c = Config { stage, emulate, words: true, ..Config::preset(CoopTile::Small, s, 32, a, b) };
+        out.push((c.key(), source(&c)));
     }
     out.push(("matmul_coop_splitsum_f16".into(), splitsum_source(false)));
     out.push(("matmul_coop_splitsum_bf16".into(), splitsum_source(true)));

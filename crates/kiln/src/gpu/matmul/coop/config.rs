@@ -100,17 +100,23 @@ pub(crate) struct Config {
     /// f32 partial product (unscaled for bf16) to plane `y` of `dst`, `p.part` elements apart; a
     /// second pass sums the planes (`splitsum.wgsl`).
     pub(crate) split: bool,
+    /// f16 operands read from memory as the 32-bit words that hold them (two halves each), kept in
+    /// registers as words and converted to f16 when staged, as bf16 operands are (their form
+    /// always). On NVIDIA's Vulkan compiler a `vec4<f16>` register set cost more than its words.
+    pub(crate) words: bool,
 }
 
 /// Ablations for `examples/coop_sweep.rs` (results are wrong with any but `None`): `NoLoad` reads no
 /// global memory in the K loop (the staged values are constants), `NoBarrier` drops the K loop's
-/// barrier, `NoMma` drops the multiply-adds (fragments are still loaded).
+/// barrier, `NoMma` drops the multiply-adds (fragments are still loaded), `NoConv` stages bf16
+/// words as if they held f16 values (no scaling, no conversion).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Probe {
     None,
     NoLoad,
     NoBarrier,
     NoMma,
+    NoConv,
 }
 
 /// The result a kernel writes: f16 (f16 operands), or for bf16 operands bf16 written in pairs of
@@ -155,6 +161,7 @@ impl Config {
             emulate: false,
             out: Out::F16,
             split: false,
+            words: false,
         }
     }
 
@@ -209,7 +216,7 @@ impl Config {
     pub(crate) fn key(&self) -> String {
         let op = |o: Operand| format!("{}{}", if o.k_fast { "k" } else { "mn" }, if o.vec { "x4" } else { "x1" });
         format!(
-            "matmul_coop{}{}:{s}x{s}:sg{}:{}x{}:{}x{}:bk{}:{}{}{}{}{}:A={}:B={}",
+            "matmul_coop{}{}:{s}x{s}:sg{}:{}x{}:{}x{}:bk{}:{}{}{}{}{}{}:A={}:B={}",
             if self.emulate { "_emulated" } else { "" },
             match self.out {
                 Out::F16 => "",
@@ -230,6 +237,7 @@ impl Config {
             },
             if self.fast { ":fast" } else { "" },
             if self.split { ":splitk" } else { "" },
+            if self.words && !self.out.bf16() { ":w" } else { "" },
             if self.probe == Probe::None { String::new() } else { format!(":{:?}", self.probe) },
             op(self.a),
             op(self.b),

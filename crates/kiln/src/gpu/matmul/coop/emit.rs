@@ -34,6 +34,8 @@ struct Geometry<'a> {
     a_step: u32,
     b_step: u32,
     bf16: bool,
+    /// Operands read and held as 32-bit words (bf16 always, f16 with `Config::words`).
+    words: bool,
     /// The type of a register holding one chunk as read.
     reg: &'static str,
 }
@@ -46,6 +48,7 @@ impl<'a> Geometry<'a> {
         let (b_ts, b_tf) = c.b_tile();
         let (w, unit) = (c.stage.chunk(), c.stage.unit());
         let bf16 = c.out.bf16();
+        let words = bf16 || c.words;
         Geometry {
             c,
             s,
@@ -64,9 +67,10 @@ impl<'a> Geometry<'a> {
             a_step: wg / (a_tf / w),
             b_step: wg / (b_tf / w),
             bf16,
-            // A register holds one chunk as read: 4 halves, or for bf16 the two words of 4 bf16
+            words,
+            // A register holds one chunk as read: 4 halves, or the two words of 4 bf16 (or f16)
             // values (converted when stored, so that a read in flight is not waited on early).
-            reg: if bf16 { "vec2<u32>" } else { "vec4<f16>" },
+            reg: if words { "vec2<u32>" } else { "vec4<f16>" },
         }
     }
 
@@ -90,7 +94,7 @@ impl<'a> Geometry<'a> {
 pub(crate) fn source(c: &Config) -> String {
     assert!(c.well_formed(), "cooperative matmul config {c:?} does not divide evenly");
     let g = Geometry::of(c);
-    let (s, wg, unit, w, bf16, ldc) = (g.s, g.wg, g.unit, g.w, g.bf16, c.ldc());
+    let (s, wg, unit, w, ldc) = (g.s, g.wg, g.unit, g.w, c.ldc());
     let main = main_loop(&g);
     let epilogue = epilogue(c);
     let decls = declarations(&g);
@@ -98,9 +102,10 @@ pub(crate) fn source(c: &Config) -> String {
     // Operand bindings and chunk readers. `base + s * slow_stride + f * fast_stride`.
     // A split reads K up to its own end (`kend`), so a slice past it reads zeros, not the next split.
     let kx = if c.split { "kend" } else { "p.k" };
-    let a = reader(c.a, c.stage, bf16, ("p.m", "p.a_so"), (kx, "p.a_sk"));
-    let b = reader(c.b, c.stage, bf16, ("p.n", "p.b_so"), (kx, "p.b_sk"));
+    let a = reader(c.a, c.stage, g.words, ("p.m", "p.a_so"), (kx, "p.a_sk"));
+    let b = reader(c.b, c.stage, g.words, ("p.n", "p.b_so"), (kx, "p.b_sk"));
     let (dst, decls_bf16, set_x) = match c.out {
+        Out::F16 if g.words => ("array<f16>", F16_WORDS.to_string(), ""),
         Out::F16 => ("array<f16>", String::new(), ""),
         out => (
             if out == Out::Bf16Pairs { "array<u32>" } else { "array<f32>" },
@@ -263,7 +268,7 @@ fn load(g: &Geometry, set: u32) -> String {
     let mut load = String::new();
     for i in 0..g.a_chunks {
         let v = if c.probe == Probe::NoLoad {
-            format!("{reg}({}(k0 & 7u))", if g.bf16 { "" } else { "f16" })
+            format!("{reg}({}(k0 & 7u))", if g.words { "" } else { "f16" })
         } else {
             format!("chunk_a(a_base, {a_s0} + a_s + {}u, {a_f0} + a_f)", i * g.a_step)
         };
@@ -271,7 +276,7 @@ fn load(g: &Geometry, set: u32) -> String {
     }
     for i in 0..g.b_chunks {
         let v = if c.probe == Probe::NoLoad {
-            format!("{reg}({}(k0 & 3u))", if g.bf16 { "" } else { "f16" })
+            format!("{reg}({}(k0 & 3u))", if g.words { "" } else { "f16" })
         } else {
             format!("chunk_b(b_base, {b_s0} + b_s + {}u, {b_f0} + b_f)", i * g.b_step)
         };
@@ -330,7 +335,8 @@ fn fast_setup(g: &Geometry) -> String {
     setup
 }
 
-/// Stores register set `set` into the workgroup buffer `so` (bf16: scaled and rounded to f16).
+/// Stores register set `set` into the workgroup buffer `so` (bf16: scaled and rounded to f16; f16
+/// words: unpacked).
 fn store(g: &Geometry, set: u32) -> String {
     let c = g.c;
     let (unit, shift) = (g.unit, g.shift);
@@ -342,6 +348,8 @@ fn store(g: &Geometry, set: u32) -> String {
         for i in 0..n {
             // bf16: the 4 values scaled by their lines' powers of two and rounded to f16.
             let v = match (g.bf16, k_fast) {
+                (true, _) if c.probe == Probe::NoConv => format!("f16_h4({reg}{set}_{i})"),
+                (false, _) if g.words => format!("f16_h4({reg}{set}_{i})"),
                 (false, _) => format!("{reg}{set}_{i}"),
                 (true, true) => format!("bf16_h4({reg}{set}_{i}, vec4<f32>({sc}_{i}))"),
                 (true, false) => format!("bf16_h4({reg}{set}_{i}, {sc}_{i})"),
@@ -501,8 +509,8 @@ struct Reader {
     fs: String,
     vec: bool,
     stage: Stage,
-    /// bf16 values, read as the 32-bit words that hold them.
-    bf16: bool,
+    /// 16-bit values (bf16, or f16 with `Config::words`), read as the 32-bit words that hold them.
+    words: bool,
 }
 
 impl Reader {
@@ -517,7 +525,7 @@ impl Reader {
     }
     /// The element type of the one-at-a-time binding.
     fn scalar_binding(&self) -> &'static str {
-        if self.bf16 {
+        if self.words {
             "array<u32>"
         } else {
             "array<f16>"
@@ -525,7 +533,7 @@ impl Reader {
     }
     /// The element-by-element read of a chunk (edges, general strides): zeros past the fast extent.
     fn part(&self, buf: &str) -> String {
-        if self.bf16 {
+        if self.words {
             // Value j's 16 bits go to half j % 2 of word j / 2.
             return format!(
                 "for (var j = 0u; j < 4u; j++) {{
@@ -546,12 +554,12 @@ impl Reader {
 }
 
 /// `mn` and `k` are (extent, stride) parameter expressions of the operand's M-or-N dim and K dim.
-fn reader(o: Operand, stage: Stage, bf16: bool, mn: (&str, &str), k: (&str, &str)) -> Reader {
+fn reader(o: Operand, stage: Stage, words: bool, mn: (&str, &str), k: (&str, &str)) -> Reader {
     let (slow, fast) = if o.k_fast { (mn, k) } else { (k, mn) };
-    let vec_ty = if bf16 { "array<vec2<u32>>" } else { "array<vec4<f16>>" };
+    let vec_ty = if words { "array<vec2<u32>>" } else { "array<vec4<f16>>" };
     Reader {
         stage,
-        bf16,
+        words,
         binding: if o.vec { vec_ty.into() } else { "array<u32>".into() },
         ns: slow.0.into(),
         nf: fast.0.into(),
@@ -560,6 +568,13 @@ fn reader(o: Operand, stage: Stage, bf16: bool, mn: (&str, &str), k: (&str, &str
         vec: o.vec,
     }
 }
+
+/// The conversion of f16 kernels with `Config::words`: four halves (two words, low half first) as
+/// a `vec4<f16>`, exactly (naga's `bitcast` keeps the component width, so through f32).
+const F16_WORDS: &str = "fn f16_h4(w: vec2<u32>) -> vec4<f16> {
+    return vec4<f16>(vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)));
+}
+";
 
 /// Declarations of bf16 kernels: the line maxima of A (`mx`) and of B (`mxb`, which a weight keeps
 /// between products: `plan.rs`), where this batch entry's lines start in them, the scale exponent
@@ -600,7 +615,7 @@ fn bf16_h4(w: vec2<u32>, s: vec4<f32>) -> vec4<f16> {{
     );
     return vec4<f16>(v * s);
 }}
-
+{}
 // `v * 2^(ea + eb)` in two steps of the same sign: no intermediate overflows unless the result does.
 fn unscale(v: f32, row: u32, col: u32) -> f32 {{
     let e = line_exp(mx[xa + row]) + line_exp(mxb[xb + col]);
@@ -610,6 +625,7 @@ fn unscale(v: f32, row: u32, col: u32) -> f32 {{
 ",
         crate::gpu::runtime::wgsl::PRELUDE,
         line_maxima::LINE_EXP,
+        F16_WORDS,
     )
 }
 

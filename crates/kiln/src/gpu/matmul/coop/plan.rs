@@ -14,14 +14,11 @@ use crate::layout::collapse;
 use crate::{DType, Layout, Result};
 use std::sync::Arc;
 
-/// Below this many multiply-adds (or with M or N under `MIN_SIDE`) the generic kernel is used.
+/// Below this many multiply-adds (or with M or N under `MIN_SIDE`) the generic kernel is used. bf16
+/// too, now that a weight's line maxima are kept: at 16 x 4096 -> 14336 (H200) the cooperative
+/// kernel took 94 us against the skinny kernel's 163 (which reads the weight once per 16 rows).
 const MIN_WORK: usize = 32 * 32 * 32;
 const MIN_SIDE: usize = 16;
-/// bf16 takes the cooperative path from this many rows and columns on: at 16 rows the skinny kernel
-/// on the CUDA cores was as fast (163 against 175 us at 16 x 4096 -> 14336, H200, when each product
-/// still read the weight for its line maxima); past 16 it reads the weight once per 16 rows and the
-/// cooperative one is faster (260 against 139 us at 32 rows).
-const MIN_SIDE_BF16: usize = 17;
 /// The automatic choice on Vulkan takes 128x256 tiles from this many on (about 1.5 waves of an
 /// H100/H200's 132 SMs; fewer: 128x128 tiles, two workgroups per SM).
 const WIDE_MIN_TILES: usize = 200;
@@ -77,11 +74,6 @@ pub(crate) fn matmul_coop(
         return None;
     }
     if threshold && (m < MIN_SIDE || n < MIN_SIDE || m * n * k < MIN_WORK) {
-        return None;
-    }
-    // bf16 pays a pass over both operands for their scales: with few rows (batched decode) the
-    // memory-bound skinny kernels read the weight once and need no such pass.
-    if threshold && bf16 && m.min(n) < MIN_SIDE_BF16 {
         return None;
     }
     let batch_dims = &al.dims()[..rank - 2];
@@ -159,6 +151,7 @@ pub(crate) fn matmul_coop(
             ahead: sp.ahead,
             fast: sp.fast,
             probe: sp.probe,
+            words: sp.words,
             ..base
         }];
     }
@@ -219,7 +212,7 @@ pub(crate) fn matmul_coop(
 /// (`auto_split`) where it is deep and the tiles few.
 fn measured_choice(large: &Config, (m, n): (usize, usize), groups: impl Fn(&Config) -> usize) -> Option<Config> {
     let big = |wm, wn, bk, ahead| Config { wm, wn, tm: 4, tn: 4, bk, ahead, fast: true, ..*large };
-    let few = |tm, tn, bk| Config { wm: 1, wn: 4, tm, tn, bk, ahead: 4, fast: true, ..*large };
+    let few = |tm, tn, bk| Config { wm: 1, wn: 4, tm, tn, bk, ahead: 4, fast: true, words: true, ..*large };
     let (wide, square) = (big(2, 4, 16, 4), big(2, 2, 32, 2));
     if m <= FEW_ROWS {
         Some(match m {

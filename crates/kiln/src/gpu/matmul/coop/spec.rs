@@ -38,12 +38,14 @@ pub struct CoopSpec {
     /// K split over this many workgroups per output tile (1: no split), their partial products
     /// summed by a second pass (`splitsum.wgsl`).
     pub splits: u32,
+    /// f16 operands read and held as 32-bit words (`Config::words`).
+    pub words: bool,
 }
 
 impl CoopSpec {
     /// `WMxWN:TMxTN:BK:STAGE[:FLAG]...`, e.g. `4x2:4x4:16:h4:deep:fast`. Flags: `deep` (two slices
-    /// in flight), `a3` or `a4` (three, four), `fast`, `kN` (K split N ways, 2 to 64), and the
-    /// ablations `noload`, `nobarrier`, `nomma`.
+    /// in flight), `a3` or `a4` (three, four), `fast`, `w` (f16 read as words), `kN` (K split N
+    /// ways, 2 to 64), and the ablations `noload`, `nobarrier`, `nomma`, `noconv`.
     pub fn parse(text: &str) -> Option<CoopSpec> {
         let parts: Vec<&str> = text.split(':').collect();
         let pair = |p: &str| -> Option<(u32, u32)> {
@@ -63,6 +65,7 @@ impl CoopSpec {
             fast: false,
             probe: Probe::None,
             splits: 1,
+            words: false,
         };
         for flag in flags {
             if let Some(n) = flag.strip_prefix('k').and_then(|n| n.parse::<u32>().ok()) {
@@ -77,9 +80,11 @@ impl CoopSpec {
                 "a3" => spec.ahead = 3,
                 "a4" => spec.ahead = 4,
                 "fast" => spec.fast = true,
+                "w" => spec.words = true,
                 "noload" => spec.probe = Probe::NoLoad,
                 "nobarrier" => spec.probe = Probe::NoBarrier,
                 "nomma" => spec.probe = Probe::NoMma,
+                "noconv" => spec.probe = Probe::NoConv,
                 _ => return None,
             }
         }
