@@ -157,6 +157,11 @@ pub struct LlmBenchArgs {
     /// Decode steps timed at each context.
     #[arg(long, default_value_t = 32, allow_hyphen_values = true, value_parser = parse_positive)]
     decode_tokens: usize,
+    /// Also time batched decode steps of this many sequences at once, comma-separated (e.g.
+    /// 1,8,32), at the first context, through a paged KV pool as `kiln serve` runs them; the largest
+    /// count's step is profiled per kernel on a GPU.
+    #[arg(long, value_delimiter = ',', allow_hyphen_values = true, value_parser = parse_positive)]
+    rows: Option<Vec<usize>>,
 }
 
 // Numeric flags take values that start with a hyphen (`allow_hyphen_values`), so that
@@ -485,7 +490,7 @@ pub fn llm_bench(args: LlmBenchArgs) -> ExitCode {
 }
 
 /// Random prompt ids (seeded), all inside the vocabulary.
-fn random_ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
+pub(crate) fn random_ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..n)
         .map(|_| {
@@ -578,8 +583,9 @@ fn run_llm_bench(args: LlmBenchArgs) -> Result<(), String> {
     let model = load(&args.model, &placement, &dir, plan.max_context)?;
     let err = |e: kiln_llm::LlmError| e.to_string();
     let device: &Device = model.device();
-    // warm-up, 3 prefills, a decode run per context, and the GPU's profile.
-    let mut phases = Phases::new(4 + plan.contexts.len() as u64 + u64::from(device.is_gpu()));
+    // warm-up, 3 prefills, a decode run per context, the GPU's profile, and a run per row count.
+    let row_counts = args.rows.clone().unwrap_or_default();
+    let mut phases = Phases::new(4 + plan.contexts.len() as u64 + u64::from(device.is_gpu()) + row_counts.len() as u64);
     phases.start("warm-up");
     let warm = 64.min(model.max_context() / 2).max(1);
     timed_run(&model, warm, 4.min(model.max_context() - warm)).map_err(err)?;
@@ -607,7 +613,16 @@ fn run_llm_bench(args: LlmBenchArgs) -> Result<(), String> {
     if device.is_gpu() {
         phases.start("per-kernel profile of a decode step");
     }
-    let profile = decode_profile(&model, plan.contexts.first().copied().unwrap_or(plan.prefill)).map_err(err)?;
+    let first = plan.contexts.first().copied().unwrap_or(plan.prefill);
+    let profile = decode_profile(&model, first).map_err(err)?;
+    let batched = if row_counts.is_empty() {
+        None
+    } else {
+        Some(
+            crate::batched::batched_decode(&model, &row_counts, first, plan.decode_tokens, |p| phases.start(p))
+                .map_err(err)?,
+        )
+    };
     phases.finish();
     let c = dir.config();
     let report = serde_json::json!({
@@ -624,6 +639,7 @@ fn run_llm_bench(args: LlmBenchArgs) -> Result<(), String> {
         "decode": decode,
         "peak_gpu_bytes": model.placement().devices().iter().filter_map(|d| d.memory_stats()).map(|m| m.peak_bytes).reduce(|a, b| a + b),
         "decode_profile": profile,
+        "batched_decode": batched,
     });
     outln!("{report:#}");
     Ok(())

@@ -11,6 +11,7 @@
 
 #[macro_use]
 mod out;
+mod batched;
 mod bench;
 mod chat;
 mod devices;

@@ -96,6 +96,8 @@ fn llm_bench_reports_the_model_and_the_runs_asked_for() {
         "8,24",
         "--decode-tokens",
         "3",
+        "--rows",
+        "1,3",
     ];
     let o = kiln(&args, "");
     assert!(o.status.success(), "stderr: {}", text(&o.stderr));
@@ -109,6 +111,8 @@ fn llm_bench_reports_the_model_and_the_runs_asked_for() {
         "prefill of 16 tokens, timed run 2 of 2 ...",
         "3 decode steps at context 8 ...",
         "3 decode steps at context 24 ...",
+        "3 decode steps of a batch of 1 at context 8 ...",
+        "3 decode steps of a batch of 3 at context 8 ...",
     ] {
         assert!(err.lines().any(|l| l == phase), "no line {phase:?} in {err}");
     }
@@ -131,6 +135,17 @@ fn llm_bench_reports_the_model_and_the_runs_asked_for() {
         assert!(s > 0.0 && (d["tokens_per_sec"].as_f64().unwrap() - 3.0 / s).abs() < 1e-6 * 3.0 / s, "{d}");
     }
     assert!(v["decode_profile"].is_null(), "no GPU profile on the CPU");
+    // Batched steps (`--rows`) at the first context, each count's step time against one row's.
+    let runs = v["batched_decode"]["runs"].as_array().unwrap();
+    assert_eq!(runs.iter().map(|r| r["rows"].as_u64().unwrap()).collect::<Vec<_>>(), vec![1, 3]);
+    let one = runs[0]["step_ms"].as_f64().unwrap();
+    for r in runs {
+        assert_eq!((r["context"].as_u64(), r["steps"].as_u64()), (Some(8), Some(3)), "{r}");
+        let (rows, ms) = (r["rows"].as_f64().unwrap(), r["step_ms"].as_f64().unwrap());
+        assert!(ms > 0.0 && (r["tokens_per_sec"].as_f64().unwrap() - rows * 1e3 / ms).abs() < 1e-6 * rows * 1e3 / ms);
+        assert!((r["x_one_row"].as_f64().unwrap() - ms / one).abs() < 1e-9, "{r}");
+    }
+    assert!(v["batched_decode"]["profile"].is_null(), "no GPU profile on the CPU");
     // Runs that do not fit the context are refused before the weights load, naming the numbers.
     let small = ["llm-bench", "--model", FIXTURE, "--device", "cpu", "--max-context", "32", "--prefill", "16"];
     let refused = |extra: &[&str], want: &str| {
