@@ -11,8 +11,9 @@ use std::time::Instant;
 
 /// Positions per KV block (what `kiln serve` uses by default).
 const BLOCK: usize = 16;
-/// Steps timed with per-dispatch timestamps for the profile.
-const PROFILE_STEPS: usize = 4;
+/// Steps timed with per-dispatch timestamps for the profile (fewer where the context has less room
+/// past the timed steps; `llm-bench` loads the model with this much more room when `--rows` is given).
+pub(crate) const PROFILE_STEPS: usize = 4;
 
 /// `rows` sequences, each prompted with `context` tokens of its own (a prefill per sequence), then
 /// `steps` greedy batched steps, the GPU's per-kernel profile of `profile` more when asked for.
@@ -24,7 +25,8 @@ fn run(
     steps: usize,
     profile: bool,
 ) -> kiln_llm::Result<(f64, Option<serde_json::Value>)> {
-    let total = context + steps + PROFILE_STEPS + 1;
+    let profiled = if profile { PROFILE_STEPS.min(model.max_context().saturating_sub(context + steps)) } else { 0 };
+    let total = context + steps + profiled;
     let pool = PagedPool::new(model, BLOCK, rows * total.div_ceil(BLOCK))?;
     let mut seqs: Vec<PagedSeq> = (0..rows)
         .map(|_| pool.reserve(total).ok_or_else(|| kiln_llm::LlmError::Arg("the KV pool is too small".into())))
@@ -52,16 +54,16 @@ fn run(
     }
     let secs = start.elapsed().as_secs_f64();
     let device = model.device();
-    if !profile || !device.is_gpu() {
+    if profiled == 0 || !device.is_gpu() {
         return Ok((secs, None));
     }
     device.set_profiling(true)?;
     device.reset_profile();
-    let r = (0..PROFILE_STEPS).try_for_each(|_| step(&mut next));
+    let r = (0..profiled).try_for_each(|_| step(&mut next));
     let table = device.profile().into_iter().map(|k| (k.kernel, k.dispatches as f64, k.total_ms)).collect();
     device.set_profiling(false)?;
     r?;
-    Ok((secs, Some(kernel_table(table, rows))))
+    Ok((secs, Some(kernel_table(table, rows, profiled))))
 }
 
 /// The greedy next token of every row of f32 logits `(rows, vocab)`.
@@ -70,9 +72,9 @@ fn argmax_rows(logits: &Tensor) -> kiln_llm::Result<Vec<u32>> {
 }
 
 /// Per-kernel GPU time of one batched step from the profile's (kernel, dispatches, total ms) over
-/// `PROFILE_STEPS` steps.
-fn kernel_table(table: Vec<(String, f64, f64)>, rows: usize) -> serde_json::Value {
-    let per = PROFILE_STEPS as f64;
+/// `steps` steps.
+fn kernel_table(table: Vec<(String, f64, f64)>, rows: usize, steps: usize) -> serde_json::Value {
+    let per = steps as f64;
     let mut kernels: Vec<(String, f64, f64)> =
         table.into_iter().map(|(k, n, ms)| (k, n / per, ms * 1e3 / per)).collect();
     kernels.sort_by(|a, b| b.2.total_cmp(&a.2));

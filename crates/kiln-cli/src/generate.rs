@@ -574,6 +574,11 @@ fn run_llm_bench(args: LlmBenchArgs) -> Result<(), String> {
         args.decode_tokens,
         args.model.max_context,
     )?;
+    let mut plan = plan;
+    if args.rows.is_some() && args.model.max_context.is_none() {
+        // Room for the batched runs' profiled steps past the timed ones, within the model's limit.
+        plan.max_context = (plan.max_context + crate::batched::PROFILE_STEPS).min(limits::model_limit(dir.config()));
+    }
     errln!(
         "runs: prefill of {} tokens, {} decode steps at context {:?}",
         plan.prefill,
