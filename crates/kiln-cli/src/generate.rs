@@ -567,14 +567,13 @@ fn decode_profile(model: &Model, context: usize) -> kiln_llm::Result<Option<serd
 
 fn run_llm_bench(args: LlmBenchArgs) -> Result<(), String> {
     let (placement, dir) = open_source(&args.model)?;
-    let plan = limits::bench_plan(
+    let mut plan = limits::bench_plan(
         dir.config(),
         args.prefill,
         args.contexts.clone(),
         args.decode_tokens,
         args.model.max_context,
     )?;
-    let mut plan = plan;
     if args.rows.is_some() && args.model.max_context.is_none() {
         // Room for the batched runs' profiled steps past the timed ones, within the model's limit.
         plan.max_context = (plan.max_context + crate::batched::PROFILE_STEPS).min(limits::model_limit(dir.config()));

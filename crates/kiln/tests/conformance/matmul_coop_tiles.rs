@@ -158,14 +158,21 @@ fn run_spec(dev: &Device, spec: &str, emulate: Option<u32>, views: &[(View, View
     check(dev, spec, emulate, &[], (33, 50, 35), views[0], false, true, *seed + 1);
 }
 
+/// The device for an emulated test with `dtype` operands, or `None` (the skip reported) where the
+/// emulated cooperative kernel does not run there.
+fn emulation_device(dtype: DType, what: &str) -> Option<Device> {
+    let dev = gpu_device()?;
+    let probe = (rand_tensor(&[2, 2], dtype, 1, &dev), rand_tensor(&[2, 2], dtype, 2, &dev));
+    if matmul_coop_spec(&probe.0, &probe.1, CoopTile::Small, Some(16), None).is_none() {
+        skip_emulation(&dev, what);
+        return None;
+    }
+    Some(dev)
+}
+
 #[test]
 fn coop_tiles_emulated() {
-    let Some(dev) = gpu_device() else { return };
-    let probe = (rand_tensor(&[2, 2], F16, 1, &dev), rand_tensor(&[2, 2], F16, 2, &dev));
-    if matmul_coop_spec(&probe.0, &probe.1, CoopTile::Small, Some(16), None).is_none() {
-        skip_emulation(&dev, "cooperative matmul");
-        return;
-    }
+    let Some(dev) = emulation_device(F16, "cooperative matmul") else { return };
     // Software adapters run the emulated products slowly: small tiles with every view here, the
     // production shapes on the fast layouts only (`coop_tiles_emulated_large`).
     let mut seed = 500;
@@ -186,12 +193,8 @@ fn coop_tiles_emulated() {
 /// The production tile shapes, emulated where the adapter has the workgroup memory for them.
 #[test]
 fn coop_tiles_emulated_large() {
-    let Some(dev) = gpu_device() else { return };
+    let Some(dev) = emulation_device(F16, "cooperative matmul") else { return };
     let probe = (rand_tensor(&[2, 2], F16, 1, &dev), rand_tensor(&[2, 2], F16, 2, &dev));
-    if matmul_coop_spec(&probe.0, &probe.1, CoopTile::Small, Some(16), None).is_none() {
-        skip_emulation(&dev, "cooperative matmul");
-        return;
-    }
     let mut seed = 700;
     // The production tiles over 32-deep K slices need about 45 KiB of workgroup memory, and those of
     // 8 subgroups (256 rows or columns) about 40 KiB even over 16-deep slices: adapters with less
@@ -395,12 +398,7 @@ fn run_bf16(dev: &Device, spec: &str, emulate: Option<u32>, views: &[(View, View
 
 #[test]
 fn coop_bf16_emulated() {
-    let Some(dev) = gpu_device() else { return };
-    let probe = (rand_tensor(&[2, 2], DType::BF16, 1, &dev), rand_tensor(&[2, 2], DType::BF16, 2, &dev));
-    if matmul_coop_spec(&probe.0, &probe.1, CoopTile::Small, Some(16), None).is_none() {
-        skip_emulation(&dev, "cooperative bf16 matmul");
-        return;
-    }
+    let Some(dev) = emulation_device(DType::BF16, "cooperative bf16 matmul") else { return };
     let mut seed = 700;
     for spec in ["2x2:2x2:32:h4", "2x2:2x2:16:h1:deep", "2x2:2x2:16:h4:a3:fast"] {
         run_bf16(&dev, spec, Some(16), &VIEWS, &mut seed);
@@ -412,12 +410,7 @@ fn coop_bf16_emulated() {
 /// sum and cast (odd ones); `check`'s negative control drops the last 16 of K.
 #[test]
 fn coop_split_emulated() {
-    let Some(dev) = gpu_device() else { return };
-    let probe = (rand_tensor(&[2, 2], F16, 1, &dev), rand_tensor(&[2, 2], F16, 2, &dev));
-    if matmul_coop_spec(&probe.0, &probe.1, CoopTile::Small, Some(16), None).is_none() {
-        skip_emulation(&dev, "cooperative split-K matmul");
-        return;
-    }
+    let Some(dev) = emulation_device(F16, "cooperative split-K matmul") else { return };
     let mut seed = 800;
     run_spec(&dev, "2x2:2x2:32:h4:deep:fast:k3", Some(16), &VIEWS[..4], &mut seed);
     run_spec(&dev, "1x4:2x2:16:h1:k2", Some(16), &VIEWS[..2], &mut seed);
