@@ -6,7 +6,8 @@ Inputs are random on the GPU; each op allocates its output like kiln does. After
 then the op queued back to back for a second, as kiln's side does), the median of many runs, each timed with CUDA events. TF32 is off, so f32 matmul is true SGEMM. Also measures the
 limits of the same run: the device copy bandwidth (`clone` of 1 GiB) and cuBLAS SGEMM at 4096 (the
 `matmul_f32_4096` row). The `launch_chain_1000` row is host time: 1000 dependent small adds issued
-without waiting for the GPU, as kiln measures it. Prints JSON.
+without waiting for the GPU, as kiln measures it; `gpu_chain_100` is the GPU time of 100 such adds (over
+100: what one small dependent kernel costs on the GPU). Prints JSON.
 
 Usage: python3 torch_ref.py [--quick] [--filter SUBSTR]
 """
@@ -212,8 +213,17 @@ def cases(quick):
                             k=I.randn([1, hkv, n, 128], 2, torch.bfloat16),
                             v=I.randn([1, hkv, n, 128], 3, torch.bfloat16):
                             F.scaled_dot_product_attention(q, k, v, enable_gqa=True)))
+    add("gpu_chain_100", "1024", None, None, lambda I: (lambda x=I.randn([1024], 1): chain(x, 100)))
     realistic(add, quick)
     return out
+
+
+def chain(x, ops):
+    """`ops` dependent adds of a small tensor: GPU time over ops is one small dependent kernel's cost."""
+    y = x
+    for _ in range(ops):
+        y = y + x
+    return y
 
 
 def measure(op, runs=50):

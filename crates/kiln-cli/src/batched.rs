@@ -11,12 +11,19 @@ use std::time::Instant;
 
 /// Positions per KV block (what `kiln serve` uses by default).
 const BLOCK: usize = 16;
+/// Untimed steps before the timed ones: the first batched step of a row count compiles its kernels
+/// (products of that many rows, the paged attention), which a timed step must not include.
+const WARM_STEPS: usize = 2;
 /// Steps timed with per-dispatch timestamps for the profile (fewer where the context has less room
-/// past the timed steps; `llm-bench` loads the model with this much more room when `--rows` is given).
-pub(crate) const PROFILE_STEPS: usize = 4;
+/// past the timed steps).
+const PROFILE_STEPS: usize = 4;
+/// Positions past the timed steps that `--rows` needs (`llm-bench` loads the model with this much more
+/// room when `--rows` is given).
+pub(crate) const EXTRA_POSITIONS: usize = WARM_STEPS + PROFILE_STEPS;
 
 /// `rows` sequences, each prompted with `context` tokens of its own (a prefill per sequence), then
-/// `steps` greedy batched steps, the GPU's per-kernel profile of `profile` more when asked for.
+/// [`WARM_STEPS`] untimed greedy batched steps, `steps` timed ones, and the GPU's per-kernel profile of
+/// [`PROFILE_STEPS`] more when asked for.
 /// Returns (seconds of the timed steps, the profile as JSON).
 fn run(
     model: &Model,
@@ -25,8 +32,10 @@ fn run(
     steps: usize,
     profile: bool,
 ) -> kiln_llm::Result<(f64, Option<serde_json::Value>)> {
-    let profiled = if profile { PROFILE_STEPS.min(model.max_context().saturating_sub(context + steps)) } else { 0 };
-    let total = context + steps + profiled;
+    let warm = WARM_STEPS.min(model.max_context().saturating_sub(context + steps));
+    let profiled =
+        if profile { PROFILE_STEPS.min(model.max_context().saturating_sub(context + warm + steps)) } else { 0 };
+    let total = context + warm + steps + profiled;
     let pool = PagedPool::new(model, BLOCK, rows * total.div_ceil(BLOCK))?;
     let mut seqs: Vec<PagedSeq> = (0..rows)
         .map(|_| pool.reserve(total).ok_or_else(|| kiln_llm::LlmError::Arg("the KV pool is too small".into())))
@@ -48,6 +57,10 @@ fn run(
         *next = argmax_rows(&model.forward_batch(&mut batch)?)?;
         Ok(())
     };
+    for _ in 0..warm {
+        step(&mut next)?;
+    }
+    model.device().synchronize()?;
     let start = Instant::now();
     for _ in 0..steps {
         step(&mut next)?;

@@ -575,8 +575,8 @@ fn run_llm_bench(args: LlmBenchArgs) -> Result<(), String> {
         args.model.max_context,
     )?;
     if args.rows.is_some() && args.model.max_context.is_none() {
-        // Room for the batched runs' profiled steps past the timed ones, within the model's limit.
-        plan.max_context = (plan.max_context + crate::batched::PROFILE_STEPS).min(limits::model_limit(dir.config()));
+        // Room for the batched runs' warm-up and profiled steps past the timed ones, within the model's limit.
+        plan.max_context = (plan.max_context + crate::batched::EXTRA_POSITIONS).min(limits::model_limit(dir.config()));
     }
     errln!(
         "runs: prefill of {} tokens, {} decode steps at context {:?}",

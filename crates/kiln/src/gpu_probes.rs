@@ -74,15 +74,17 @@ pub fn force_decode_fold(on: Option<bool>) {
     crate::gpu::attention::decode_fold::force(on);
 }
 
-/// Forces the `lanes` (`Some(true)`) or `slots` (`Some(false)`) decode attention kernel for the
-/// whole process, or hands the choice back to `KILN_DECODE_KERNEL` (`None`).
-pub fn force_decode_lanes(on: Option<bool>) {
-    crate::gpu::attention::decode_lanes::force(on);
+/// Forces a decode attention kernel (`"slots"`, `"lanes"` or `"tile"`, each where it applies, else
+/// `slots`) for the whole process, or hands the choice back to `KILN_DECODE_KERNEL` (`None`).
+/// Panics on another name.
+pub fn force_decode_kernel(kernel: Option<&str>) {
+    use crate::gpu::attention::decode_lanes::{force, DecodeKernel};
+    force(kernel.map(|k| DecodeKernel::parse(k).unwrap_or_else(|| panic!("no decode kernel {k:?}"))));
 }
 
-/// The decode attention kernel (its pipeline key: `...:lanes:...` or the `slots` kernel's) that a
-/// call on the device of GPU tensor `on` with sizes `[b, hq, hkv, tq, tk, d, dv]`, contiguous keys
-/// and values of dtype `on.dtype()`, would take; `None` for a CPU tensor.
+/// The decode attention kernel (its pipeline key: `...:lanes:...`, `...:tile:...` or the `slots`
+/// kernel's) that a call on the device of GPU tensor `on` with sizes `[b, hq, hkv, tq, tk, d, dv]`,
+/// contiguous keys and values of dtype `on.dtype()`, would take; `None` for a CPU tensor.
 pub fn decode_attention_kernel(on: &Tensor, sizes: [usize; 7]) -> Option<String> {
     let s = on.storage();
     Some(crate::gpu::attention::decode_variant_name(&s.as_gpu()?.ctx, sizes, on.dtype()))

@@ -110,8 +110,12 @@ settings! {
         "0: decode attention merges its key splits in a second dispatch (the combine kernel); else, on Vulkan, the last split workgroup of each row chunk merges them in the same dispatch.";
     DECODE_GROUPS = "KILN_DECODE_GROUPS", "kiln", default "256",
         "Workgroups the folded decode attention's key split aims for (at least 32 keys, at most 64 splits per row chunk).";
-    DECODE_KERNEL = "KILN_DECODE_KERNEL", "kiln", default "slots",
-        "The decode attention kernel: `slots` (16 key slots of 8 lanes, everywhere) or `lanes` (opt-in, not yet run on a 32-lane GPU: a lane owns whole keys, then value columns; subgroups, granular keys and values and its head sizes needed, else `slots`).";
+    DECODE_ABLATE = "KILN_DECODE_ABLATE", "kiln", default "none",
+        "Leaves a part of the `slots` decode attention kernel out, to time the rest (wrong results): `empty` (every workgroup returns at once), `loop` (the key loop) or `fold` (the last split workgroup's merge).";
+    DECODE_KERNEL = "KILN_DECODE_KERNEL", "kiln", default "tile",
+        "The decode attention kernel: `slots` (16 key slots of 8 lanes, everywhere), `lanes` (a lane owns whole keys, then value columns; subgroups, granular keys and values and its head sizes needed) or `tile` (lane groups read whole f16/bf16 key rows in 16-byte words, short code; subgroups, keys and values in 8-element granules and equal head sizes, a multiple of 8, needed); `slots` runs where the chosen one does not apply. `tile` also picks the paged decode kernel of batched steps (`paged_tile.wgsl`), `slots` and `lanes` the slot one.";
+    DECODE_WG = "KILN_DECODE_WG", "kiln", default "128",
+        "Invocations per workgroup of the `tile` decode attention kernel: a power of two from 64 to 1024, within the adapter's limit.";
     QMV_C = "KILN_QMV_C", "kiln", default "by shape",
         "Weight rows per set of the quantized matvec (a power of two).";
     QMV_LN = "KILN_QMV_LN", "kiln", default "by shape",

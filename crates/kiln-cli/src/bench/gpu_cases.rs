@@ -115,9 +115,12 @@ fn decode_in(name: String, dt: DType, b: usize, (hq, hkv): (usize, usize), len: 
     })
 }
 
-/// Host cost of launching: `ops` dependent small adds, timed on the host without waiting for the GPU.
-fn launch_chain(ops: usize) -> Case {
-    case(format!("launch_chain_{ops}"), "1024".into(), DType::F32, Bound::Launch { ops }, None, None, move |inp| {
+/// `ops` dependent adds of 1024 elements, timed as `bound` says: the GPU time (`gpu_chain_N`: over
+/// `ops`, what each small kernel of a decode step costs at least, launch and barrier included; with
+/// more than one, bound by the host's recording) or the host's cost of issuing them, without waiting
+/// for the GPU (`launch_chain_N`).
+fn add_chain(name: &str, ops: usize, bound: Bound) -> Case {
+    case(format!("{name}_{ops}"), "1024".into(), DType::F32, bound, None, None, move |inp| {
         let x = inp.randn(1024, DType::F32, SEED_A)?;
         Ok(Box::new(move || {
             let mut y = x.clone();
@@ -190,6 +193,8 @@ pub fn all(quick: bool) -> Vec<Case> {
     for len in [s.cache / 16, s.cache / 2, s.cache * 4] {
         v.push(decode_in(format!("sdpa_decode_bf16_d128_kv{len}"), DType::BF16, 1, s.heads, len, 128));
     }
-    v.push(launch_chain(1000));
+    v.push(add_chain("gpu_chain", 1, Bound::Compute));
+    v.push(add_chain("gpu_chain", 100, Bound::Compute));
+    v.push(add_chain("launch_chain", 1000, Bound::Launch { ops: 1000 }));
     v
 }

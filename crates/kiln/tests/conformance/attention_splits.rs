@@ -9,7 +9,7 @@
 use crate::attention::{assert_sdpa, inputs, ref_sdpa_bounded, to_tensor, Case};
 use crate::backend_tests;
 use crate::common::*;
-use kiln::gpu_probes::{decode_attention_kernel, force_decode_fold, force_decode_lanes};
+use kiln::gpu_probes::{decode_attention_kernel, force_decode_fold, force_decode_kernel};
 use kiln::{DType, Device, Tensor};
 
 /// (b, hq, hkv, tq, tk, d, dv, causal, scale): many splits, head ratios 1, 3, 4 and 8, head sizes
@@ -25,29 +25,26 @@ const CASES: [Case; 7] = [
     (1, 4, 1, 1, 300, 96, 96, false, None),
 ];
 
-/// Runs `f` once per GPU path (folded or two dispatches) and kernel (`slots`, and the opt-in
-/// `lanes` where it applies), then hands the choices back to the settings; once on the CPU.
+/// Runs `f` once per GPU path (folded or two dispatches) and kernel (`slots`, and `lanes` and
+/// `tile` where they apply), then hands the choices back to the settings; once on the CPU.
 fn each_path(dev: &Device, mut f: impl FnMut(&str)) {
     if dev.is_cpu() {
         return f("cpu");
     }
-    for (fold, lanes, name) in [
-        (true, false, "folded, slots"),
-        (true, true, "folded, lanes"),
-        (false, false, "two dispatches, slots"),
-        (false, true, "two dispatches, lanes"),
-    ] {
-        force_decode_fold(Some(fold));
-        force_decode_lanes(Some(lanes));
-        f(name);
+    for fold in [true, false] {
+        for kernel in ["slots", "lanes", "tile"] {
+            force_decode_fold(Some(fold));
+            force_decode_kernel(Some(kernel));
+            f(&format!("{}, {kernel}", if fold { "folded" } else { "two dispatches" }));
+        }
     }
     force_decode_fold(None);
-    force_decode_lanes(None);
+    force_decode_kernel(None);
 }
 
 fn sdpa_decode_many_splits(dev: &Device) {
     each_path(dev, |path| {
-        for dtype in supported(dev, &[DType::F32, DType::BF16]) {
+        for dtype in supported(dev, &[DType::F32, DType::F16, DType::BF16]) {
             for (ci, c) in CASES.iter().enumerate() {
                 let inp = inputs(c, dtype, 3100 + 10 * ci as u64);
                 let expected = ref_sdpa_bounded(&inp.q, &inp.k, &inp.v, c.7, c.8, dtype);
@@ -118,8 +115,8 @@ fn sdpa_decode_back_to_back(dev: &Device) {
 
 /// Where the adapter has subgroups (lavapipe has), the cases above with head sizes of 128 (and 64 on
 /// subgroups under 32 lanes, as lavapipe's) take the `lanes` decode kernel when it is forced (as
-/// `each_path` does), so these tests cover it; an odd head size (80) keeps to `slots`, and so does
-/// every case when `slots` is forced.
+/// `each_path` does), and those of 64 and 128 the `tile` one when it is (bf16 here), so these tests
+/// cover both; an odd head size (80) keeps to `slots`, and so does every case when `slots` is forced.
 fn sdpa_decode_kernel_choice(dev: &Device) {
     let Some(info) = dev.gpu_info() else { return };
     if !info.features.contains(&"SUBGROUP") || info.subgroup_size.0 < 4 {
@@ -128,16 +125,18 @@ fn sdpa_decode_kernel_choice(dev: &Device) {
     let w = info.subgroup_size.0.min(32) as usize;
     let on = Tensor::zeros(&[4usize][..], DType::BF16, dev).unwrap();
     let cases = [[1, 8, 2, 1, 4099, 128, 128], [1, 32, 8, 1, 700, 64, 64], [1, 12, 4, 3, 2501, 80, 80]];
-    for forced in [true, false] {
-        force_decode_lanes(Some(forced));
+    for forced in ["lanes", "tile", "slots"] {
+        force_decode_kernel(Some(forced));
         for sizes in cases {
             let key = decode_attention_kernel(&on, sizes).unwrap();
-            eprintln!("decode kernel for {sizes:?} (subgroups {:?}, lanes {forced}): {key}", info.subgroup_size);
-            let lanes = forced && sizes[6] % (4 * w) == 0;
+            eprintln!("decode kernel for {sizes:?} (subgroups {:?}, {forced} forced): {key}", info.subgroup_size);
+            let lanes = forced == "lanes" && sizes[6] % (4 * w) == 0;
+            let tile = forced == "tile" && sizes[5] != 80;
             assert_eq!(key.contains(":lanes:"), lanes, "{sizes:?}: {key}");
+            assert_eq!(key.contains(":tile:"), tile, "{sizes:?}: {key}");
         }
     }
-    force_decode_lanes(None);
+    force_decode_kernel(None);
 }
 
 backend_tests!(

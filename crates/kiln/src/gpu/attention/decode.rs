@@ -40,6 +40,32 @@ pub(crate) struct DecodeConfig {
     /// The split workgroups merge their partial rows themselves: the last of a row chunk to finish
     /// merges them all (decode_fold.wgsl), instead of a combine dispatch.
     fold: bool,
+    /// A part left out, to see what it costs (`KILN_DECODE_ABLATE`; wrong results).
+    ablate: Ablate,
+}
+
+/// The parts of the `slots` decode kernel an ablation can leave out (`KILN_DECODE_ABLATE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ablate {
+    None,
+    /// Everything: each workgroup returns at once (the dispatch's own cost).
+    Empty,
+    /// The key loop (the first step's loads stay): the prologue, the merge and the writes remain.
+    Loop,
+    /// The folded variant's ticket and last-workgroup merge.
+    Fold,
+}
+
+impl Ablate {
+    fn from_env() -> Ablate {
+        static A: std::sync::OnceLock<Ablate> = std::sync::OnceLock::new();
+        *A.get_or_init(|| match crate::settings::DECODE_ABLATE.get().as_deref().map(str::trim) {
+            Ok("empty") => Ablate::Empty,
+            Ok("loop") => Ablate::Loop,
+            Ok("fold") => Ablate::Fold,
+            _ => Ablate::None,
+        })
+    }
 }
 
 impl DecodeConfig {
@@ -73,7 +99,11 @@ impl DecodeConfig {
     pub(super) fn key(self) -> String {
         let sg = if self.sg { ":sg" } else { "" };
         let fold = if self.fold { ":fold" } else { "" };
-        format!("{}:{}:{}:{}:{}:{}:u{}{sg}{fold}", self.dp, self.dvp, self.r, self.rr, self.vec, self.exact, self.u)
+        let ablate = if self.ablate == Ablate::None { String::new() } else { format!(":no-{:?}", self.ablate) };
+        format!(
+            "{}:{}:{}:{}:{}:{}:u{}{sg}{fold}{ablate}",
+            self.dp, self.dvp, self.r, self.rr, self.vec, self.exact, self.u
+        )
     }
 }
 
@@ -123,7 +153,18 @@ pub(crate) fn decode_config(
     // Merge as many rows per round as fit in 24 KiB (or the limit).
     let budget = limit.min(24 * 1024);
     let mut rr = r;
-    let mut c = DecodeConfig { dp, dvp, r, rr, vec, exact: d == dp, u: decode_unroll(), sg, fold: false };
+    let mut c = DecodeConfig {
+        dp,
+        dvp,
+        r,
+        rr,
+        vec,
+        exact: d == dp,
+        u: decode_unroll(),
+        sg,
+        fold: false,
+        ablate: Ablate::from_env(),
+    };
     while rr > 1 && 16 * c.total() > budget {
         rr /= 2;
         c.rr = rr;
@@ -199,7 +240,16 @@ pub(crate) fn decode_source(dt: DType, out: DType, c: DecodeConfig) -> String {
     let rounds = decode_rounds(&c);
     let (loaders, arrays) = granule_loaders(dt, [false, c.vec, c.vec]);
     let n = |x: usize| x.to_string();
-    let fold = fold_parts(c.fold);
+    let mut fold = fold_parts(c.fold);
+    // Ablations: conditions the compiler cannot see through (p.groups > 0 in every dispatch).
+    let (empty, loop_on) = match c.ablate {
+        Ablate::Empty => ("    if (p.groups > 0u) { return; }", " && p.groups == 0u"),
+        Ablate::Loop => ("", " && p.groups == 0u"),
+        _ => ("", ""),
+    };
+    if c.ablate == Ablate::Fold {
+        fold[3] = fold[3].replacen("if (partial) {", "if (partial && p.groups == 0u) {", 1);
+    }
     render(
         DECODE,
         &[
@@ -229,6 +279,8 @@ pub(crate) fn decode_source(dt: DType, out: DType, c: DecodeConfig) -> String {
             ("WRITE_ML", &write_ml),
             ("MERGE_ML", &merge_ml),
             ("ROUNDS", &rounds),
+            ("ABLATE_EMPTY", empty),
+            ("ABLATE_LOOP", loop_on),
         ],
     )
 }

@@ -48,6 +48,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
         @builtin(num_workgroups) nw: vec3<u32>) {
     let g = wid.x + wid.y * nw.x;
     if (g >= p.groups) { return; }
+{{ABLATE_EMPTY}}
     let hq = p.hq; let hkv = p.hkv; let tq = p.tq; let tk = p.tk; let d = p.d; let dv = p.dv;
     let scale = p.scale; let causal = p.causal == 1u;
     let nrc = p.blocks; let nsplit = p.splits;
@@ -115,7 +116,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     workgroupBarrier();
 {{DECLARE}}
     var buf = 0u;
-    for (var j0 = kbeg; j0 < kend; j0 += 16u * U) {
+    for (var j0 = kbeg; j0 < kend{{ABLATE_LOOP}}; j0 += 16u * U) {
 {{LOAD}}
 {{PARTIAL_DOTS}}
 {{LOOP_BARRIER}}

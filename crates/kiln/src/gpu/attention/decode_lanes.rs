@@ -1,9 +1,11 @@
 //! The `lanes` decode kernel (`decode_lanes.wgsl`, FlashDecoding style: a lane owns whole keys for
 //! the scores and value columns for P.V, one softmax rescale per block of keys): its variant, its
-//! emitter, where it applies and the `KILN_DECODE_KERNEL` choice between it and the `slots` kernel
-//! (`decode.rs`). Both write the same partial rows, so both fold (decode_fold.rs) or combine.
+//! emitter, where it applies, the variant enum of the three decode kernels (`slots` in `decode.rs`,
+//! `tile` in `decode_tile.rs`) and the `KILN_DECODE_KERNEL` choice between them. All three write the
+//! same partial rows, so each folds (decode_fold.rs) or combines.
 
 use super::decode::{decode_source, fold_parts, DecodeConfig};
+use super::decode_tile::{tile_source, TileConfig};
 use super::emit::{lines, store_fns, ROWS, XYZW};
 use super::params::AttnParams;
 use crate::gpu::runtime::kernels::render;
@@ -62,11 +64,13 @@ impl LanesConfig {
     }
 }
 
-/// A decode kernel variant: the `slots` kernel (decode.wgsl) or the `lanes` one (decode_lanes.wgsl).
+/// A decode kernel variant: the `slots` kernel (decode.wgsl), the `lanes` one (decode_lanes.wgsl) or
+/// the `tile` one (decode_tile.wgsl).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum DecodeVariant {
     Slots(DecodeConfig),
     Lanes(LanesConfig),
+    Tile(TileConfig),
 }
 
 impl DecodeVariant {
@@ -75,6 +79,7 @@ impl DecodeVariant {
         match self {
             DecodeVariant::Slots(c) => DecodeVariant::Slots(c.folded()),
             DecodeVariant::Lanes(c) => DecodeVariant::Lanes(c.folded()),
+            DecodeVariant::Tile(c) => DecodeVariant::Tile(c.folded()),
         }
     }
 
@@ -83,6 +88,7 @@ impl DecodeVariant {
         match self {
             DecodeVariant::Slots(c) => c.rows(),
             DecodeVariant::Lanes(c) => c.rows(),
+            DecodeVariant::Tile(c) => c.rows(),
         }
     }
 
@@ -91,6 +97,7 @@ impl DecodeVariant {
         match self {
             DecodeVariant::Slots(c) => c.dv_padded(),
             DecodeVariant::Lanes(c) => c.dv_padded(),
+            DecodeVariant::Tile(c) => c.dv_padded(),
         }
     }
 
@@ -99,6 +106,7 @@ impl DecodeVariant {
         match self {
             DecodeVariant::Slots(c) => 16 * c.steps(),
             DecodeVariant::Lanes(c) => c.step(),
+            DecodeVariant::Tile(c) => c.step(),
         }
     }
 
@@ -107,6 +115,7 @@ impl DecodeVariant {
         match self {
             DecodeVariant::Slots(c) => format!("attention_decode:{dt}:{out}:{}", c.key()),
             DecodeVariant::Lanes(c) => format!("attention_decode:{dt}:{out}:{}", c.key()),
+            DecodeVariant::Tile(c) => format!("attention_decode:{dt}:{out}:{}", c.key()),
         }
     }
 
@@ -115,30 +124,65 @@ impl DecodeVariant {
         match self {
             DecodeVariant::Slots(c) => decode_source(dt, out, c),
             DecodeVariant::Lanes(c) => lanes_source(dt, out, c),
+            DecodeVariant::Tile(c) => tile_source(dt, out, c),
         }
     }
 }
 
-/// Whether decode attention may take the `lanes` kernel: only with `KILN_DECODE_KERNEL=lanes` (or a
-/// test's [`force`]). It is opt-in until it has run on a GPU with 32-lane subgroups: CI runs it on
-/// lavapipe's 8-lane subgroups, and the default `slots` kernel is the one checked on the NVIDIA
-/// machine (docs/PERFORMANCE.md).
-pub(super) fn lanes_allowed() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    match FORCE.load(std::sync::atomic::Ordering::Relaxed) {
-        1 => false,
-        2 => true,
-        _ => *ON.get_or_init(|| crate::settings::DECODE_KERNEL.get().is_ok_and(|v| v.trim() == "lanes")),
+/// The decode attention kernels `KILN_DECODE_KERNEL` chooses between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DecodeKernel {
+    /// 16 key slots of 8 lanes (decode.wgsl): every adapter, dtype and head size.
+    Slots,
+    /// A lane owns whole keys, then value columns (decode_lanes.wgsl).
+    Lanes,
+    /// Lane groups read whole key rows, short code (decode_tile.wgsl).
+    Tile,
+}
+
+impl DecodeKernel {
+    /// The kernel a setting's value names (`slots`, `lanes` or `tile`).
+    pub(crate) fn parse(v: &str) -> Option<DecodeKernel> {
+        match v.trim() {
+            "slots" => Some(DecodeKernel::Slots),
+            "lanes" => Some(DecodeKernel::Lanes),
+            "tile" => Some(DecodeKernel::Tile),
+            _ => None,
+        }
     }
 }
 
-/// 0: `KILN_DECODE_KERNEL` decides; 1: `slots`; 2: `lanes` where it applies.
+/// The kernel decode attention takes where it applies (`slots` runs where the chosen one does not):
+/// a test's [`force`], else `KILN_DECODE_KERNEL`, else [`DEFAULT_KERNEL`].
+pub(super) fn chosen() -> DecodeKernel {
+    static SET: std::sync::OnceLock<DecodeKernel> = std::sync::OnceLock::new();
+    match FORCE.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => DecodeKernel::Slots,
+        2 => DecodeKernel::Lanes,
+        3 => DecodeKernel::Tile,
+        _ => *SET.get_or_init(|| {
+            crate::settings::DECODE_KERNEL.get().ok().and_then(|v| DecodeKernel::parse(&v)).unwrap_or(DEFAULT_KERNEL)
+        }),
+    }
+}
+
+/// The decode kernel without a setting: `tile` where it applies (f16/bf16 with subgroups), the
+/// fastest of the three on the H200 (docs/PERFORMANCE.md, the eighth session), else `slots`.
+const DEFAULT_KERNEL: DecodeKernel = DecodeKernel::Tile;
+
+/// 0: `KILN_DECODE_KERNEL` decides; 1: `slots`; 2: `lanes`; 3: `tile` (each where it applies).
 static FORCE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
-/// Forces the `lanes` (`Some(true)`) or the `slots` (`Some(false)`) decode kernel for the whole
-/// process, or hands the choice back to the setting (`None`): for tests of both kernels in one run.
-pub(crate) fn force(lanes: Option<bool>) {
-    FORCE.store(lanes.map_or(0, |on| 1 + on as u8), std::sync::atomic::Ordering::Relaxed);
+/// Forces a decode kernel for the whole process (`Some`), or hands the choice back to the setting
+/// (`None`): for tests of every kernel in one run.
+pub(crate) fn force(kernel: Option<DecodeKernel>) {
+    let v = match kernel {
+        None => 0,
+        Some(DecodeKernel::Slots) => 1,
+        Some(DecodeKernel::Lanes) => 2,
+        Some(DecodeKernel::Tile) => 3,
+    };
+    FORCE.store(v, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// The `lanes` variant for head sizes `d`, `dv` and `rows` query rows per key/value head, on

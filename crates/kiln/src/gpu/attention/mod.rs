@@ -10,11 +10,13 @@
 //! prefill kernel. Both split the keys across workgroups when (batch, heads, blocks) alone would
 //! launch fewer than about [`TARGET_GROUPS`] workgroups, and then merge the splits with the combine
 //! kernel; on Vulkan the decode kernel merges its splits itself, in one dispatch (`decode_fold.rs`).
-//! The decode kernel's emitter is `decode.rs`; pieces both kernels use are in `emit.rs`.
+//! The decode kernels' emitters are `decode.rs` (`slots`), `decode_lanes.rs` (`lanes`, and the
+//! choice between the three) and `decode_tile.rs` (`tile`); pieces the kernels share are in `emit.rs`.
 
 mod decode;
 pub(crate) mod decode_fold;
 pub(crate) mod decode_lanes;
+mod decode_tile;
 mod emit;
 pub(crate) mod paged_decode;
 pub(crate) mod paged_write;
@@ -26,7 +28,8 @@ use crate::gpu::runtime::GpuStorage;
 use crate::op::AttentionParams;
 use crate::{DType, Error, Layout, Result};
 use decode::{decode_config, decode_source, decode_subgroups, min_decode_split};
-use decode_lanes::{lanes_allowed, lanes_config, lanes_source, DecodeVariant};
+use decode_lanes::{chosen, lanes_config, lanes_source, DecodeKernel, DecodeVariant};
+use decode_tile::{tile_config, tile_source};
 use emit::{dispatch, granular, granular_by, granule_loaders, lines, store_fns, ROWS};
 use params::{AttnParams, CombineParams};
 use std::fmt::Write;
@@ -280,7 +283,7 @@ pub(crate) fn combine_source(out: DType) -> String {
 
 /// Every attention kernel variant the launcher can pick for the usual head sizes (64, 128) and one
 /// odd one (80), on 32 KiB and 48 KiB of workgroup memory, and the `lanes` decode kernel on
-/// subgroups of 8 and 32: for the MSL/HLSL translation test.
+/// subgroups of 8 and 32, and the `tile` one (f16/bf16): for the MSL/HLSL translation test.
 pub(crate) fn catalog() -> Vec<(String, String)> {
     let mut out = Vec::new();
     for dt in [DType::F32, DType::F16, DType::BF16] {
@@ -324,6 +327,18 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
                 }
             }
         }
+        if dt != DType::F32 {
+            for (d, w) in [(64, 8), (128, 8), (128, 32), (96, 32), (256, 32)] {
+                for rows in [1, 2, 4] {
+                    let c = tile_config(d, d, rows, w, 32 * 1024, 256).expect("tile decode fits 32 KiB");
+                    for c in [c, c.folded()] {
+                        for &o in outs {
+                            out.push((DecodeVariant::Tile(c).key(dt, o), tile_source(dt, o, c)));
+                        }
+                    }
+                }
+            }
+        }
         out.push((format!("attention_combine:{dt}"), combine_source(dt)));
     }
     out.extend(flash_coop::catalog());
@@ -338,15 +353,17 @@ fn split_keys(tk: usize, base: usize, step: usize, min_keys: usize) -> usize {
     c.div_ceil(step) * step
 }
 
-/// The decode kernel for sizes `[b, hq, hkv, tq, tk, d, dv]` (`vec`: keys and values read in
-/// granules, `vec8`: keys in 8-element ones too; `fold`: the folded path's split): its variant, row
-/// chunks per head, row chunks in all, keys per split. The `lanes` kernel where it applies (subgroups,
-/// granular keys and values, its head sizes) and `KILN_DECODE_KERNEL` allows it, else the `slots`
-/// one. `None` when neither fits the adapter's workgroup memory.
+/// The decode kernel for sizes `[b, hq, hkv, tq, tk, d, dv]` of dtype `dt` (`vec`: keys and values
+/// read in granules, `vec8`: keys in 8-element ones too, `v8`: values too; `fold`: the folded path's
+/// split): its variant, row chunks per head, row chunks in all, keys per split. The kernel
+/// [`chosen`] where it applies (`lanes`: subgroups, granular keys and values, its head sizes; `tile`:
+/// subgroups, f16/bf16 keys and values in 8-element granules, its head sizes), else the `slots` one.
+/// `None` when none fits the adapter's workgroup memory.
 fn decode_plan(
     ctx: &crate::gpu::runtime::GpuContext,
+    dt: DType,
     [b, hq, hkv, tq, tk, d, dv]: [usize; 7],
-    [vec, vec8]: [bool; 2],
+    [vec, vec8, v8]: [bool; 3],
     fold: bool,
 ) -> Option<(DecodeVariant, usize, usize, usize)> {
     let rows = hq / hkv * tq;
@@ -354,10 +371,19 @@ fn decode_plan(
     let subgroups = crate::gpu::runtime::subgroups::use_subgroups(ctx);
     let sg = subgroups && ctx.summary.subgroup_size.0 >= 8 && decode_subgroups();
     let sg_min = ctx.summary.subgroup_size.0 as usize;
-    let lanes =
-        (subgroups && vec && vec8 && lanes_allowed()).then(|| lanes_config(d, dv, rows, sg_min, limit)).flatten();
-    let cfg = match lanes {
-        Some(c) => DecodeVariant::Lanes(c),
+    let half = matches!(dt, DType::F16 | DType::BF16);
+    let cfg = match chosen() {
+        DecodeKernel::Tile if subgroups && half && vec8 && v8 => {
+            let max_wg = ctx.limits.max_compute_invocations_per_workgroup as usize;
+            tile_config(d, dv, rows, sg_min, limit, max_wg).map(DecodeVariant::Tile)
+        }
+        DecodeKernel::Lanes if subgroups && vec && vec8 => {
+            lanes_config(d, dv, rows, sg_min, limit).map(DecodeVariant::Lanes)
+        }
+        _ => None,
+    };
+    let cfg = match cfg {
+        Some(c) => c,
         None => DecodeVariant::Slots(decode_config(d, dv, rows, vec, sg, limit)?),
     };
     let nrc = rows.div_ceil(cfg.rows());
@@ -374,7 +400,8 @@ pub(crate) fn decode_variant_name(ctx: &crate::gpu::runtime::GpuContext, sizes: 
     let fold = decode_fold::enabled(ctx);
     let vec = sizes[5].is_multiple_of(4) && sizes[6].is_multiple_of(4);
     let vec8 = dt == DType::F32 || sizes[5].is_multiple_of(8);
-    decode_plan(ctx, sizes, [vec, vec8], fold).map_or_else(|| "none".into(), |(c, ..)| c.key(dt, dt))
+    let v8 = sizes[6].is_multiple_of(8);
+    decode_plan(ctx, dt, sizes, [vec, vec8, v8], fold).map_or_else(|| "none".into(), |(c, ..)| c.key(dt, dt))
 }
 
 pub(crate) fn attention(
@@ -434,8 +461,9 @@ pub(crate) fn attention(
     let (kernel, blocks, ndv, base, c) = if tq <= DECODE_MAX_TQ {
         let vec = granular(k, kl) && granular(v, vl);
         let vec8 = dt == DType::F32 || granular_by(k, kl, 8);
+        let v8 = granular_by(v, vl, 8);
         let sizes = [b, hq, hkv, tq, tk, d, dv];
-        let (cfg, nrc, base, c) = decode_plan(ctx, sizes, [vec, vec8], fold).ok_or_else(too_small)?;
+        let (cfg, nrc, base, c) = decode_plan(ctx, dt, sizes, [vec, vec8, v8], fold).ok_or_else(too_small)?;
         (Kernel::Decode(cfg), nrc, 1, base, c)
     } else {
         let vec = granular(q, ql) && granular(k, kl) && granular(v, vl);

@@ -1,18 +1,24 @@
-//! Decode attention through a block table (`paged_decode.wgsl`): one query per sequence over that
-//! sequence's keys and values in a paged KV pool, split-K over the positions as the decode kernel
-//! (`decode.wgsl`) with the same combine kernel merging the splits. The pool is never gathered
+//! Decode attention through a block table (`paged_decode.wgsl`, or `paged_tile.wgsl`: the `tile`
+//! decode kernel's loop, where the decode kernel choice is `tile` and it applies): one query per
+//! sequence over that sequence's keys and values in a paged KV pool, split-K over the positions as
+//! the decode kernel (`decode.wgsl`) with the same combine kernel merging the splits. The pool is never gathered
 //! into a contiguous copy. The API checks shapes, dtypes and the table before this runs (block ids
 //! in range, lengths covered by the table, every length at least 1); the kernel still clamps block
 //! ids to the pool.
 
-use super::{combine_source, dispatch, granular, granule_loaders, lines, store_fns, CombineParams, MAX_HEAD};
+use super::decode_lanes::{chosen, DecodeKernel};
+use super::decode_tile::{tile_config, tile_pieces, tile_rounds, RowRules, Rows, TileConfig};
+use super::{
+    combine_source, dispatch, granular, granular_by, granule_loaders, lines, store_fns, CombineParams, MAX_HEAD,
+};
 use crate::gpu::runtime::kernels::render;
 use crate::gpu::runtime::params::params;
-use crate::gpu::runtime::wgsl::PRELUDE;
+use crate::gpu::runtime::wgsl::{loader, PRELUDE};
 use crate::gpu::runtime::GpuStorage;
 use crate::{DType, Error, Layout, Result};
 
 const PAGED: &str = include_str!("paged_decode.wgsl");
+const PAGED_TILE: &str = include_str!("paged_tile.wgsl");
 
 /// Positions one tile of the kernel takes (splits are multiples of it).
 const TILE: usize = 32;
@@ -115,8 +121,41 @@ pub(crate) fn paged_source(dt: DType, out: DType, c: PagedConfig) -> String {
     )
 }
 
-/// Every variant for head sizes 64, 128, 80 and 256 and GQA groups 1, 2 and 4+ (for the MSL/HLSL
-/// translation test).
+/// The `tile` kernel over a paged pool of dtype `dt` (f16 or bf16), written as `out`.
+pub(crate) fn paged_tile_source(dt: DType, out: DType, c: TileConfig) -> String {
+    let put = "                    let pr = grow * nsplit + s;\n                    \
+               if (c4 == 0u) { dst[2u * pr] = bitcast<u32>(select(mx[x], nan_f32(), badr[x])); dst[2u * pr + 1u] = bitcast<u32>(lsum[x]); }\n                    \
+               put_raw(p.part_start + pr * dv + c, o, n);";
+    let rounds = tile_rounds(
+        c,
+        &RowRules {
+            valid: "gr < group",
+            row: "let grow = b * hq + hk * group + gr;",
+            finish: "finish(o, lsum[x], badr[x])",
+            put,
+        },
+    );
+    let (params, loaders, store) = (PagedParams::wgsl(), loader("ld0", "in0", dt), store_fns(out));
+    let pieces = tile_pieces(dt, c, Rows::Paged);
+    let mut subs: Vec<(&str, &str)> = vec![
+        ("PARAMS", &params),
+        ("PRELUDE", PRELUDE),
+        ("LOADERS", &loaders),
+        ("STORE", &store),
+        ("ROUNDS", rounds.trim_end()),
+    ];
+    subs.extend(pieces.iter().map(|(k, v)| (*k, v.as_str())));
+    render(PAGED_TILE, &subs)
+}
+
+/// The paged `tile` variant for head size `d` (keys and values), `group` query heads per key/value
+/// head, on subgroups of at least `sg_min` lanes (None where it does not apply).
+fn tile_variant(d: usize, group: usize, sg_min: usize, limit: usize, max_wg: usize) -> Option<TileConfig> {
+    tile_config(d, d, group, sg_min, limit, max_wg).filter(|c| c.rows() == group.next_power_of_two().min(4))
+}
+
+/// Every variant for head sizes 64, 128, 80 and 256 and GQA groups 1, 2 and 4+, and the `tile`
+/// one for f16/bf16 (for the MSL/HLSL translation test).
 pub(crate) fn catalog() -> Vec<(String, String)> {
     let mut out = Vec::new();
     for dt in [DType::F32, DType::F16, DType::BF16] {
@@ -129,10 +168,25 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
                         out.push((c.key(dt, o), paged_source(dt, o, c)));
                     }
                 }
+                if dt == DType::F32 {
+                    continue;
+                }
+                for w in [8, 32] {
+                    if let Some(c) = tile_variant(d, group, w, 32 * 1024, 256) {
+                        for &o in outs {
+                            out.push((tile_key(dt, o, c), paged_tile_source(dt, o, c)));
+                        }
+                    }
+                }
             }
         }
     }
     out
+}
+
+/// The pipeline key of the paged `tile` kernel.
+fn tile_key(dt: DType, out: DType, c: TileConfig) -> String {
+    format!("attention_paged:{dt}:{out}:{}", c.key())
 }
 
 /// The operands of [`paged_decode`], checked by the API.
@@ -171,10 +225,28 @@ pub(crate) fn paged_decode(a: &PagedArgs) -> Result<GpuStorage> {
     let dt = q.dtype;
     let group = hq / hkv;
     let cfg = PagedConfig::new(d, dv, group, granular(k, kl) && granular(v, vl));
-    let nrc = group.div_ceil(cfg.r);
+    // The `tile` kernel where the decode kernel choice is `tile` and it applies (subgroups, f16/bf16
+    // pools read in 8-element granules, equal head sizes).
+    let tile = (chosen() == DecodeKernel::Tile
+        && matches!(dt, DType::F16 | DType::BF16)
+        && d == dv
+        && crate::gpu::runtime::subgroups::use_subgroups(ctx)
+        && granular_by(k, kl, 8)
+        && granular_by(v, vl, 8))
+    .then(|| {
+        let limit = ctx.limits.max_compute_workgroup_storage_size as usize;
+        let max_wg = ctx.limits.max_compute_invocations_per_workgroup as usize;
+        tile_variant(d, group, ctx.summary.subgroup_size.0 as usize, limit, max_wg)
+    })
+    .flatten();
+    let (rows_per_group, step) = match tile {
+        Some(t) => (t.rows(), t.step()),
+        None => (cfg.r, TILE),
+    };
+    let nrc = group.div_ceil(rows_per_group);
     let base = b * hkv * nrc;
     let want = TARGET_GROUPS.div_ceil(base.max(1)).max(1);
-    let c = a.max_len.div_ceil(want).max(MIN_SPLIT).max(a.max_len.div_ceil(MAX_SPLITS)).div_ceil(TILE) * TILE;
+    let c = a.max_len.div_ceil(want).max(MIN_SPLIT).max(a.max_len.div_ceil(MAX_SPLITS)).div_ceil(step) * step;
     let nsplit = a.max_len.div_ceil(c).max(1);
     let rows = b * hq;
     let groups = base * nsplit;
@@ -212,7 +284,10 @@ pub(crate) fn paged_decode(a: &PagedArgs) -> Result<GpuStorage> {
     let o = if nsplit > 1 { DType::F32 } else { out_dt };
     let bufs =
         [dst.buffer.raw(), q.buffer.raw(), k.buffer.raw(), v.buffer.raw(), a.table.buffer.raw(), a.lens.buffer.raw()];
-    dispatch(q, cfg.key(dt, o), || paged_source(dt, o, cfg), &bufs, &params, groups, 1)?;
+    match tile {
+        Some(t) => dispatch(q, tile_key(dt, o, t), || paged_tile_source(dt, o, t), &bufs, &params, groups, 1)?,
+        None => dispatch(q, cfg.key(dt, o), || paged_source(dt, o, cfg), &bufs, &params, groups, 1)?,
+    }
     if let Some(part) = part {
         // Every row sees all splits (non-causal, `tk` the longest length); splits past a sequence's
         // length hold an empty (-inf, 0) partial row, which the combine skips.
