@@ -1,6 +1,7 @@
 //! The `tile` decode kernel (`decode_tile.wgsl`: lane groups read whole key rows in 16-byte words,
-//! one round of loads per chunk of keys, short code): its variant, where it applies and its emitter.
-//! It writes the partial rows `slots` and `lanes` write, so it folds (decode_fold.rs) or combines.
+//! one round of loads per chunk of keys, short code): its variant, where it applies and its emitter,
+//! whose pieces the paged `tile` kernel shares (paged_decode.rs). It writes the partial rows `slots`
+//! and `lanes` write, so it folds (decode_fold.rs) or combines.
 
 use super::decode::fold_parts;
 use super::emit::{lines, store_fns, ROWS, XYZW};
@@ -131,11 +132,11 @@ pub(super) enum Rows {
     Paged,
 }
 
-/// The pieces of a `tile` kernel that do not depend on where its rows come from or go: the
-/// constants and the dtype's word conversions (tile_consts.wgsl), the first chunk's loads, and the
-/// walk (tile_walk.wgsl:
-/// the chunk loop's loads, scores and online softmax, and the merge of the lane groups' maxima and
-/// sums), as placeholders of decode_tile.wgsl and paged_tile.wgsl.
+/// The pieces of a `tile` kernel that do not depend on where its rows come from or go, as
+/// placeholders of decode_tile.wgsl and paged_tile.wgsl: the workgroup size, the constants and the
+/// dtype's word conversions (tile_consts.wgsl), the first chunk's loads, and the walk
+/// (tile_walk.wgsl: the chunk loop's loads, scores and online softmax, and the merge of the lane
+/// groups' maxima and sums).
 pub(super) fn tile_pieces(dt: DType, c: TileConfig, rows: Rows) -> Vec<(&'static str, String)> {
     let (r, ch, kpg) = (c.r, c.ch, c.kpg);
     let ind = "        ";
