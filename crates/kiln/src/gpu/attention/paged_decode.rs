@@ -1,10 +1,10 @@
 //! Decode attention through a block table (`paged_decode.wgsl`, or `paged_tile.wgsl`: the `tile`
 //! decode kernel's loop, where the decode kernel choice is `tile` and it applies): one query per
 //! sequence over that sequence's keys and values in a paged KV pool, split-K over the positions as
-//! the decode kernel (`decode.wgsl`) with the same combine kernel merging the splits. The pool is never gathered
-//! into a contiguous copy. The API checks shapes, dtypes and the table before this runs (block ids
-//! in range, lengths covered by the table, every length at least 1); the kernel still clamps block
-//! ids to the pool.
+//! the decode kernel (`decode.wgsl`) with the same combine kernel merging the splits. The pool is
+//! never gathered into a contiguous copy. The API checks shapes, dtypes and the table before this
+//! runs (block ids in range, lengths covered by the table, every length at least 1); the kernels
+//! still clamp block ids to the pool.
 
 use super::decode_lanes::{chosen, DecodeKernel};
 use super::decode_tile::{tile_config, tile_pieces, tile_rounds, RowRules, Rows, TileConfig};
@@ -151,7 +151,7 @@ pub(crate) fn paged_tile_source(dt: DType, out: DType, c: TileConfig) -> String 
 /// The paged `tile` variant for head size `d` (keys and values), `group` query heads per key/value
 /// head, on subgroups of at least `sg_min` lanes (None where it does not apply).
 fn tile_variant(d: usize, group: usize, sg_min: usize, limit: usize, max_wg: usize) -> Option<TileConfig> {
-    tile_config(d, d, group, sg_min, limit, max_wg).filter(|c| c.rows() == group.next_power_of_two().min(4))
+    tile_config(d, d, group, sg_min, limit, max_wg)
 }
 
 /// Every variant for head sizes 64, 128, 80 and 256 and GQA groups 1, 2 and 4+, and the `tile`
