@@ -112,11 +112,12 @@ impl DecodeVariant {
 
     /// The pipeline key of the kernel for storage dtype `dt`, output dtype `out`.
     pub(super) fn key(self, dt: DType, out: DType) -> String {
-        match self {
-            DecodeVariant::Slots(c) => format!("attention_decode:{dt}:{out}:{}", c.key()),
-            DecodeVariant::Lanes(c) => format!("attention_decode:{dt}:{out}:{}", c.key()),
-            DecodeVariant::Tile(c) => format!("attention_decode:{dt}:{out}:{}", c.key()),
-        }
+        let config = match self {
+            DecodeVariant::Slots(c) => c.key(),
+            DecodeVariant::Lanes(c) => c.key(),
+            DecodeVariant::Tile(c) => c.key(),
+        };
+        format!("attention_decode:{dt}:{out}:{config}")
     }
 
     /// The kernel's source for storage dtype `dt`, output dtype `out`.

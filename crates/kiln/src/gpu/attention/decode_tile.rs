@@ -307,6 +307,12 @@ pub(super) fn tile_rounds(c: TileConfig, rules: &RowRules) -> String {
     })
 }
 
+/// A `tile` kernel's partial row for combine.wgsl (`RowRules::put`: the row's (max, sum) words at
+/// `2 pr`, its f32 value sums from `p.part_start + pr * dv`), for the two-dispatch and paged paths.
+pub(super) const COMBINE_PUT: &str = "                    let pr = grow * nsplit + s;\n                    \
+     if (c4 == 0u) { dst[2u * pr] = bitcast<u32>(select(mx[x], nan_f32(), badr[x])); dst[2u * pr + 1u] = bitcast<u32>(lsum[x]); }\n                    \
+     put_raw(p.part_start + pr * dv + c, o, n);";
+
 /// The `tile` decode kernel for storage dtype `dt` (f16 or bf16), final output dtype `out`.
 pub(crate) fn tile_source(dt: DType, out: DType, c: TileConfig) -> String {
     let put = if c.fold {
@@ -314,9 +320,7 @@ pub(crate) fn tile_source(dt: DType, out: DType, c: TileConfig) -> String {
          if (c4 == 0u) { part[pr] = vec4<f32>(select(mx[x], nan_f32(), badr[x]), lsum[x], 0.0, 0.0); }\n                    \
          part[p.part_start + pr * DV4 + c4] = o;"
     } else {
-        "                    let pr = grow * nsplit + s;\n                    \
-         if (c4 == 0u) { dst[2u * pr] = bitcast<u32>(select(mx[x], nan_f32(), badr[x])); dst[2u * pr + 1u] = bitcast<u32>(lsum[x]); }\n                    \
-         put_raw(p.part_start + pr * dv + c, o, n);"
+        COMBINE_PUT
     };
     let rounds = tile_rounds(
         c,

@@ -7,7 +7,7 @@
 //! still clamp block ids to the pool.
 
 use super::decode_lanes::{chosen, DecodeKernel};
-use super::decode_tile::{tile_config, tile_pieces, tile_rounds, RowRules, Rows, TileConfig};
+use super::decode_tile::{tile_config, tile_pieces, tile_rounds, RowRules, Rows, TileConfig, COMBINE_PUT};
 use super::{
     combine_source, dispatch, granular, granular_by, granule_loaders, lines, store_fns, CombineParams, MAX_HEAD,
 };
@@ -123,16 +123,13 @@ pub(crate) fn paged_source(dt: DType, out: DType, c: PagedConfig) -> String {
 
 /// The `tile` kernel over a paged pool of dtype `dt` (f16 or bf16), written as `out`.
 pub(crate) fn paged_tile_source(dt: DType, out: DType, c: TileConfig) -> String {
-    let put = "                    let pr = grow * nsplit + s;\n                    \
-               if (c4 == 0u) { dst[2u * pr] = bitcast<u32>(select(mx[x], nan_f32(), badr[x])); dst[2u * pr + 1u] = bitcast<u32>(lsum[x]); }\n                    \
-               put_raw(p.part_start + pr * dv + c, o, n);";
     let rounds = tile_rounds(
         c,
         &RowRules {
             valid: "gr < group",
             row: "let grow = b * hq + hk * group + gr;",
             finish: "finish(o, lsum[x], badr[x])",
-            put,
+            put: COMBINE_PUT,
         },
     );
     let (params, loaders, store) = (PagedParams::wgsl(), loader("ld0", "in0", dt), store_fns(out));
@@ -146,12 +143,6 @@ pub(crate) fn paged_tile_source(dt: DType, out: DType, c: TileConfig) -> String 
     ];
     subs.extend(pieces.iter().map(|(k, v)| (*k, v.as_str())));
     render(PAGED_TILE, &subs)
-}
-
-/// The paged `tile` variant for head size `d` (keys and values), `group` query heads per key/value
-/// head, on subgroups of at least `sg_min` lanes (None where it does not apply).
-fn tile_variant(d: usize, group: usize, sg_min: usize, limit: usize, max_wg: usize) -> Option<TileConfig> {
-    tile_config(d, d, group, sg_min, limit, max_wg)
 }
 
 /// Every variant for head sizes 64, 128, 80 and 256 and GQA groups 1, 2 and 4+, and the `tile`
@@ -172,7 +163,7 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
                     continue;
                 }
                 for w in [8, 32] {
-                    if let Some(c) = tile_variant(d, group, w, 32 * 1024, 256) {
+                    if let Some(c) = tile_config(d, d, group, w, 32 * 1024, 256) {
                         for &o in outs {
                             out.push((tile_key(dt, o, c), paged_tile_source(dt, o, c)));
                         }
@@ -236,7 +227,7 @@ pub(crate) fn paged_decode(a: &PagedArgs) -> Result<GpuStorage> {
     .then(|| {
         let limit = ctx.limits.max_compute_workgroup_storage_size as usize;
         let max_wg = ctx.limits.max_compute_invocations_per_workgroup as usize;
-        tile_variant(d, group, ctx.summary.subgroup_size.0 as usize, limit, max_wg)
+        tile_config(d, d, group, ctx.summary.subgroup_size.0 as usize, limit, max_wg)
     })
     .flatten();
     let (rows_per_group, step) = match tile {
