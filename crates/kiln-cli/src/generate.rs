@@ -518,6 +518,24 @@ fn timed_run(model: &Model, context: usize, steps: usize) -> kiln_llm::Result<(f
     Ok((prefill, start.elapsed().as_secs_f64()))
 }
 
+/// On a GPU, untimed decode steps for [`WARM_SECS`] first: an idle GPU runs at low clocks and needs
+/// about half a second of load to reach full speed (docs/PERFORMANCE.md, "GPU clocks"), and a short
+/// model's timed steps (64 of a 1B model: 0.15 s) would otherwise be measured on the way up.
+fn warm_clocks(model: &Model) -> kiln_llm::Result<()> {
+    if !model.device().is_gpu() {
+        return Ok(());
+    }
+    let start = Instant::now();
+    let context = 64.min(model.max_context() / 2).max(1);
+    while start.elapsed().as_secs_f64() < WARM_SECS {
+        timed_run(model, context, 16.min(model.max_context() - context))?;
+    }
+    Ok(())
+}
+
+/// Seconds of untimed decode before each timed decode run on a GPU.
+const WARM_SECS: f64 = 0.6;
+
 /// Where a decode step's time goes on a GPU: dispatches per token (counted in a normal run) and each
 /// kernel's GPU time per token (8 steps with per-dispatch timestamps, which serialise the GPU; the
 /// wall time of those steps is not a speed). `None` on the CPU.
@@ -604,6 +622,7 @@ fn run_llm_bench(args: LlmBenchArgs) -> Result<(), String> {
     let mut decode = Vec::new();
     for &ctx in &plan.contexts {
         phases.start(&format!("{} decode steps at context {ctx}", plan.decode_tokens));
+        warm_clocks(&model).map_err(err)?;
         let (_, secs) = timed_run(&model, ctx, plan.decode_tokens).map_err(err)?;
         decode.push(serde_json::json!({
             "context": ctx,

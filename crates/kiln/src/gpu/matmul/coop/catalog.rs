@@ -53,6 +53,11 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
                         let c =
                             Config { stage, emulate, out: out_form, ..Config::preset(CoopTile::Small, s, 32, a, b) };
                         out.push((c.key(), source(&c)));
+                        // A scaled to f16 by its maxima pass (read along K only).
+                        if ak {
+                            let c = Config { a16: true, ..c };
+                            out.push((c.key(), source(&c)));
+                        }
                     }
                 }
             }
@@ -60,6 +65,8 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
     }
     out.push(("line_maxima".into(), line_maxima::source(false)));
     out.push(("line_maxima_x4".into(), line_maxima::source(true)));
+    out.push(("line_maxima_whole".into(), line_maxima::whole_source(false)));
+    out.push(("line_maxima_whole_scaled".into(), line_maxima::whole_source(true)));
     // Vector staging (Vulkan only, 16x16): every operand staging with each vector form, and the
     // larger sweep shapes (8 subgroups of 4x4 tiles, 16-deep K slices).
     for stage in [Stage::H4] {

@@ -104,6 +104,10 @@ pub(crate) struct Config {
     /// registers as words and converted to f16 when staged, as bf16 operands are (their form
     /// always). On NVIDIA's Vulkan compiler a `vec4<f16>` register set cost more than its words.
     pub(crate) words: bool,
+    /// bf16 only: A comes already scaled and rounded to f16 by its line maxima pass
+    /// (`line_maxima::maxima_scaled`, contiguous), so only B is converted when staged; the epilogue
+    /// still scales back by both operands' line exponents.
+    pub(crate) a16: bool,
 }
 
 /// Ablations for `examples/coop_sweep.rs` (results are wrong with any but `None`): `NoLoad` reads no
@@ -162,6 +166,7 @@ impl Config {
             out: Out::F16,
             split: false,
             words: false,
+            a16: false,
         }
     }
 
@@ -216,7 +221,7 @@ impl Config {
     pub(crate) fn key(&self) -> String {
         let op = |o: Operand| format!("{}{}", if o.k_fast { "k" } else { "mn" }, if o.vec { "x4" } else { "x1" });
         format!(
-            "matmul_coop{}{}:{s}x{s}:sg{}:{}x{}:{}x{}:bk{}:{}{}{}{}{}{}:A={}:B={}",
+            "matmul_coop{}{}:{s}x{s}:sg{}:{}x{}:{}x{}:bk{}:{}{}{}{}{}{}{}:A={}:B={}",
             if self.emulate { "_emulated" } else { "" },
             match self.out {
                 Out::F16 => "",
@@ -238,6 +243,7 @@ impl Config {
             if self.fast { ":fast" } else { "" },
             if self.split { ":splitk" } else { "" },
             if self.words && !self.out.bf16() { ":w" } else { "" },
+            if self.a16 && self.out.bf16() { ":a16" } else { "" },
             if self.probe == Probe::None { String::new() } else { format!(":{:?}", self.probe) },
             op(self.a),
             op(self.b),

@@ -229,8 +229,9 @@ fn declarations(g: &Geometry) -> String {
         // Each chunk's lines are the same at every K step: their scales are read once. A k-fast chunk
         // lies along one line (slow index: one scale, splatted where used), an mn-fast chunk across 4
         // (fast index).
+        // (A scaled beforehand, `a16`: B's only.)
         for (sc, n, step, k_fast, s0, sl, f, lines, x) in [
-            ("sca", g.a_chunks, g.a_step, c.a.k_fast, "m0", "a_s", "a_f", "m", "a"),
+            ("sca", if c.a16 { 0 } else { g.a_chunks }, g.a_step, c.a.k_fast, "m0", "a_s", "a_f", "m", "a"),
             ("scb", g.b_chunks, g.b_step, c.b.k_fast, "n0", "b_s", "b_f", "n", "b"),
         ] {
             for i in 0..n {
@@ -336,19 +337,20 @@ fn fast_setup(g: &Geometry) -> String {
 }
 
 /// Stores register set `set` into the workgroup buffer `so` (bf16: scaled and rounded to f16; f16
-/// words: unpacked).
+/// words and an `a16` A: unpacked).
 fn store(g: &Geometry, set: u32) -> String {
     let c = g.c;
     let (unit, shift) = (g.unit, g.shift);
     let mut store = String::new();
-    for (name, reg, sc, k_fast, n, step, ld, st, stage) in [
-        ("sa", "ra", "sca", c.a.k_fast, g.a_chunks, g.a_step, g.lda, "a_st", g.sa_stage),
-        ("sb", "rb", "scb", c.b.k_fast, g.b_chunks, g.b_step, g.ldb, "b_st", g.sb_stage),
+    for (name, reg, sc, k_fast, n, step, ld, st, stage, pre) in [
+        ("sa", "ra", "sca", c.a.k_fast, g.a_chunks, g.a_step, g.lda, "a_st", g.sa_stage, c.a16),
+        ("sb", "rb", "scb", c.b.k_fast, g.b_chunks, g.b_step, g.ldb, "b_st", g.sb_stage, false),
     ] {
         for i in 0..n {
-            // bf16: the 4 values scaled by their lines' powers of two and rounded to f16.
+            // bf16: the 4 values scaled by their lines' powers of two and rounded to f16 (A already
+            // is with `a16`: its words hold f16 values).
             let v = match (g.bf16, k_fast) {
-                (true, _) if c.probe == Probe::NoConv => format!("f16_h4({reg}{set}_{i})"),
+                (true, _) if c.probe == Probe::NoConv || pre => format!("f16_h4({reg}{set}_{i})"),
                 (false, _) if g.words => format!("f16_h4({reg}{set}_{i})"),
                 (false, _) => format!("{reg}{set}_{i}"),
                 (true, true) => format!("bf16_h4({reg}{set}_{i}, vec4<f32>({sc}_{i}))"),

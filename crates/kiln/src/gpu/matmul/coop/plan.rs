@@ -159,6 +159,26 @@ pub(crate) fn matmul_coop(
     if batch > max {
         return None;
     }
+    let lines = |lines, offset, line_stride, k_stride, strides| line_maxima::Lines {
+        lines,
+        k,
+        offset,
+        line_stride,
+        k_stride,
+        batch,
+        dims: &bd,
+        strides,
+    };
+    let la = lines(m, al.offset(), sa[rank - 2], sa[rank - 1], &bs[0][..]);
+    let lb = lines(n, bl.offset(), sb[rank - 1], sb[rank - 2], &bs[1][..]);
+    // A bf16 A read along K is scaled to f16 once, by its line maxima pass, where the copy fits one
+    // binding: the product's workgroups then stage it without converting (each converted all of A).
+    let copy = (batch * m * k) as u64;
+    c.a16 = bf16
+        && line_maxima::scaled_enabled()
+        && line_maxima::whole_applies(a, &la)
+        && copy < u32::MAX as u64
+        && 2 * copy <= ctx.max_binding();
     let (mut splits, mut kper) = match spec {
         Some(sp) => k_split(k, c.bk as usize, sp.splits as usize),
         None if tile == CoopTile::Auto && vulkan && split_enabled() => auto_split(&c, batch * tiles(&c), k),
@@ -174,29 +194,26 @@ pub(crate) fn matmul_coop(
         if !bf16 {
             return run(a, al, b, bl, &c, (m, n, k), batch, (&bd, &bs), tiles(&c), None, (splits, kper));
         }
-        let mxa = line_maxima::maxima_buffer(ctx, batch * m)?;
-        let lines = |lines, offset, line_stride, k_stride, strides| line_maxima::Lines {
-            lines,
-            k,
-            offset,
-            line_stride,
-            k_stride,
-            batch,
-            dims: &bd,
-            strides,
-        };
-        let la = lines(m, al.offset(), sa[rank - 2], sa[rank - 1], &bs[0][..]);
-        let lb = lines(n, bl.offset(), sb[rank - 1], sb[rank - 2], &bs[1][..]);
-        line_maxima::line_maxima(a, &la, &mxa, 0)?;
         // B is most often a weight, multiplied again and again: its maxima are kept with its storage
         // until it is written (`GpuStorage::derived`), so a serving step does not read every weight
         // twice.
         let key = [vec![MAXIMA, n, k, bl.offset(), sb[rank - 1], sb[rank - 2], batch], bd.clone(), bs[1].clone()];
-        let mxb = b.derived(key.concat(), || {
-            let mx = line_maxima::maxima_buffer(ctx, batch * n)?;
-            line_maxima::line_maxima(b, &lb, &mx, 0)?;
-            Ok(mx)
-        })?;
+        let mxb = b.derived(key.concat(), || line_maxima::maxima(b, &lb))?;
+        if c.a16 {
+            // The copy: contiguous, batch entries (in `bd` order) m x k apart.
+            let (mxa, a16) = line_maxima::maxima_scaled(a, &la)?;
+            let mut strides = vec![0; bd.len()];
+            let mut step = m * k;
+            for (s, &d) in strides.iter_mut().zip(&bd).rev() {
+                *s = step;
+                step *= d;
+            }
+            let bs16 = [strides, bs[1].clone()];
+            let al16 = Layout::contiguous(al.dims());
+            let (mx, sp) = (Some((&mxa, &*mxb)), (splits, kper));
+            return run(&a16, &al16, b, bl, &c, (m, n, k), batch, (&bd, &bs16), tiles(&c), mx, sp);
+        }
+        let mxa = line_maxima::maxima(a, &la)?;
         run(a, al, b, bl, &c, (m, n, k), batch, (&bd, &bs), tiles(&c), Some((&mxa, &mxb)), (splits, kper))
     })())
 }
