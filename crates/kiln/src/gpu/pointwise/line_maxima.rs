@@ -142,6 +142,21 @@ pub(crate) struct Lines<'a> {
     pub(crate) strides: &'a [usize],
 }
 
+impl Lines<'_> {
+    /// The batch as the passes' parameters: rank (0 without a batch), dims and strides.
+    fn batch_words(&self) -> (u32, [u32; 4], [u32; 4]) {
+        let (mut dims, mut strides) = ([0; 4], [0; 4]);
+        if self.batch <= 1 {
+            return (0, dims, strides);
+        }
+        for (i, (&d, &s)) in self.dims.iter().zip(self.strides).enumerate() {
+            dims[i] = d as u32;
+            strides[i] = s as u32;
+        }
+        (self.dims.len() as u32, dims, strides)
+    }
+}
+
 /// The line maxima of bf16 `x` (slot `z * lines + line`), from the whole-line pass where the lines
 /// are K-contiguous and 16-byte aligned (one dispatch), else zeroed and maxed block by block (two);
 /// `KILN_LINE_MAXIMA=blocks` takes the second way everywhere, for A/B runs.
@@ -186,22 +201,19 @@ fn whole(x: &GpuStorage, l: &Lines, mx: &GpuStorage, a16: Option<&GpuStorage>) -
     };
     // Enough invocations per line that each reads its 16-byte words in one or a few rounds.
     let threads = (l.k / 8).next_power_of_two().clamp(1, WHOLE_WG);
-    let mut params = WholeParams {
+    let (rank, dims, strides) = l.batch_words();
+    let params = WholeParams {
         lines: l.lines as u32,
         k: l.k as u32,
         offset: l.offset as u32,
         line_stride: l.line_stride as u32,
         threads: threads as u32,
-        rank: if l.batch > 1 { l.dims.len() as u32 } else { 0 },
+        rank,
+        dims,
+        strides,
         count: words as u32,
         ..WholeParams::default()
     };
-    if l.batch > 1 {
-        for (i, (&d, &s)) in l.dims.iter().zip(l.strides).enumerate() {
-            params.dims[i] = d as u32;
-            params.strides[i] = s as u32;
-        }
-    }
     let groups = words.div_ceil(WHOLE_WG / threads) * WHOLE_WG;
     let groups = wgsl::grid(groups, WHOLE_WG, ctx.limits.max_compute_workgroups_per_dimension);
     let bufs = match a16 {
@@ -269,7 +281,8 @@ pub(crate) fn line_maxima(x: &GpuStorage, l: &Lines, mx: &GpuStorage, first: usi
     let n = l.batch * l.lines * blocks;
     // Consecutive invocations along whichever of the line and K strides is the unit one.
     let line_fast = l.k_stride != 1;
-    let mut params = LineParams {
+    let (rank, dims, strides) = l.batch_words();
+    let params = LineParams {
         lines: l.lines as u32,
         k: l.k as u32,
         offset: l.offset as u32,
@@ -278,16 +291,11 @@ pub(crate) fn line_maxima(x: &GpuStorage, l: &Lines, mx: &GpuStorage, first: usi
         first: first as u32,
         blocks: blocks as u32,
         line_fast: line_fast as u32,
-        rank: if l.batch > 1 { l.dims.len() as u32 } else { 0 },
+        rank,
+        dims,
+        strides,
         count: n as u32,
-        ..LineParams::default()
     };
-    if l.batch > 1 {
-        for (i, (&d, &s)) in l.dims.iter().zip(l.strides).enumerate() {
-            params.dims[i] = d as u32;
-            params.strides[i] = s as u32;
-        }
-    }
     let groups = wgsl::grid(n, 256, ctx.limits.max_compute_workgroups_per_dimension);
     ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(
         ctx,

@@ -26,15 +26,21 @@ fn data(n: usize, seed: u64) -> Vec<bf16> {
     v
 }
 
+/// Where batch entry `z`'s lines start (the last batch dim steps fastest).
+fn entry(l: &Lines, z: usize) -> usize {
+    let (mut base, mut rem) = (l.offset, z);
+    for (&d, &s) in l.dims.iter().zip(l.strides).rev() {
+        base += (rem % d) * s;
+        rem /= d;
+    }
+    base
+}
+
 /// The largest finite |x| of each line as f32 bits (0 when none), batch entry by batch entry.
 fn reference(x: &[bf16], l: &Lines) -> Vec<u32> {
     let mut out = Vec::new();
     for z in 0..l.batch {
-        let (mut base, mut rem) = (l.offset, z);
-        for (&d, &s) in l.dims.iter().zip(l.strides).rev() {
-            base += (rem % d) * s;
-            rem /= d;
-        }
+        let base = entry(l, z);
         for line in 0..l.lines {
             let m = (0..l.k)
                 .map(|k| ((x[base + line * l.line_stride + k * l.k_stride].to_bits() as u32) << 16) & 0x7fff_ffff)
@@ -52,11 +58,7 @@ fn reference(x: &[bf16], l: &Lines) -> Vec<u32> {
 fn scaled(x: &[bf16], l: &Lines, maxima: &[u32]) -> Vec<f16> {
     let mut out = Vec::new();
     for z in 0..l.batch {
-        let (mut base, mut rem) = (l.offset, z);
-        for (&d, &s) in l.dims.iter().zip(l.strides).rev() {
-            base += (rem % d) * s;
-            rem /= d;
-        }
+        let base = entry(l, z);
         for line in 0..l.lines {
             let bits = maxima[z * l.lines + line];
             let e = if bits == 0 { 0 } else { ((bits >> 23) as i32 - 141).clamp(-110, 115) };
