@@ -116,6 +116,8 @@ settings! {
         "The decode attention kernel: `slots` (16 key slots of 8 lanes, everywhere), `lanes` (a lane owns whole keys, then value columns; subgroups, granular keys and values and its head sizes needed) or `tile` (lane groups read whole f16/bf16 key rows in 16-byte words, short code; subgroups, keys and values in 8-element granules and equal head sizes, a multiple of 8, needed); `slots` runs where the chosen one does not apply. `tile` also picks the paged decode kernel of batched steps (`paged_tile.wgsl`), `slots` and `lanes` the slot one.";
     DECODE_WG = "KILN_DECODE_WG", "kiln", default "128",
         "Invocations per workgroup of the `tile` decode attention kernel: a power of two from 64 to 1024, within the adapter's limit.";
+    DECODE_LPK = "KILN_DECODE_LPK", "kiln", default "by context length",
+        "Lanes to a key row of the `tile` decode attention kernels (a power of two from 4 to 32, each lane taking at most four 16-byte words of the row): fewer lanes a row sum a key's dot products in fewer shuffles, more lane groups merge at the end. By default the most lanes (a word each, within the subgroup), half of them (two words each) from 8192 keys on.";
     LINE_MAXIMA = "KILN_LINE_MAXIMA", "kiln", default "scaled",
         "How bf16 cooperative products find their operands' line maxima: `scaled` (K-contiguous lines reduced a workgroup each, one dispatch, which also writes A scaled to f16 so that the product converts only B), `whole` (the same without the scaled A) or `blocks` (blocks maxed atomically into a zeroed buffer, two dispatches, as before).";
     QMV_C = "KILN_QMV_C", "kiln", default "by shape",

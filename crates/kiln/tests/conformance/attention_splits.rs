@@ -13,9 +13,11 @@ use kiln::gpu_probes::{decode_attention_kernel, force_decode_fold, force_decode_
 use kiln::{DType, Device, Tensor};
 
 /// (b, hq, hkv, tq, tk, d, dv, causal, scale): many splits, head ratios 1, 3, 4 and 8, head sizes
-/// 64 to 128.
-const CASES: [Case; 7] = [
+/// 64 to 128; past 8192 keys the `tile` kernel's long-context shape (half the lanes to a key row).
+const CASES: [Case; 9] = [
     (1, 8, 2, 1, 4099, 128, 128, false, None),
+    (1, 8, 2, 1, 8195, 128, 128, false, None),
+    (1, 4, 2, 2, 8200, 64, 64, true, None),
     (1, 12, 4, 3, 2501, 80, 80, true, None),
     (1, 4, 4, 8, 1903, 64, 64, true, None),
     (2, 16, 2, 2, 1537, 64, 32, true, Some(0.1)),
@@ -117,6 +119,7 @@ fn sdpa_decode_back_to_back(dev: &Device) {
 /// subgroups under 32 lanes, as lavapipe's) take the `lanes` decode kernel when it is forced (as
 /// `each_path` does), and those of 64 and 128 the `tile` one when it is (bf16 here), so these tests
 /// cover both; an odd head size (80) keeps to `slots`, and so does every case when `slots` is forced.
+/// From 8192 keys on, `tile` takes half the lanes to a 128-wide key row (at most 8 of them).
 fn sdpa_decode_kernel_choice(dev: &Device) {
     let Some(info) = dev.gpu_info() else { return };
     if !info.features.contains(&"SUBGROUP") || info.subgroup_size.0 < 4 {
@@ -124,7 +127,12 @@ fn sdpa_decode_kernel_choice(dev: &Device) {
     }
     let w = info.subgroup_size.0.min(32) as usize;
     let on = Tensor::zeros(&[4usize][..], DType::BF16, dev).unwrap();
-    let cases = [[1, 8, 2, 1, 4099, 128, 128], [1, 32, 8, 1, 700, 64, 64], [1, 12, 4, 3, 2501, 80, 80]];
+    let cases = [
+        [1, 8, 2, 1, 4099, 128, 128],
+        [1, 8, 2, 1, 8195, 128, 128],
+        [1, 32, 8, 1, 700, 64, 64],
+        [1, 12, 4, 3, 2501, 80, 80],
+    ];
     for forced in ["lanes", "tile", "slots"] {
         force_decode_kernel(Some(forced));
         for sizes in cases {
@@ -134,6 +142,10 @@ fn sdpa_decode_kernel_choice(dev: &Device) {
             let tile = forced == "tile" && sizes[5] != 80;
             assert_eq!(key.contains(":lanes:"), lanes, "{sizes:?}: {key}");
             assert_eq!(key.contains(":tile:"), tile, "{sizes:?}: {key}");
+            if tile && sizes[5] == 128 {
+                let lpk = if sizes[4] >= 8192 { w.min(8) } else { w.min(16) };
+                assert!(key.contains(&format!(":l{lpk}:")), "{sizes:?}: {key} should take {lpk} lanes a key row");
+            }
         }
     }
     force_decode_kernel(None);

@@ -285,7 +285,10 @@ fn coop_tiles_on_device_few() {
     }
     // 96-row tiles do not divide a column-major A's staging among 128 invocations (the path declines
     // them there, and the automatic choice takes its next candidate): the other layouts.
-    tiles_on_device(&["1x4:6x2:32:h4:a4:fast", "1x4:6x2:32:h4:a4:fast:w"], &A_ROW_VIEWS, 1700);
+    // So do the automatic choice's tiles of 8 subgroups (64 x 64, and 96 x 128 in one row).
+    let specs =
+        ["1x4:6x2:32:h4:a4:fast", "1x4:6x2:32:h4:a4:fast:w", "2x4:2x1:64:h4:a4:fast:w", "1x8:6x1:32:h4:a4:fast:w"];
+    tiles_on_device(&specs, &A_ROW_VIEWS, 1700);
 }
 
 /// bf16 values over 1e-6..1e4 in magnitude, both signs, and in every 7th line (row of a row-major
@@ -461,6 +464,8 @@ fn coop_bf16_on_device_few() {
         run_bf16(&dev, spec, None, &VIEWS, &mut seed);
     }
     run_bf16(&dev, "1x4:6x2:32:h4:a4:fast", None, &A_ROW_VIEWS, &mut seed);
+    run_bf16(&dev, "2x4:2x1:64:h4:a4:fast:w", None, &A_ROW_VIEWS, &mut seed);
+    run_bf16(&dev, "1x8:6x1:32:h4:a4:fast:w", None, &A_ROW_VIEWS, &mut seed);
 }
 
 /// The automatic choice on bf16 shapes of every size class (the specs are `coop_bf16_on_device`).

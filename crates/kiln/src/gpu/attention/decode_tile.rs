@@ -17,6 +17,12 @@ const CONSTS: &str = include_str!("tile_consts.wgsl");
 const WG: usize = 128;
 /// Workgroup memory the kernel keeps to (the value-sum rounds shrink to fit).
 const BUDGET: usize = 32 * 1024;
+/// From this many keys on, a key row takes half the lanes (two words a lane, twice the keys a
+/// lane group): a key's dot products are summed in one shuffle step fewer, which pays where the
+/// chunk loop is long and costs where the merge of the (twice as many) lane groups dominates. On an
+/// H200 (bf16, 32/8 heads, d 128; docs/PERFORMANCE.md, tenth session): 32768 keys 79.3 -> 69.3 us,
+/// 4096 keys 28.0 -> 29.8, 512 keys 18.7 -> 21.4; four words a lane spilled (149 us at 32768).
+pub(super) const LONG_KEYS: usize = 8192;
 
 /// Shape of one `tile` decode kernel variant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,9 +90,20 @@ fn workgroup(max: usize) -> usize {
     set.unwrap_or(WG).min(max.max(64))
 }
 
+/// Lanes to a key row with `KILN_DECODE_LPK` (a power of two from 4 to 32; at most the subgroup
+/// and the row's words, and four words a lane, in [`tile_config`]), else `None`: by context length.
+fn lanes_per_key() -> Option<usize> {
+    static SET: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *SET.get_or_init(|| {
+        let v = crate::settings::DECODE_LPK.get().ok()?.trim().parse::<usize>().ok()?;
+        (v.is_power_of_two() && (4..=32).contains(&v)).then_some(v)
+    })
+}
+
 /// The `tile` variant for head sizes `d`, `dv` and `rows` query rows per key/value head, on
 /// subgroups of at least `sg_min` lanes, workgroups of at most `max_wg` invocations (fewer where
-/// the merge would not fit 32 KiB of workgroup memory): `None` where it
+/// the merge would not fit 32 KiB of workgroup memory), for contexts of up to `keys` keys (from
+/// [`LONG_KEYS`] on, half the lanes to a key row): `None` where it
 /// does not apply (`d` != `dv`, `d` not a multiple of 8, fewer than 4 lanes to a key row, or too
 /// little workgroup memory). Keys and values must be f16/bf16 read in aligned 8-element granules
 /// (`granular_by(.., 8)`): the caller checks.
@@ -97,12 +114,19 @@ pub(crate) fn tile_config(
     sg_min: usize,
     limit: usize,
     max_wg: usize,
+    keys: usize,
 ) -> Option<TileConfig> {
     if d != dv || d == 0 || !d.is_multiple_of(8) || sg_min < 4 || !sg_min.is_power_of_two() {
         return None;
     }
     let words = d / 8;
+    let fewest = words.div_ceil(4).next_power_of_two();
     let mut lpk = sg_min.min(32).min(words.next_power_of_two());
+    match lanes_per_key() {
+        Some(set) => lpk = lpk.min(set.max(fewest)),
+        None if keys >= LONG_KEYS => lpk = lpk.min((words / 2).max(4)),
+        None => {}
+    }
     while lpk > 1 && !words.is_multiple_of(lpk) {
         lpk /= 2;
     }
@@ -224,15 +248,36 @@ pub(super) fn tile_pieces(dt: DType, c: TileConfig, rows: Rows) -> Vec<(&'static
     update += &format!("{ind}l = l * a + {psum}; m = mn;\n");
     for n in 0..ch {
         update += &lines(0..kpg, |i| format!("{ind}let va{i}_{n} = wlo(vv{i}_{n}); let vb{i}_{n} = whi(vv{i}_{n});"));
-        for (x, comp) in XYZW.iter().enumerate().take(r) {
-            for half in ["a", "b"] {
-                let terms: String = (0..kpg)
-                    .map(|i| format!(" + select(vec4<f32>(0.0), p{i}.{comp} * v{half}{i}_{n}, live{i}.{comp})"))
-                    .collect();
-                update += &format!("{ind}o{x}_{n}{half} = o{x}_{n}{half} * a.{comp}{terms};\n");
+    }
+    // The value sums: where every row sees every key of the chunk (all chunks but a split's last,
+    // and a causal chunk's diagonal), plain multiply-adds; else each term selected, since p * v of a
+    // masked key would carry a NaN or Inf value into the row. At long contexts the chunk's
+    // arithmetic bounds the kernel, and the selects were a large part of it (H200, bf16, 32768
+    // keys: 85.0 -> 79.3 us without them; docs/PERFORMANCE.md, tenth session).
+    let sums = |masked: bool| {
+        let mut s = String::new();
+        for n in 0..ch {
+            for (x, comp) in XYZW.iter().enumerate().take(r) {
+                for half in ["a", "b"] {
+                    let terms: String = (0..kpg)
+                        .map(|i| {
+                            let t = format!("p{i}.{comp} * v{half}{i}_{n}");
+                            if masked {
+                                format!(" + select(vec4<f32>(0.0), {t}, live{i}.{comp})")
+                            } else {
+                                format!(" + {t}")
+                            }
+                        })
+                        .collect();
+                    s += &format!("{ind}    o{x}_{n}{half} = o{x}_{n}{half} * a.{comp}{terms};\n");
+                }
             }
         }
-    }
+        s
+    };
+    // `dead`: the chunk's rows past the group (never written), whose keys are all masked.
+    let every = (0..kpg).map(|i| format!("all(live{i} | dead)")).collect::<Vec<_>>().join(" && ");
+    update += &format!("{ind}if ({every}) {{\n{}{ind}}} else {{\n{}{ind}}}\n", sums(false), sums(true));
     let walk = render(
         WALK,
         &[

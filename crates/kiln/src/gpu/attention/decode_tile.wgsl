@@ -46,11 +46,13 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     let kstop = min(kbeg + p.per_split, tk);
     // Row x of this chunk is query i of head hk * group + x / tq; rows past the group see no key.
     var limv = vec4<u32>(0u);
+    var dead = vec4<bool>(true);
     var kend = 0u;
     var kvis = 0u;
     for (var x = 0u; x < R; x++) {
         let gr = rc * R + x;
         if (gr < group * tq) {
+            dead[x] = false;
             let vis = visible(gr % tq, tq, tk, causal);
             limv[x] = min(vis, kstop);
             kvis = max(kvis, vis);

@@ -29,7 +29,7 @@ use crate::op::AttentionParams;
 use crate::{DType, Error, Layout, Result};
 use decode::{decode_config, decode_source, decode_subgroups, min_decode_split};
 use decode_lanes::{chosen, lanes_config, lanes_source, DecodeKernel, DecodeVariant};
-use decode_tile::{tile_config, tile_source};
+use decode_tile::{tile_config, tile_source, LONG_KEYS};
 use emit::{dispatch, granular, granular_by, granule_loaders, lines, store_fns, ROWS};
 use params::{AttnParams, CombineParams};
 use std::fmt::Write;
@@ -329,8 +329,8 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
         }
         if dt != DType::F32 {
             for (d, w) in [(64, 8), (128, 8), (128, 32), (96, 32), (256, 32)] {
-                for rows in [1, 2, 4] {
-                    let c = tile_config(d, d, rows, w, 32 * 1024, 256).expect("tile decode fits 32 KiB");
+                for (rows, keys) in [(1, 0), (2, 0), (4, 0), (4, LONG_KEYS)] {
+                    let c = tile_config(d, d, rows, w, 32 * 1024, 256, keys).expect("tile decode fits 32 KiB");
                     for c in [c, c.folded()] {
                         for &o in outs {
                             out.push((DecodeVariant::Tile(c).key(dt, o), tile_source(dt, o, c)));
@@ -375,7 +375,7 @@ fn decode_plan(
     let cfg = match chosen() {
         DecodeKernel::Tile if subgroups && half && vec8 && v8 => {
             let max_wg = ctx.limits.max_compute_invocations_per_workgroup as usize;
-            tile_config(d, dv, rows, sg_min, limit, max_wg).map(DecodeVariant::Tile)
+            tile_config(d, dv, rows, sg_min, limit, max_wg, tk).map(DecodeVariant::Tile)
         }
         DecodeKernel::Lanes if subgroups && vec && vec8 => {
             lanes_config(d, dv, rows, sg_min, limit).map(DecodeVariant::Lanes)

@@ -7,7 +7,7 @@
 //! still clamp block ids to the pool.
 
 use super::decode_lanes::{chosen, DecodeKernel};
-use super::decode_tile::{tile_config, tile_pieces, tile_rounds, RowRules, Rows, TileConfig, COMBINE_PUT};
+use super::decode_tile::{tile_config, tile_pieces, tile_rounds, RowRules, Rows, TileConfig, COMBINE_PUT, LONG_KEYS};
 use super::{
     combine_source, dispatch, granular, granular_by, granule_loaders, lines, store_fns, CombineParams, MAX_HEAD,
 };
@@ -162,8 +162,8 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
                 if dt == DType::F32 {
                     continue;
                 }
-                for w in [8, 32] {
-                    if let Some(c) = tile_config(d, d, group, w, 32 * 1024, 256) {
+                for (w, keys) in [(8, 0), (32, 0), (32, LONG_KEYS)] {
+                    if let Some(c) = tile_config(d, d, group, w, 32 * 1024, 256, keys) {
                         for &o in outs {
                             out.push((tile_key(dt, o, c), paged_tile_source(dt, o, c)));
                         }
@@ -227,7 +227,7 @@ pub(crate) fn paged_decode(a: &PagedArgs) -> Result<GpuStorage> {
     .then(|| {
         let limit = ctx.limits.max_compute_workgroup_storage_size as usize;
         let max_wg = ctx.limits.max_compute_invocations_per_workgroup as usize;
-        tile_config(d, d, group, ctx.summary.subgroup_size.0 as usize, limit, max_wg)
+        tile_config(d, d, group, ctx.summary.subgroup_size.0 as usize, limit, max_wg, a.max_len)
     })
     .flatten();
     let (rows_per_group, step) = match tile {

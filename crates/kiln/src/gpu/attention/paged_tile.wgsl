@@ -63,8 +63,9 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     }
     // Every position of the split is visible to every row of the group.
     var limv = vec4<u32>(0u);
+    var dead = vec4<bool>(true);
     for (var x = 0u; x < R; x++) {
-        if (rc * R + x < group) { limv[x] = kend; }
+        if (rc * R + x < group) { limv[x] = kend; dead[x] = false; }
     }
     let lg = t / LPK; let lane = t % LPK;
     let step = NG * KPG;

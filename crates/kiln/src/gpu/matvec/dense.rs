@@ -124,7 +124,7 @@ impl DenseMatvec {
                 }
             }
             sum += "    }\n";
-            norm_scale(&mut setup, mt, &sum);
+            norm_scale(&mut setup, mt, &sum, self.sg);
         }
         let add = if self.add { AddRead::Bits } else { AddRead::None };
         let finish = stores(mt, c, self.pro == Pro::RmsNorm, wide.then_some(self.dt), add);

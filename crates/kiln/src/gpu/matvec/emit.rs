@@ -29,13 +29,39 @@ pub(super) fn rows_setup(setup: &mut String, mt: u32, c: u32) {
 }
 
 /// RMSNorm's scale `scale{r}` of each row of x: `sum_loop` adds the squares of this invocation's
-/// values into `ss{r}`, then a tree in workgroup memory sums them.
-pub(super) fn norm_scale(setup: &mut String, mt: u32, sum_loop: &str) {
+/// values into `ss{r}`, then they are summed: with subgroupAdd (`sg`: `sgi`, `sgs` in scope), each
+/// subgroup's sum at its first lane in workgroup memory, one barrier, and every invocation adds the
+/// 256 / `sgs` of them (as `lane_sum`, subgroups are runs of consecutive invocations); else by a
+/// tree in workgroup memory (eight barriers). The products wait for this before their first FMA.
+pub(super) fn norm_scale(setup: &mut String, mt: u32, sum_loop: &str, sg: bool) {
     // Each workgroup takes the sum of squares of its rows itself (k values from cache).
     for r in 0..mt {
         writeln!(setup, "    var ss{r} = 0.0;").unwrap();
     }
     *setup += sum_loop;
+    if sg {
+        for r in 0..mt {
+            writeln!(setup, "    let sq{r} = subgroupAdd(ss{r});").unwrap();
+        }
+        *setup += "    if (sgi == 0u) {\n";
+        for r in 0..mt {
+            writeln!(setup, "        red[{r}u * 256u + tid] = sq{r};").unwrap();
+        }
+        *setup += "    }\n    workgroupBarrier();\n";
+        for r in 0..mt {
+            writeln!(setup, "    var tot{r} = 0.0;").unwrap();
+        }
+        *setup += "    for (var i = 0u; i < 256u; i += sgs) {\n";
+        for r in 0..mt {
+            writeln!(setup, "        tot{r} += red[{r}u * 256u + i];").unwrap();
+        }
+        *setup += "    }\n";
+        for r in 0..mt {
+            writeln!(setup, "    let scale{r} = inverseSqrt(tot{r} / f32(k) + p.eps);").unwrap();
+        }
+        *setup += "    workgroupBarrier();\n";
+        return;
+    }
     for r in 0..mt {
         writeln!(setup, "    red[{r}u * 256u + tid] = ss{r};").unwrap();
     }

@@ -110,7 +110,7 @@ impl QuantMatvec {
         }
         rows_setup(&mut setup, mt, c);
         if self.pro == Pro::RmsNorm {
-            norm_scale(&mut setup, mt, &norm_sum_loop(mt));
+            norm_scale(&mut setup, mt, &norm_sum_loop(mt), self.sg);
         }
         let add = if self.add { AddRead::F32 } else { AddRead::None };
         let finish = stores(mt, c, self.pro == Pro::RmsNorm, self.out16.then_some(self.xdt), add);

@@ -172,7 +172,7 @@ impl QuantI8 {
                 writeln!(xlocal, "var<workgroup> xq: array<vec4<u32>, {}>;", 2 * slots).unwrap();
                 writeln!(xlocal, "var<workgroup> xs: array<vec2<f32>, {slots}>;\n{QRUN}").unwrap();
                 xload = x_loaders(xdt, pro);
-                local_runs(&mut setup, mt, pro);
+                local_runs(&mut setup, mt, pro, self.sg);
             }
         }
         let packed = (self.odt != DType::F32).then_some(self.odt);
@@ -255,11 +255,11 @@ impl QuantI8 {
 }
 
 /// The workgroup's own runs of its `mt` rows of x (`XFrom::Local`): the rows' RMSNorm scales
-/// first (each workgroup sums the squares itself, x from cache), then each invocation puts every
+/// first (each workgroup sums the squares itself, x from cache; with subgroupAdd where `sg`), then each invocation puts every
 /// 256th run of each row through `qrun` into workgroup memory (row r's runs from r * runs on).
-fn local_runs(setup: &mut String, mt: u32, pro: Pro) {
+fn local_runs(setup: &mut String, mt: u32, pro: Pro, sg: bool) {
     if pro == Pro::RmsNorm {
-        norm_scale(setup, mt, &norm_sum_loop(mt));
+        norm_scale(setup, mt, &norm_sum_loop(mt), sg);
     }
     *setup += "    for (var t = tid; t < runs; t += 256u) {\n        let e = t * 16u;\n";
     for r in 0..mt {

@@ -223,20 +223,28 @@ pub(crate) fn matmul_coop(
 /// fast reads; 8 subgroups of 4x4 accumulators (128x256 tiles) over 16-deep slices with four in
 /// flight where there are 1.5 waves of such tiles or more, else 4 subgroups of 4x4 (128x128, two
 /// workgroups per SM) over 32-deep slices with two in flight. Few rows (batched decode, serving;
-/// 2026-11-28, sixth session): one row of 4 subgroups, so little tensor-core work is spent on rows
-/// past M, four slices in flight: 32 x 64 tiles over 64-deep slices to 32 rows, else 64 x 64, except
-/// 96 x 128 over 32-deep slices (the weight read once) for 65-96 rows of a wide product; K is split
+/// 2026-11-28, sixth session): little tensor-core work spent on rows past M, four slices in flight,
+/// one row of 4 subgroups: 32 x 64 tiles over 64-deep slices to 32 rows, else 64 x 64, except 96 x
+/// 128 over 32-deep slices (the weight read once) for 65-96 rows of a wide product. bf16 (its A
+/// scaled beforehand) takes 8 subgroups past 32 rows, measured in the tenth session (4096 -> N):
+/// 64 x 64 tiles as two rows of 4 (64 x 14336: 115.9 -> 100.4 us; 96 x 4096: 52.0 -> 46.1), the
+/// wide 96 x 128 as one row of 8 (96 x 14336: 141.2 -> 121.7); to 32 rows 8 did not pay (89.7
+/// against 94.4); f16 is not yet measured so. K is split
 /// (`auto_split`) where it is deep and the tiles few; f16 is read as words (`Config::words`: 32 x
 /// 4096 -> 14336 129 -> 72 us; on the large tiles words did not pay).
 fn measured_choice(large: &Config, (m, n): (usize, usize), groups: impl Fn(&Config) -> usize) -> Option<Config> {
     let big = |wm, wn, bk, ahead| Config { wm, wn, tm: 4, tn: 4, bk, ahead, fast: true, ..*large };
-    let few = |tm, tn, bk| Config { wm: 1, wn: 4, tm, tn, bk, ahead: 4, fast: true, words: true, ..*large };
+    let few = |wm, wn, tm, tn, bk| Config { wm, wn, tm, tn, bk, ahead: 4, fast: true, words: true, ..*large };
     let (wide, square) = (big(2, 4, 16, 4), big(2, 2, 32, 2));
+    // bf16 takes 8 subgroups where they were measured to pay (f16: not yet measured).
+    let bf16 = large.out.bf16();
     if m <= FEW_ROWS {
         Some(match m {
-            ..=32 => few(2, 1, 64),
-            65..=96 if n >= WIDE_FEW_N => few(6, 2, 32),
-            _ => few(4, 1, 64),
+            ..=32 => few(1, 4, 2, 1, 64),
+            65..=96 if n >= WIDE_FEW_N && bf16 => few(1, 8, 6, 1, 32),
+            65..=96 if n >= WIDE_FEW_N => few(1, 4, 6, 2, 32),
+            _ if bf16 => few(2, 4, 2, 1, 64),
+            _ => few(1, 4, 4, 1, 64),
         })
     } else if groups(&wide) >= WIDE_MIN_TILES {
         Some(wide)
