@@ -29,21 +29,6 @@ for dt in ${DTYPES:-bf16 f16}; do
          --contexts "${CONTEXT:-512}" --decode-tokens "${STEPS:-32}" --rows "${ROWS:-1,8,32,64}" > "$JSON"' \
         2>> "$log"
     echo "rc=$?" >> "$log"
-    python3 - "$json" "${TOP:-30}" >> "$log" 2>&1 <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-print("decode (one sequence):", [(r["context"], round(r["tokens_per_sec"], 1)) for r in d["decode"]])
-b = d.get("batched_decode") or {}
-print("rows  step ms  tok/s  x one row")
-for r in b.get("runs", []):
-    x = r["x_one_row"]
-    print(f'{r["rows"]:>4} {r["step_ms"]:>8.2f} {r["tokens_per_sec"]:>7.1f} {x if x is None else round(x, 2)}')
-p = b.get("profile") or {}
-if p:
-    print(f'profile of a {p["rows"]}-row step: {p["gpu_us_per_step"]:.0f} us GPU (kernels timed one by one), '
-          f'{p["dispatches_per_step"]:.0f} dispatches')
-    for k in p["kernels"][: int(sys.argv[2])]:
-        print(f'  {k["us_per_step"]:>9.1f} us {k["per_step"]:>6.1f}x  {k["kernel"]}')
-PY
+    python3 bench/gpu/rows_summary.py "$json" "${TOP:-30}" >> "$log" 2>&1
 done
 cat "$log"

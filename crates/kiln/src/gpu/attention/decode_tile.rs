@@ -79,25 +79,31 @@ impl TileConfig {
     }
 }
 
+/// A setting that is a power of two within `range`, read once into `cell`; `None` if unset or
+/// anything else.
+fn pow2_setting(
+    s: &crate::settings::Setting,
+    cell: &'static std::sync::OnceLock<Option<usize>>,
+    range: std::ops::RangeInclusive<usize>,
+) -> Option<usize> {
+    *cell.get_or_init(|| {
+        let v = s.get().ok()?.trim().parse::<usize>().ok()?;
+        (v.is_power_of_two() && range.contains(&v)).then_some(v)
+    })
+}
+
 /// Invocations per workgroup of the `tile` kernel: `KILN_DECODE_WG` (a power of two from 64 to
 /// 1024) within `max` (the adapter's limit), else [`WG`].
 fn workgroup(max: usize) -> usize {
     static SET: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    let set = *SET.get_or_init(|| {
-        let v = crate::settings::DECODE_WG.get().ok()?.trim().parse::<usize>().ok()?;
-        (v.is_power_of_two() && (64..=1024).contains(&v)).then_some(v)
-    });
-    set.unwrap_or(WG).min(max.max(64))
+    pow2_setting(&crate::settings::DECODE_WG, &SET, 64..=1024).unwrap_or(WG).min(max.max(64))
 }
 
 /// Lanes to a key row with `KILN_DECODE_LPK` (a power of two from 4 to 32; at most the subgroup
 /// and the row's words, and four words a lane, in [`tile_config`]), else `None`: by context length.
 fn lanes_per_key() -> Option<usize> {
     static SET: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    *SET.get_or_init(|| {
-        let v = crate::settings::DECODE_LPK.get().ok()?.trim().parse::<usize>().ok()?;
-        (v.is_power_of_two() && (4..=32).contains(&v)).then_some(v)
-    })
+    pow2_setting(&crate::settings::DECODE_LPK, &SET, 4..=32)
 }
 
 /// The `tile` variant for head sizes `d`, `dv` and `rows` query rows per key/value head, on
