@@ -7,7 +7,9 @@
 //! `WMxWN:TMxTN:BK:STAGE[:FLAG]...` (e.g. `4x2:4x4:16:h4:deep:fast`; flags `deep`/`a3` slices in
 //! flight, `fast` unchecked interior reads, and the ablations `noload`/`nobarrier`/`nomma`, whose
 //! results are wrong by design and marked so); `KILN_SWEEP_CASES=sq4096,lin512x11008` picks cases;
-//! `KILN_SWEEP_DTYPE=bf16` runs bf16 operands (converted to scaled f16 as they are staged) instead of f16.
+//! `KILN_SWEEP_DTYPE=bf16` runs bf16 operands (converted to scaled f16 as they are staged) instead of f16;
+//! `KILN_SWEEP_DTYPE=f32` times the default path of f32 operands only (the register-blocked kernel;
+//! `KILN_MATMUL_TILE` picks its tile), checked against the CPU's product.
 
 use kiln::gpu_probes::{matmul_coop_spec, CoopSpec, CoopTile};
 use kiln::{DType, Device, Result, Tensor};
@@ -15,10 +17,11 @@ use kiln::{DType, Device, Result, Tensor};
 const RUNS: usize = 15;
 
 /// `(name, batch, m, k, n, b_is_weight)`: a weight is stored `(n, k)` and used as its transpose.
-const CASES: [(&str, usize, usize, usize, usize, bool); 16] = [
+const CASES: [(&str, usize, usize, usize, usize, bool); 17] = [
     // Odd shapes: edge tiles beside interior ones (fast reads), and K off the slice (checked reads).
     ("odd777x4096x3000", 1, 777, 4096, 3000, false),
     ("odd1000x4104x2050", 1, 1000, 4104, 2050, true),
+    ("sq3000", 1, 3000, 3000, 3000, false),
     ("sq4096", 1, 4096, 4096, 4096, false),
     ("sq8192", 1, 8192, 8192, 8192, false),
     ("lin512x11008", 1, 512, 4096, 11008, true),
@@ -78,7 +81,11 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let specs: Vec<String> = if args.is_empty() { SPECS.iter().map(|s| s.to_string()).collect() } else { args };
     let pick = std::env::var("KILN_SWEEP_CASES").ok();
-    let dt = if std::env::var("KILN_SWEEP_DTYPE").is_ok_and(|v| v == "bf16") { DType::BF16 } else { DType::F16 };
+    let dt = match std::env::var("KILN_SWEEP_DTYPE").as_deref() {
+        Ok("bf16") => DType::BF16,
+        Ok("f32") => DType::F32,
+        _ => DType::F16,
+    };
     println!("operands {dt}");
     for (name, batch, m, k, n, weight) in CASES {
         if pick.as_ref().is_some_and(|p| !p.split(',').any(|x| x == name)) {
@@ -89,7 +96,13 @@ fn main() -> Result<()> {
         let a = Tensor::randn(0.0, 1.0, shape(m, k), dt, 1, &dev)?;
         let w = Tensor::randn(0.0, 1.0, if weight { shape(n, k) } else { shape(k, n) }, dt, 2, &dev)?;
         let b = if weight { w.t()? } else { w.clone() };
-        let reference = a.to_dtype(DType::F32)?.matmul(&b.to_dtype(DType::F32)?)?;
+        // f32 on the GPU would be the default path itself: the CPU's product then.
+        let reference = if dt == DType::F32 {
+            let cpu = Device::cpu();
+            a.to_device(&cpu)?.matmul(&b.to_device(&cpu)?)?.to_device(&dev)?
+        } else {
+            a.to_dtype(DType::F32)?.matmul(&b.to_dtype(DType::F32)?)?
+        };
         let default: Box<dyn Fn() -> Result<Tensor>> =
             if weight { Box::new(|| a.linear(&w, None)) } else { Box::new(|| a.matmul(&b)) };
         let err = rel_err(&default()?, &reference)?;
@@ -100,8 +113,8 @@ fn main() -> Result<()> {
             t * 1e6,
             flops / t / 1e12
         );
-        // `none`: the default path only.
-        for sp in specs.iter().filter(|s| *s != "none") {
+        // `none`: the default path only (and all there is for f32).
+        for sp in specs.iter().filter(|s| *s != "none" && dt != DType::F32) {
             let Some(spec) = CoopSpec::parse(sp) else {
                 println!("{name:<16} {sp:<20} bad spec");
                 continue;

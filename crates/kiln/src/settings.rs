@@ -86,6 +86,8 @@ settings! {
         "The largest row block of the skinny (few-row) matmul: 1, 2, 4, 8 or 16.";
     SKINNY_WIDE = "KILN_SKINNY_WIDE", "kiln", default "1",
         "0: the skinny matmul never takes its wide-k shape.";
+    MATMUL_TILE = "KILN_MATMUL_TILE", "kiln", default "by shape",
+        "The tile of the register-blocked (CUDA-core) matmul where it runs: `128x128`, `128x128k8`, `128x64`, `64x64`, `64x64t4` or `32x32`, if the adapter fits it; anything else chooses by shape.";
     COOP = "KILN_COOP", "kiln", default "1",
         "0: matmuls never take the cooperative-matrix kernels.";
     COOP_STAGE = "KILN_COOP_STAGE", "kiln", default "h4",

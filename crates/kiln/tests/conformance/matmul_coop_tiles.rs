@@ -255,7 +255,7 @@ fn coop_tiles_on_device_fast() {
         "2x4:4x4:16:h4:a3:fast",
         "2x4:4x4:16:h4:a4:fast",
         "2x2:4x4:32:h4:deep:fast",
-        "2x4:4x2:32:h4:a3:fast",
+        "2x4:4x2:32:h4:a4:fast",
         "2x2:4x4:32:h4:deep:fast:k2",
         "2x4:4x4:16:h4:a4:fast:w",
     ];
@@ -448,7 +448,7 @@ fn bf16_device() -> Option<Device> {
 fn coop_bf16_on_device() {
     let Some(dev) = bf16_device() else { return };
     let mut seed = 1900;
-    for spec in ["2x2:4x4:32:h4", "4x2:4x4:16:h4:deep", "2x4:4x4:16:h4:a4:fast", "2x2:4x4:32:h4:deep:fast"] {
+    for spec in ["2x2:4x4:32:h4", "4x2:4x4:16:h4:deep", "2x4:4x4:16:h4:a4:fast", "2x4:4x2:32:h4:a4:fast"] {
         run_bf16(&dev, spec, None, &VIEWS, &mut seed);
     }
 }

@@ -1,9 +1,10 @@
 //! Which matmul kernel runs: plans, the fixed heuristic, the candidates autotune times, the K split
 //! of a plan, and the shape bucket autotune caches a winner under.
 
-use super::problem::{is_float, Problem};
+use super::problem::{is_float, Mode, Problem};
 use super::skinny::Skinny;
 use super::tiled::{Tile, TILES};
+use crate::DType;
 
 /// The kernel of a plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,10 +73,11 @@ fn tiles(p: &Problem, t: &Tile) -> usize {
 }
 
 /// The plan without autotune. Integers: naive. Up to 64 rows: skinny (streams B once); else up to
-/// 64 columns: skinny on the transposed problem. Otherwise tiled: 128x128 when that gives at least
+/// 64 columns: skinny on the transposed problem. Otherwise tiled (its 8-deep variant first for f32
+/// whose operands are both read as K-contiguous vectors): 128x128 when that gives at least
 /// 192 tiles (about a full wave on an H200's 132 SMs, and more), else its 8-deep variant where only
 /// that fits the adapter, else 128x64 likewise, else 64x64 with K split until about 256 workgroups
-/// run. Tiles the adapter cannot run are skipped; naive if none fit.
+/// run; `KILN_MATMUL_TILE` names the tile instead (K split automatically). Tiles the adapter cannot run are skipped; naive if none fit.
 pub(crate) fn heuristic(p: &Problem, limits: &wgpu::Limits) -> Plan {
     if !is_float(p.dt) {
         return Plan::NAIVE;
@@ -87,7 +89,20 @@ pub(crate) fn heuristic(p: &Problem, limits: &wgpu::Limits) -> Plan {
         return Plan::skinny(true, 0);
     }
     let fit: Vec<Tile> = TILES.iter().copied().filter(|t| t.fits(limits)).collect();
-    for name in ["128x128", "128x128k8", "128x64"] {
+    if let Some(t) = forced_tile().and_then(|f| fit.iter().find(|t| t.name == f.name)) {
+        return Plan::tiled(*t, 0);
+    }
+    // f32 with both operands K-contiguous vectors (`linear`): the 8-deep slices first. The driver gives that
+    // kernel 128 registers (two workgroups an SM) where the 16-deep one takes 217 (one); measured on
+    // an H200 (docs/PERFORMANCE.md, eleventh session), f32 `linear` 2048 x 4096 -> 4096 2214 -> 1993
+    // us, 512 x 4096 -> 14336 2239 -> 2014; other layouts were slower on it (777 x 4096 x 3000
+    // matmul 842 -> 1025 us).
+    let order = if p.dt == DType::F32 && p.a.mode() == Mode::K4 && p.b.mode() == Mode::K4 {
+        ["128x128k8", "128x128", "128x64"]
+    } else {
+        ["128x128", "128x128k8", "128x64"]
+    };
+    for name in order {
         if let Some(t) = fit.iter().find(|t| t.name == name) {
             if tiles(p, t) >= TILES_ENOUGH {
                 return Plan::tiled(*t, 1);
@@ -98,6 +113,12 @@ pub(crate) fn heuristic(p: &Problem, limits: &wgpu::Limits) -> Plan {
         Some(t) => Plan::tiled(*t, 0),
         None => Plan::NAIVE,
     }
+}
+
+/// The tile `KILN_MATMUL_TILE` names (for A/B runs), read once.
+fn forced_tile() -> Option<Tile> {
+    static T: std::sync::OnceLock<Option<Tile>> = std::sync::OnceLock::new();
+    *T.get_or_init(|| crate::settings::MATMUL_TILE.get().ok().and_then(|n| Tile::by_name(&n)))
 }
 
 /// What autotune times for `p`: every tile that fits (unsplit, and split when that adds
@@ -214,6 +235,11 @@ mod tests {
         assert_eq!(name(heuristic(&problem(DType::F32, 64, 4096, 11008), &h200)), "skinny:s0");
         assert_eq!(name(heuristic(&problem(DType::BF16, 4096, 4096, 3), &h200)), "skinny:s0:t");
         assert_eq!(name(heuristic(&problem(DType::I32, 4096, 4096, 4096), &h200)), "naive:s1");
+        // f32 `linear` (the weight K-contiguous): the 8-deep slices; f16 keeps the 16-deep ones.
+        let weight = Layout::contiguous([4096, 2048]).permute("t", &[1, 0]).unwrap();
+        let linear = |dt| Problem::new(dt, &Layout::contiguous([2048, 2048]), &weight).unwrap();
+        assert_eq!(name(heuristic(&linear(DType::F32), &h200)), "tiled:128x128k8:s1");
+        assert_eq!(name(heuristic(&linear(DType::F16), &h200)), "tiled:128x128:s1");
         // Apple's 32 KiB still takes the largest tile; WebGPU's default 16 KiB the 8-deep one.
         assert_eq!(name(heuristic(&problem(DType::F32, 4096, 4096, 4096), &limits(32 << 10))), "tiled:128x128:s1");
         assert_eq!(name(heuristic(&problem(DType::F32, 4096, 4096, 4096), &limits(16 << 10))), "tiled:128x128k8:s1");

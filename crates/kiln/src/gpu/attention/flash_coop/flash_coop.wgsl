@@ -178,9 +178,7 @@ fn main(
         // row).
         var mt = -inf_f32();
 {{READ_S}}
-{{ABLATE_SOFTMAX_BEGIN}}
 {{PASS_MAX}}
-{{ABLATE_SOFTMAX_END}}
 {{ROW_MAX}}
         var alpha = 1.0;
         if (mt > m + TH) {
@@ -192,9 +190,7 @@ fn main(
         }
         l *= alpha;
         // The probabilities, over the key tile.
-{{ABLATE_SOFTMAX_BEGIN}}
 {{PASS_P}}
-{{ABLATE_SOFTMAX_END}}
         // A barrier: P is complete, and whether any row moved its maximum is known to all.
         if (workgroupUniformLoad(&resc[t & 1u]) != 0u) {
 {{RESCALE}}

@@ -236,5 +236,26 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
             }
         }
     }
+    // The ablations (`KILN_COOP_ATTN_ABLATE`), so that each keeps compiling.
+    for bf16 in [false, true] {
+        for ablate in [Ablate::Stage, Ablate::Scores, Ablate::Softmax, Ablate::Pv] {
+            let base = Config {
+                s: 16,
+                sg: 32,
+                unit: 4,
+                d: 128,
+                dv: 128,
+                bf16,
+                pairs: true,
+                nsg: 0,
+                bk: 0,
+                lpr: 1,
+                emulate: false,
+                ablate,
+            };
+            let c = shape(base, 48 << 10, 1024, true).expect("a shape fits");
+            out.push((c.key(), source(&c)));
+        }
+    }
     out
 }

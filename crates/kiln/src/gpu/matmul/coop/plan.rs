@@ -221,8 +221,10 @@ pub(crate) fn matmul_coop(
 /// The measured choice on Vulkan with 16x16 matrices (NVIDIA), or `None` for the presets; `groups`
 /// counts a config's workgroups. On an H200 (docs/PERFORMANCE.md, session 8): interior tiles on the
 /// fast reads; 8 subgroups of 4x4 accumulators (128x256 tiles) over 16-deep slices with four in
-/// flight where there are 1.5 waves of such tiles or more, else 4 subgroups of 4x4 (128x128, two
-/// workgroups per SM) over 32-deep slices with two in flight. Few rows (batched decode, serving;
+/// flight where there are 1.5 waves of such tiles or more, else 128x128 tiles as 8 subgroups of 4x2
+/// over 32-deep slices with four in flight (eleventh session: 4 subgroups of 4x4 spilled; 777 x
+/// 4096 x 3000 f16 432.7 -> 371.6 us, bf16 467.7 -> 317.1; `linear` 512 x 4096 -> 11008 f16 341.3
+/// -> 325.7, bf16 492.4 -> 348.2). Few rows (batched decode, serving;
 /// 2026-11-28, sixth session): little tensor-core work spent on rows past M, four slices in flight,
 /// one row of 4 subgroups: 32 x 64 tiles over 64-deep slices to 32 rows, else 64 x 64, except 96 x
 /// 128 over 32-deep slices (the weight read once) for 65-96 rows of a wide product. bf16 (its A
@@ -235,7 +237,10 @@ pub(crate) fn matmul_coop(
 fn measured_choice(large: &Config, (m, n): (usize, usize), groups: impl Fn(&Config) -> usize) -> Option<Config> {
     let big = |wm, wn, bk, ahead| Config { wm, wn, tm: 4, tn: 4, bk, ahead, fast: true, ..*large };
     let few = |wm, wn, tm, tn, bk| Config { wm, wn, tm, tn, bk, ahead: 4, fast: true, words: true, ..*large };
-    let (wide, square) = (big(2, 4, 16, 4), big(2, 2, 32, 2));
+    // 128 x 128 tiles as 8 subgroups of 4x2 accumulators: 214 registers, none spilled, where 4
+    // subgroups of 4x4 took 255 and spilled 176-288 bytes (`examples/pipeline_stats.rs`).
+    let (wide, square) =
+        (big(2, 4, 16, 4), Config { wm: 2, wn: 4, tm: 4, tn: 2, bk: 32, ahead: 4, fast: true, ..*large });
     // bf16 takes 8 subgroups where they were measured to pay (f16: not yet measured).
     let bf16 = large.out.bf16();
     if m <= FEW_ROWS {
