@@ -27,6 +27,8 @@ pub(crate) struct Plan {
 const FILL: usize = 1024;
 /// Output tiles from which the large configurations fill the GPU without splitting K.
 const TILES_ENOUGH: usize = 192;
+/// K from which a product with too few large tiles takes them anyway, with K split.
+const DEEP_K: usize = 2048;
 /// At most this many output rows (or, transposed, columns) take the skinny kernels.
 pub(crate) const SKINNY_MAX: usize = 64;
 
@@ -73,11 +75,12 @@ fn tiles(p: &Problem, t: &Tile) -> usize {
 }
 
 /// The plan without autotune. Integers: naive. Up to 64 rows: skinny (streams B once); else up to
-/// 64 columns: skinny on the transposed problem. Otherwise tiled (its 8-deep variant first for f32
-/// whose operands are both read as K-contiguous vectors): 128x128 when that gives at least
-/// 192 tiles (about a full wave on an H200's 132 SMs, and more), else its 8-deep variant where only
-/// that fits the adapter, else 128x64 likewise, else 64x64 with K split until about 256 workgroups
-/// run; `KILN_MATMUL_TILE` names the tile instead (K split automatically). Tiles the adapter cannot run are skipped; naive if none fit.
+/// 64 columns: skinny on the transposed problem. Otherwise tiled: 128x128 (its 8-deep variant first
+/// for f32 whose operands are both read as K-contiguous vectors, or where only that fits the
+/// adapter) when that gives at least 192 tiles (about a full wave on an H200's 132 SMs, and more);
+/// with fewer, the same with K split where K is at least `DEEP_K`; else 128x64 with enough tiles,
+/// else 64x64 with K split until about 256 workgroups run. `KILN_MATMUL_TILE` names the tile
+/// instead (K split automatically). Tiles the adapter cannot run are skipped; naive if none fit.
 pub(crate) fn heuristic(p: &Problem, limits: &wgpu::Limits) -> Plan {
     if !is_float(p.dt) {
         return Plan::NAIVE;
@@ -98,16 +101,25 @@ pub(crate) fn heuristic(p: &Problem, limits: &wgpu::Limits) -> Plan {
     // us, 512 x 4096 -> 14336 2239 -> 2014; other layouts were slower on it (777 x 4096 x 3000
     // matmul 842 -> 1025 us).
     let order = if p.dt == DType::F32 && p.a.mode() == Mode::K4 && p.b.mode() == Mode::K4 {
-        ["128x128k8", "128x128", "128x64"]
+        ["128x128k8", "128x128"]
     } else {
-        ["128x128", "128x128k8", "128x64"]
+        ["128x128", "128x128k8"]
     };
-    for name in order {
-        if let Some(t) = fit.iter().find(|t| t.name == name) {
-            if tiles(p, t) >= TILES_ENOUGH {
-                return Plan::tiled(*t, 1);
-            }
+    let large = || order.iter().filter_map(|name| fit.iter().find(|t| t.name == *name));
+    if let Some(t) = large().find(|t| tiles(p, t) >= TILES_ENOUGH) {
+        return Plan::tiled(*t, 1);
+    }
+    // Too few large tiles, but K deep: the same tiles with K split, before 128x64 or 64x64 ones
+    // (H200 f32, eleventh session: 128x64 ran at 12-18 TFLOPS, 64x64 at 10-17, 128x128 at 19-35;
+    // 777 x 4096 x 3000 1589 -> 845 us, `linear` 96 x 4096 -> 14336 975 -> 587, 1000 x 4104 ->
+    // 2050 1010 -> 863).
+    if p.k >= DEEP_K {
+        if let Some(t) = large().next() {
+            return Plan::tiled(*t, 0);
         }
+    }
+    if let Some(t) = fit.iter().find(|t| t.name == "128x64" && tiles(p, t) >= TILES_ENOUGH) {
+        return Plan::tiled(*t, 1);
     }
     match fit.iter().find(|t| t.name == "64x64").or(fit.last()) {
         Some(t) => Plan::tiled(*t, 0),
@@ -231,6 +243,8 @@ mod tests {
         assert_eq!(name(heuristic(&problem(DType::F32, 4096, 4096, 4096), &h200)), "tiled:128x128:s1");
         assert_eq!(name(heuristic(&problem(DType::F32, 2048, 2048, 2048), &h200)), "tiled:128x128:s1");
         assert_eq!(name(heuristic(&problem(DType::F32, 1024, 1024, 1024), &h200)), "tiled:64x64:s0");
+        // Few large tiles but K deep: the large tiles, K split.
+        assert_eq!(name(heuristic(&problem(DType::F32, 777, 4096, 3000), &h200)), "tiled:128x128:s0");
         assert_eq!(name(heuristic(&problem(DType::F16, 1, 4096, 4096), &h200)), "skinny:s0");
         assert_eq!(name(heuristic(&problem(DType::F32, 64, 4096, 11008), &h200)), "skinny:s0");
         assert_eq!(name(heuristic(&problem(DType::BF16, 4096, 4096, 3), &h200)), "skinny:s0:t");
