@@ -95,11 +95,11 @@ pub(crate) fn heuristic(p: &Problem, limits: &wgpu::Limits) -> Plan {
     if let Some(t) = forced_tile().and_then(|f| fit.iter().find(|t| t.name == f.name)) {
         return Plan::tiled(*t, 0);
     }
-    // f32 with both operands K-contiguous vectors (`linear`): the 8-deep slices first. The driver gives that
-    // kernel 128 registers (two workgroups an SM) where the 16-deep one takes 217 (one); measured on
-    // an H200 (docs/PERFORMANCE.md, eleventh session), f32 `linear` 2048 x 4096 -> 4096 2214 -> 1993
-    // us, 512 x 4096 -> 14336 2239 -> 2014; other layouts were slower on it (777 x 4096 x 3000
-    // matmul 842 -> 1025 us).
+    // f32 with both operands K-contiguous vectors (`linear`): the 8-deep slices first. The driver
+    // gives that kernel 128 registers (two workgroups an SM) where the 16-deep one takes 217 (one);
+    // measured on an H200 (docs/PERFORMANCE.md, eleventh session), f32 `linear` 2048 x 4096 -> 4096
+    // 2214 -> 1993 us, 512 x 4096 -> 14336 2239 -> 2014; other layouts were slower on it (777 x 4096
+    // x 3000 matmul 842 -> 1025 us).
     let order = if p.dt == DType::F32 && p.a.mode() == Mode::K4 && p.b.mode() == Mode::K4 {
         ["128x128k8", "128x128"]
     } else {
