@@ -9,22 +9,14 @@ use kiln_llm::{LlamaConfig, Message};
 /// `--max-context` when not given.
 pub const DEFAULT_CONTEXT: usize = 4096;
 
-/// The most positions the model allows: `max_position_embeddings`, or Mistral's sliding window.
+/// The most positions the model allows: `max_position_embeddings` (sliding windows mask inside it).
 pub fn model_limit(c: &LlamaConfig) -> usize {
     effective_context(c, usize::MAX)
 }
 
-/// The config field that sets [`model_limit`], for messages.
-fn limit_field(c: &LlamaConfig) -> &'static str {
-    match c.sliding_window {
-        Some(w) if w < c.max_position_embeddings => "sliding_window",
-        _ => "max_position_embeddings",
-    }
-}
-
 /// `the model's context of 128 positions (max_position_embeddings)`.
 fn model_context(c: &LlamaConfig) -> String {
-    format!("the model's context of {} positions ({})", model_limit(c), limit_field(c))
+    format!("the model's context of {} positions (max_position_embeddings)", model_limit(c))
 }
 
 /// The KV cache length for `--max-context` (default [`DEFAULT_CONTEXT`]), and a note to show when

@@ -68,8 +68,13 @@ pub struct LlamaConfig {
     pub rope_theta: f64,
     pub rope_scaling: Option<RopeScaling>,
     pub max_position_embeddings: usize,
-    /// Mistral's sliding attention window: the cache is never longer than this.
+    /// The sliding attention window of the layers in `sliding_layers` (Gemma 2 keeps its own in
+    /// [`Gemma2Params`]): a query sees itself and the `sliding_window - 1` positions before it.
     pub sliding_window: Option<usize>,
+    /// Per layer, whether it attends through `sliding_window`: every layer of Mistral and Phi-3;
+    /// Qwen2/3 with `use_sliding_window`, the layers of `layer_types` or else those from
+    /// `max_window_layers` on (as transformers makes `layer_types`). Empty without a window.
+    pub sliding_layers: Vec<bool>,
     pub tie_word_embeddings: bool,
     /// Bias on the q/k/v projections (Qwen2 always; Llama with `attention_bias`).
     pub qkv_bias: bool,
@@ -88,6 +93,15 @@ pub struct LlamaConfig {
 }
 
 impl LlamaConfig {
+    /// The sliding window of layer `l`, where it slides (Gemma 2's sliding layers; `sliding_layers`
+    /// of the others): its queries see themselves and the `window - 1` positions before.
+    pub fn layer_window(&self, l: usize) -> Option<usize> {
+        match &self.gemma2 {
+            Some(g) => g.sliding_window.filter(|_| g.sliding_layers.get(l) == Some(&true)),
+            None => self.sliding_window.filter(|_| self.sliding_layers.get(l) == Some(&true)),
+        }
+    }
+
     /// Reads `DIR/config.json`.
     pub fn from_dir(dir: &Path) -> Result<LlamaConfig> {
         let path = dir.join("config.json");
@@ -184,14 +198,22 @@ impl LlamaConfig {
             }
         }
         let attention_bias = bool_field("attention_bias", false)?;
-        // Mistral and Phi-3 slide on every layer, Qwen2/3 when asked: the context is capped at the
-        // window. Gemma 2 slides on some layers only: it masks instead (`Gemma2Params`).
+        // Mistral and Phi-3 slide on every layer, Qwen2/3 when asked on some; Gemma 2 on some
+        // (`Gemma2Params`). The attention kernels mask past the window (`SdpaOptions::window`).
+        let num_layers = usize_field("num_hidden_layers")?;
         let sliding_window = match arch {
             Arch::Mistral | Arch::Phi3 => opt_usize("sliding_window")?,
             Arch::Qwen2 | Arch::Qwen3 if bool_field("use_sliding_window", false)? => opt_usize("sliding_window")?,
             _ => None,
         };
-        let num_layers = usize_field("num_hidden_layers")?;
+        let slides = match (sliding_window, arch) {
+            (None, _) => Vec::new(),
+            (Some(_), Arch::Qwen2 | Arch::Qwen3) => {
+                let from = opt_usize("max_window_layers")?.unwrap_or(28);
+                sliding_layers(v, num_layers, |i| i >= from)?
+            }
+            (Some(_), _) => vec![true; num_layers],
+        };
         if arch == Arch::Gemma2 && bool_field("use_bidirectional_attention", false)? {
             return Err(LlmError::config("use_bidirectional_attention", "only causal attention (false) is supported"));
         }
@@ -201,7 +223,7 @@ impl LlamaConfig {
                 attn_logit_softcapping: opt_positive(v, "attn_logit_softcapping")?,
                 final_logit_softcapping: opt_positive(v, "final_logit_softcapping")?,
                 sliding_window: opt_usize("sliding_window")?,
-                sliding_layers: sliding_layers(v, num_layers)?,
+                sliding_layers: sliding_layers(v, num_layers, |i| i % 2 == 0)?,
             }),
             _ => None,
         };
@@ -219,6 +241,7 @@ impl LlamaConfig {
             rope_scaling,
             max_position_embeddings: opt_usize("max_position_embeddings")?.unwrap_or(4096),
             sliding_window,
+            sliding_layers: slides,
             // transformers leaves the field out of config.json where it equals the base default (true).
             tie_word_embeddings: bool_field("tie_word_embeddings", arch == Arch::Gemma2)?,
             qkv_bias: arch == Arch::Qwen2 || attention_bias,
@@ -289,11 +312,12 @@ fn opt_positive(v: &Value, name: &str) -> Result<Option<f64>> {
     }
 }
 
-/// Gemma 2's sliding layers: `layer_types` (`sliding_attention` / `full_attention`) when given, else
-/// every even layer (transformers' default `layer_types`: `(i + 1) % 2` is sliding).
-fn sliding_layers(v: &Value, num_layers: usize) -> Result<Vec<bool>> {
+/// The sliding layers: `layer_types` (`sliding_attention` / `full_attention`) when given, else
+/// those that `default` picks (transformers' default `layer_types`: every even layer for Gemma 2,
+/// `(i + 1) % 2` sliding; Qwen2/3's from `max_window_layers` on).
+fn sliding_layers(v: &Value, num_layers: usize, default: impl Fn(usize) -> bool) -> Result<Vec<bool>> {
     let Some(types) = v.get("layer_types").filter(|t| !t.is_null()) else {
-        return Ok((0..num_layers).map(|i| i % 2 == 0).collect());
+        return Ok((0..num_layers).map(default).collect());
     };
     let bad = || {
         LlmError::config(

@@ -341,6 +341,7 @@ fn config_of(f: &Gguf) -> std::result::Result<LlamaConfig, Bad> {
         rope_scaling,
         max_position_embeddings: p.context_length.max(1),
         sliding_window: None,
+        sliding_layers: Vec::new(),
         tie_word_embeddings: !has("output.weight"),
         qkv_bias: has("blk.0.attn_q.bias"),
         o_bias: has("blk.0.attn_output.bias"),

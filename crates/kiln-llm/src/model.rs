@@ -4,8 +4,10 @@
 //!
 //! The variants: Qwen3 normalises each q and k head before rope (`Layer::qk_norm`); Gemma 2 scales
 //! the embeddings, normalises the attention and MLP outputs too (`Layer::post_norms`), uses GeGLU,
-//! soft-caps attention scores and logits and slides a window on some layers (`attention.rs`); Phi-3
-//! stores q/k/v and gate/up stacked, which is how every model runs them anyway. Llama, Mistral,
+//! soft-caps attention scores and logits and slides a window on some layers; Phi-3 stores q/k/v and
+//! gate/up stacked, which is how every model runs them anyway. Attention, with a soft cap or a window
+//! or neither, is one fused kernel (`Tensor::sdpa_with`; Mistral, Phi-3 and Qwen2/3 with
+//! `use_sliding_window` mask past their window, inside a context that may be longer). Llama, Mistral,
 //! Qwen2 and Phi-3 take the fused path of [`Model::forward`], the others the composed one.
 
 use crate::config::{Activation, Arch, LlamaConfig};
@@ -15,9 +17,8 @@ use crate::rope::{inv_freq, RopeTables};
 use crate::weights::WeightSource;
 use crate::{LlmError, Result};
 use kiln::quant::{QTensor, QuantType};
-use kiln::{DType, Device, KvCache, LinearInput, RopeLayout, Tensor};
+use kiln::{DType, Device, KvCache, LinearInput, RopeLayout, SdpaOptions, Tensor};
 
-mod attention;
 mod batch;
 mod plan;
 pub use batch::{BatchSeq, SeqKv, PAGED_CHUNK};
@@ -673,17 +674,23 @@ impl Model {
         Ok((rope(q)?, rope(k)?, heads(&ys[2], nkv)?.transpose(1, 2)?))
     }
 
-    /// Causal attention of layer `l`'s queries over its cached keys and values: `sdpa`, or for Gemma 2
-    /// the composed attention with its scale, soft cap and (on sliding layers) window.
+    /// Causal attention of layer `l`'s queries over its cached keys and values, in the fused kernels:
+    /// with Gemma 2's scale and soft cap, and the layer's sliding window where it slides.
     fn attend(&self, l: usize, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
-        match &self.config.gemma2 {
-            None => Ok(q.sdpa(k, v, true, None)?),
-            Some(g) => {
-                let window = if g.sliding_layers[l] { g.sliding_window } else { None };
-                let scale = 1.0 / g.query_pre_attn_scalar.sqrt();
-                attention::attention(q, k, v, scale, g.attn_logit_softcapping, window)
-            }
-        }
+        let (scale, softcap) = match &self.config.gemma2 {
+            None => (None, None),
+            Some(g) => (Some(1.0 / g.query_pre_attn_scalar.sqrt()), g.attn_logit_softcapping),
+        };
+        let window = self.config.layer_window(l);
+        Ok(q.sdpa_with(k, v, SdpaOptions { causal: true, scale, softcap, window })?)
+    }
+
+    /// Whether rows whose keys end at position `end` can attend through `sdpa_paged`, which takes
+    /// neither Gemma 2's scale and soft cap nor a window: not Gemma 2, and no layer's window hides a
+    /// key from them. Other rows gather their sequence's keys and attend through [`Self::attend`].
+    fn attends_paged(&self, end: usize) -> bool {
+        let c = &self.config;
+        c.gemma2.is_none() && (0..c.num_layers).all(|l| c.layer_window(l).is_none_or(|w| end <= w))
     }
 
     /// `x + o(att)`, the product normalised first for Gemma 2.
@@ -721,14 +728,10 @@ impl Model {
     }
 }
 
-/// The KV cache length: the request, at most `max_position_embeddings` and Mistral's sliding window
-/// (attention past the window would need a rolling cache).
+/// The KV cache length: the request, at most `max_position_embeddings` (sliding windows mask inside
+/// it: they do not cap it).
 pub fn effective_context(cfg: &LlamaConfig, requested: usize) -> usize {
-    let mut n = requested.min(cfg.max_position_embeddings);
-    if let Some(w) = cfg.sliding_window {
-        n = n.min(w);
-    }
-    n.max(1)
+    requested.min(cfg.max_position_embeddings).max(1)
 }
 
 /// Loaded tensors, taken out one by one when the layers are built.

@@ -36,7 +36,28 @@ fn qwen2_has_qkv_bias_and_mistral_a_window() {
     v["sliding_window"] = json!(32);
     let c = LlamaConfig::from_json(&v).unwrap();
     assert_eq!(c.sliding_window, Some(32));
-    assert_eq!(kiln_llm::model::effective_context(&c, 4096), 32);
+    // Every layer slides; the window masks inside the context, which it does not cap.
+    assert!((0..c.num_layers).all(|l| c.layer_window(l) == Some(32)));
+    assert_eq!(kiln_llm::model::effective_context(&c, 4096), c.max_position_embeddings);
+}
+
+#[test]
+fn qwen2_slides_from_max_window_layers_when_asked() {
+    let mut v = base();
+    v["architectures"] = json!(["Qwen2ForCausalLM"]);
+    v["num_hidden_layers"] = json!(4);
+    v["sliding_window"] = json!(64);
+    v["max_window_layers"] = json!(2);
+    let windows = |v: &serde_json::Value| {
+        let c = LlamaConfig::from_json(v).unwrap();
+        (0..4).map(|l| c.layer_window(l)).collect::<Vec<_>>()
+    };
+    // transformers ignores the window without `use_sliding_window`.
+    assert_eq!(windows(&v), [None; 4]);
+    v["use_sliding_window"] = json!(true);
+    assert_eq!(windows(&v), [None, None, Some(64), Some(64)]);
+    v["layer_types"] = json!(["sliding_attention", "full_attention", "full_attention", "sliding_attention"]);
+    assert_eq!(windows(&v), [Some(64), None, None, Some(64)]);
 }
 
 #[test]
@@ -98,6 +119,7 @@ fn qwen3_gemma2_and_phi3_switches() {
     );
     // The window masks (some layers only): the context is not capped at it.
     assert_eq!(kiln_llm::model::effective_context(&c, 8192), 256);
+    assert_eq!((0..3).map(|l| c.layer_window(l)).collect::<Vec<_>>(), [Some(4096), None, Some(4096)]);
     v["layer_types"] = json!(["full_attention", "sliding_attention", "full_attention"]);
     assert_eq!(LlamaConfig::from_json(&v).unwrap().gemma2.unwrap().sliding_layers, [false, true, false]);
     v["layer_types"] = json!(["full_attention"]);

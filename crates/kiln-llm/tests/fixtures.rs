@@ -1,5 +1,6 @@
-//! The tiny Llama / Qwen2 / Mistral / Qwen3 / Gemma 2 / Phi-3 fixtures (made by
-//! `fixtures/make_fixtures.py` with transformers)
+//! The tiny Llama / Qwen2 / Mistral / Qwen3 / Gemma 2 / Phi-3 fixtures, and Mistral and Qwen2 with
+//! sliding windows that the test sequence passes (made by `fixtures/make_fixtures.py` with
+//! transformers)
 //! on the CPU and the GPU: prefill logits, the greedy continuation token by token through the KV
 //! cache (logits of every step too), the generation loop, f16/bf16 against the f32 reference, the
 //! tokenizer and the chat template.
@@ -9,7 +10,7 @@ use common::{argmax, devices, expected, fixture, margin, row_err};
 use kiln::{DType, Device};
 use kiln_llm::{generate, GenerateOptions, LoadOptions, Message, Model, ModelDir, SamplingParams};
 
-const ARCHS: [&str; 6] = ["llama", "qwen2", "mistral", "qwen3", "gemma2", "phi3"];
+const ARCHS: [&str; 8] = ["llama", "qwen2", "mistral", "qwen3", "gemma2", "phi3", "mistral_window", "qwen2_window"];
 
 fn load(name: &str, dev: &Device, dtype: DType) -> Model {
     let dir = ModelDir::open(fixture(name)).unwrap();

@@ -273,10 +273,25 @@ impl PyTensor {
     /// A query with no visible key (`tk == 0`, or causal with `tq > tk` for the first `tq - tk`
     /// queries) gets zeros, like FlashAttention. NaN in a visible score gives a NaN row.
     /// Float dtypes only; f16/bf16 are computed in f32.
-    #[pyo3(signature = (k, v, causal = false, scale = None))]
-    fn sdpa(&self, py: Python<'_>, k: &PyTensor, v: &PyTensor, causal: bool, scale: Option<f64>) -> PyResult<PyTensor> {
+    ///
+    /// `softcap` caps each scaled score to `softcap * tanh(score / softcap)` (Gemma 2); `window`
+    /// (with `causal` only) limits each query to itself and the `window - 1` positions before it
+    /// (Mistral's and Gemma 2's sliding window). Both run in the same fused kernels.
+    #[pyo3(signature = (k, v, causal = false, scale = None, softcap = None, window = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn sdpa(
+        &self,
+        py: Python<'_>,
+        k: &PyTensor,
+        v: &PyTensor,
+        causal: bool,
+        scale: Option<f64>,
+        softcap: Option<f64>,
+        window: Option<usize>,
+    ) -> PyResult<PyTensor> {
         let (q, k, v) = (self.t.clone(), k.t.clone(), v.t.clone());
-        Ok(run(py, "sdpa", move || q.sdpa(&k, &v, causal, scale))?.into())
+        let opts = kiln::SdpaOptions { causal, scale, softcap, window };
+        Ok(run(py, "sdpa", move || q.sdpa_with(&k, &v, opts))?.into())
     }
 
     /// `self @ w^T + bias` with `w` of shape `(out, in)` (PyTorch's `nn.Linear`); `w^T` is a view, no

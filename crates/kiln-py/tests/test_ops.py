@@ -314,15 +314,19 @@ def test_rope(device, rng, interleaved):
     assert_close(t.rope_with_tables(cos, sin, interleaved), _rope_ref(x.astype(np.float64), 3, 10000.0, interleaved), kind="float")
 
 
-def _sdpa_ref(q, k, v, causal, scale):
+def _sdpa_ref(q, k, v, causal, scale, softcap=None, window=None):
     b, hq, tq, d = q.shape
     hk, tk = k.shape[1], k.shape[2]
     k = np.repeat(k, hq // hk, axis=1)
     v = np.repeat(v, hq // hk, axis=1)
     s = q @ k.transpose(0, 1, 3, 2) * scale
+    if softcap is not None:
+        s = softcap * np.tanh(s / softcap)
+    pos = np.arange(tq)[:, None] + tk - tq
     if causal:
-        mask = np.arange(tk)[None, :] > (np.arange(tq)[:, None] + tk - tq)
-        s = np.where(mask, -np.inf, s)
+        s = np.where(np.arange(tk)[None, :] > pos, -np.inf, s)
+    if window is not None:
+        s = np.where(np.arange(tk)[None, :] <= pos - window, -np.inf, s)
     return _softmax(s, -1) @ v
 
 
@@ -335,6 +339,23 @@ def test_sdpa_gqa(device, rng, causal):
     ref = _sdpa_ref(*(a.astype(np.float64) for a in (q, k, v)), causal, 1 / 4)
     assert_close(tq.sdpa(tk, tv, causal=causal), ref, kind="float")
     assert_close(tq.sdpa(tk, tv, causal, 0.3), _sdpa_ref(*(a.astype(np.float64) for a in (q, k, v)), causal, 0.3), kind="float")
+
+
+def test_sdpa_softcap_window(device, rng):
+    q = rng.standard_normal((1, 4, 9, 16)).astype(np.float32) * 3
+    k = rng.standard_normal((1, 2, 12, 16)).astype(np.float32)
+    v = rng.standard_normal((1, 2, 12, 8)).astype(np.float32)
+    tq, tk, tv = (kiln.asarray(a, device=device) for a in (q, k, v))
+    q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
+    ref = _sdpa_ref(q64, k64, v64, True, 0.25, softcap=1.5, window=4)
+    assert_close(tq.sdpa(tk, tv, causal=True, softcap=1.5, window=4), ref, kind="float")
+    # The options change the result: neither the plain result nor a window of 5 matches.
+    assert not np.allclose(tq.sdpa(tk, tv, causal=True).numpy(), ref, atol=1e-3)
+    assert not np.allclose(_sdpa_ref(q64, k64, v64, True, 0.25, softcap=1.5, window=5), ref, atol=1e-3)
+    with pytest.raises(ValueError, match="causal"):
+        tq.sdpa(tk, tv, window=4)
+    with pytest.raises(ValueError, match="softcap"):
+        tq.sdpa(tk, tv, causal=True, softcap=-1.0)
 
 
 def test_silu_mul_clamp_where(device, rng):

@@ -8,6 +8,7 @@ use crate::gpu::attention::flash_coop::try_flash_coop;
 use crate::gpu::matmul_coop::matmul_coop;
 use crate::op::AttentionParams;
 use crate::storage::Storage;
+use crate::SdpaOptions;
 use crate::{Error, Result, Tensor};
 
 pub use crate::gpu::matmul_coop::{coop_matmul_support, CoopSpec, CoopTile, Probe, Stage};
@@ -53,14 +54,26 @@ pub fn sdpa_coop_tensors(
     scale: Option<f64>,
     emulate: Option<u32>,
 ) -> Option<Result<Tensor>> {
+    sdpa_coop_tensors_with(q, k, v, SdpaOptions { causal, scale, ..SdpaOptions::default() }, emulate)
+}
+
+/// [`sdpa_coop_tensors`] with a soft cap and a sliding window (taken as given: no checks, which
+/// `Tensor::sdpa_with` makes).
+pub fn sdpa_coop_tensors_with(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    opts: SdpaOptions,
+    emulate: Option<u32>,
+) -> Option<Result<Tensor>> {
     if q.rank() != 4 || k.rank() != 4 || v.rank() != 4 {
         return None;
     }
     let d = q.dims()[3];
-    let scale = scale.unwrap_or(1.0 / (d.max(1) as f64).sqrt());
+    let scale = opts.scale.unwrap_or(1.0 / (d.max(1) as f64).sqrt());
     let (sq, sk, sv) = (q.storage(), k.storage(), v.storage());
     let (gq, gk, gv) = (sq.as_gpu()?, sk.as_gpu()?, sv.as_gpu()?);
-    let p = AttentionParams { scale, causal };
+    let p = AttentionParams { scale, causal: opts.causal, softcap: opts.softcap, window: opts.window };
     let out = try_flash_coop(gq, q.layout(), gk, k.layout(), gv, v.layout(), p, emulate, true)?;
     let dims = vec![q.dims()[0], q.dims()[1], q.dims()[2], v.dims()[3]];
     Some(out.map(|s| Tensor::from_storage(Storage::Gpu(s), dims, q.device())))

@@ -39,6 +39,7 @@ pub use fusion::{compile, CompileStats, Compiled};
 pub use kv_cache::KvCache;
 pub use kv_pool::KvBlockPool;
 pub use layout::Layout;
+pub use ops::attention::SdpaOptions;
 pub use ops::decode::LinearInput;
 pub use ops::paged::BlockTable;
 /// The primitive op families a backend implements (`ops/primitive.rs`).

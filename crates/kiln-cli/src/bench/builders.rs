@@ -3,7 +3,7 @@
 //! (`cases`, `gpu_cases`, `quant_cases`, `realistic_cases`) use this module and never each other;
 //! `mod.rs` puts the sets together and times them.
 
-use kiln::{DType, Device, Shape, Tensor};
+use kiln::{DType, Device, SdpaOptions, Shape, Tensor};
 use std::collections::HashMap;
 
 /// What limits an op: memory traffic or arithmetic.
@@ -144,6 +144,36 @@ pub fn sdpa_gqa(name: String, b: usize, heads: (usize, usize), t: usize, d: usiz
 }
 
 /// [`sdpa_gqa`] in `dtype`.
+/// Causal GQA attention of `t` tokens in `dtype` with a soft cap and a sliding window of `w` (Gemma
+/// 2's options, `Tensor::sdpa_with`); FLOPs count each query's `min(i + 1, w)` keys.
+pub fn sdpa_options_in(
+    name: String,
+    dtype: DType,
+    (hq, hkv): (usize, usize),
+    t: usize,
+    d: usize,
+    cap: f64,
+    w: usize,
+) -> Case {
+    let seen: usize = (0..t).map(|i| (i + 1).min(w)).sum();
+    let flops = 4.0 * (hq * d) as f64 * seen as f64;
+    case(
+        name,
+        format!("1x{hq}/{hkv}x{t}x{d} cap {cap} window {w}"),
+        dtype,
+        Bound::Compute,
+        None,
+        Some(flops),
+        move |inp| {
+            let q = inp.randn((1, hq, t, d), dtype, SEED_A)?;
+            let k = inp.randn((1, hkv, t, d), dtype, SEED_B)?;
+            let v = inp.randn((1, hkv, t, d), dtype, SEED_C)?;
+            let opts = SdpaOptions { causal: true, scale: None, softcap: Some(cap), window: Some(w) };
+            Ok(Box::new(move || q.sdpa_with(&k, &v, opts)) as Op)
+        },
+    )
+}
+
 pub fn sdpa_gqa_in(name: String, dtype: DType, b: usize, (hq, hkv): (usize, usize), t: usize, d: usize) -> Case {
     let flops = 4.0 * (b * hq * d) as f64 * (t * (t + 1) / 2) as f64;
     let shape = if hq == hkv { format!("{b}x{hq}x{t}x{d}") } else { format!("{b}x{hq}/{hkv}x{t}x{d}") };

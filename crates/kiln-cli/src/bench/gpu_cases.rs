@@ -5,9 +5,10 @@
 //! names and shapes with PyTorch.
 
 use super::builders::{
-    case, count, matmul, rows_case, sdpa_gqa, sdpa_gqa_in, unary, Bound, Case, Op, EPS, F32, SEED_A, SEED_B, SEED_C,
+    case, count, matmul, rows_case, sdpa_gqa, sdpa_gqa_in, sdpa_options_in, unary, Bound, Case, Op, EPS, F32, SEED_A,
+    SEED_B, SEED_C,
 };
-use kiln::{DType, Tensor};
+use kiln::{DType, SdpaOptions, Tensor};
 
 /// Problem sizes of one run of the GPU set.
 struct Sizes {
@@ -105,13 +106,27 @@ fn decode(b: usize, heads: (usize, usize), len: usize, d: usize) -> Case {
 }
 
 /// [`decode`] in `dt` (an LLM's bf16 KV cache).
-fn decode_in(name: String, dt: DType, b: usize, (hq, hkv): (usize, usize), len: usize, d: usize) -> Case {
-    let bytes = (dt.size_in_bytes() * (2 * b * hkv * len * d + 2 * b * hq * d)) as f64;
+fn decode_in(name: String, dt: DType, b: usize, heads: (usize, usize), len: usize, d: usize) -> Case {
+    decode_with(name, dt, b, heads, len, d, SdpaOptions::default())
+}
+
+/// [`decode_in`] with attention options (a soft cap; a window, whose keys alone count as bytes).
+fn decode_with(
+    name: String,
+    dt: DType,
+    b: usize,
+    (hq, hkv): (usize, usize),
+    len: usize,
+    d: usize,
+    opts: SdpaOptions,
+) -> Case {
+    let seen = opts.window.map_or(len, |w| w.min(len));
+    let bytes = (dt.size_in_bytes() * (2 * b * hkv * seen * d + 2 * b * hq * d)) as f64;
     case(name, format!("{b}x{hq}/{hkv}x1x{d} kv {len}"), dt, Bound::Memory, Some(bytes), None, move |inp| {
         let q = inp.randn((b, hq, 1, d), dt, SEED_A)?;
         let k = inp.randn((b, hkv, len, d), dt, SEED_B)?;
         let v = inp.randn((b, hkv, len, d), dt, SEED_C)?;
-        Ok(Box::new(move || q.sdpa(&k, &v, false, None)) as Op)
+        Ok(Box::new(move || q.sdpa_with(&k, &v, opts)) as Op)
     })
 }
 
@@ -187,12 +202,21 @@ pub fn all(quick: bool) -> Vec<Case> {
             v.push(sdpa_gqa_in(format!("sdpa_causal_{dt}_d{d}_t{t}"), dt, 1, s.heads, t, d));
         }
     }
+    // Gemma 2's options on the longest prefill: a soft cap of 50 and a window of half the tokens
+    // (the kernels skip the tiles before each block's window).
+    let (d, t) = s.seqs[2];
+    v.push(sdpa_options_in(format!("sdpa_capped_window_f16_d{d}_t{t}"), DType::F16, s.heads, t, d, 50.0, t / 2));
     v.push(decode(1, s.heads, s.cache, 128));
     // An 8B-shaped decode step's attention in bf16, short context to long (issue 35's targets: 512,
     // 4096 and 32768 keys in the full set).
     for len in [s.cache / 16, s.cache / 2, s.cache * 4] {
         v.push(decode_in(format!("sdpa_decode_bf16_d128_kv{len}"), DType::BF16, 1, s.heads, len, 128));
     }
+    // The same steps at the longest context with a soft cap, and with a window of an eighth of it.
+    let (len, capped) = (s.cache * 4, SdpaOptions { causal: true, softcap: Some(50.0), ..SdpaOptions::default() });
+    v.push(decode_with(format!("sdpa_decode_capped_bf16_d128_kv{len}"), DType::BF16, 1, s.heads, len, 128, capped));
+    let windowed = SdpaOptions { window: Some(len / 8), ..capped };
+    v.push(decode_with(format!("sdpa_decode_window_bf16_d128_kv{len}"), DType::BF16, 1, s.heads, len, 128, windowed));
     v.push(add_chain("gpu_chain", 1, Bound::Compute));
     v.push(add_chain("gpu_chain", 100, Bound::Compute));
     v.push(add_chain("launch_chain", 1000, Bound::Launch { ops: 1000 }));

@@ -146,10 +146,9 @@ impl Model {
     fn stack_rows(&self, seqs: &mut [BatchSeq<'_>]) -> Rows {
         let mut first: Option<usize> = None;
         let mut fast = vec![false; seqs.len()];
-        // `sdpa_paged` has no soft cap nor window: Gemma 2 gathers every sequence's keys instead.
-        let paged_ok = self.config.gemma2.is_none();
         for i in 0..seqs.len() {
-            if !paged_ok || seqs[i].tokens.len() > PAGED_CHUNK || seqs[i].kv.paged().is_none() {
+            let (t, end) = (seqs[i].tokens.len(), seqs[i].kv.len() + seqs[i].tokens.len());
+            if !self.attends_paged(end) || t > PAGED_CHUNK || seqs[i].kv.paged().is_none() {
                 continue;
             }
             fast[i] = match first {

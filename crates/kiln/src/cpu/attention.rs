@@ -4,7 +4,8 @@
 //! last key their last query can see. f16/bf16 are computed in f32, f64 in f64.
 //!
 //! Rows with no visible key (only possible with causal masking when `tq > tk`, or when `tk == 0`) give
-//! zeros, like FlashAttention (PyTorch's math path gives NaN there).
+//! zeros, like FlashAttention (PyTorch's math path gives NaN there). A sliding window moves each
+//! query's first key and the block's first tile; a soft cap maps each score as it is made.
 
 use super::softmax::{dot, max_nan, to_acc, Acc, Compute};
 use super::{strided, unsupported, CpuStorage};
@@ -86,15 +87,21 @@ fn query_block<A: Acc>(
     let nq = oblk.len() / dv;
     // Keys visible to query i: j < i + 1 + tk - tq (causal), else all.
     let visible = |i: usize| if causal { (i + 1 + tk).saturating_sub(tq).min(tk) } else { tk };
+    // The first key query i sees: with a window w, the one w - 1 positions before it.
+    let first = |i: usize| p.window.map_or(0, |w| (i + 1 + tk).saturating_sub(tq + w));
+    let cap = p.softcap.map(A::from_f64);
     let kend = visible(q0 + nq - 1);
+    let kbeg = first(q0);
     let mut m = [A::NEG_INF; BQ];
     let mut l = [A::ZERO; BQ];
     let mut sc = [A::ZERO; BK];
-    for j0 in (0..kend).step_by(BK) {
+    for j0 in (kbeg..kend).step_by(BK) {
         let j1 = (j0 + BK).min(kend);
         for r in 0..nq {
             let i = q0 + r;
             let lim = visible(i).min(j1);
+            // This row's keys of the tile: from its first (a window) to its last.
+            let j0 = j0.max(first(i));
             if lim <= j0 {
                 continue;
             }
@@ -102,6 +109,11 @@ fn query_block<A: Acc>(
             let qr = q.row(bi, hi, i);
             for (jj, s) in sc[..n].iter_mut().enumerate() {
                 *s = dot(qr, k.row(bi, kh, j0 + jj)) * scale;
+            }
+            if let Some(c) = cap {
+                for s in sc[..n].iter_mut() {
+                    *s = c * (*s / c).tanh();
+                }
             }
             let mut mt = A::NEG_INF;
             for &s in &sc[..n] {

@@ -41,6 +41,7 @@ pub(crate) trait Acc:
     fn exp(self) -> Self;
     fn ln(self) -> Self;
     fn sqrt(self) -> Self;
+    fn tanh(self) -> Self;
     fn is_nan(self) -> bool;
     fn is_finite(self) -> bool;
     fn from_f64(v: f64) -> Self;
@@ -54,6 +55,10 @@ impl Acc for f32 {
     #[inline(always)]
     fn exp(self) -> Self {
         exp_f32(self)
+    }
+    #[inline(always)]
+    fn tanh(self) -> Self {
+        f32::tanh(self)
     }
     #[inline(always)]
     fn ln(self) -> Self {
@@ -85,6 +90,10 @@ impl Acc for f64 {
     #[inline(always)]
     fn exp(self) -> Self {
         f64::exp(self)
+    }
+    #[inline(always)]
+    fn tanh(self) -> Self {
+        f64::tanh(self)
     }
     #[inline(always)]
     fn ln(self) -> Self {

@@ -1,8 +1,33 @@
-//! Scaled dot-product attention with causal masking and grouped-query attention.
+//! Scaled dot-product attention with causal masking and grouped-query attention, and the
+//! options of Gemma 2, Mistral and their kin: soft-capped scores and sliding windows.
 
 use super::nn::require_float;
 use crate::op::AttentionParams;
 use crate::{Error, Result, Tensor};
+
+/// What [`Tensor::sdpa_with`] computes besides plain scaled dot-product attention. `Default` is
+/// non-causal, scale `1/sqrt(d)`, no soft cap, no window.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SdpaOptions {
+    /// Query `i` sees keys `j <= i + tk - tq` (the queries are the last `tq` of the `tk` positions).
+    pub causal: bool,
+    /// The score scale; `1/sqrt(d)` when `None` (1 when `d == 0`). Finite and within f32 range.
+    pub scale: Option<f64>,
+    /// Scores soft-capped to `cap * tanh(score / cap)` after scaling, before the softmax (Gemma 2's
+    /// `attn_logit_softcapping`). Finite and positive.
+    pub softcap: Option<f64>,
+    /// A sliding window (causal only): the query at position `p` sees keys `j` with
+    /// `p - window < j <= p`, itself and the `window - 1` before it (Mistral's and Gemma 2's
+    /// `sliding_window`, as transformers masks it). At least 1.
+    pub window: Option<usize>,
+}
+
+impl SdpaOptions {
+    /// Causal attention with the default scale.
+    pub fn causal() -> Self {
+        SdpaOptions { causal: true, ..Self::default() }
+    }
+}
 
 impl Tensor {
     /// Scaled dot-product attention of `self` (queries `(b, hq, tq, d)`) over keys `(b, hkv, tk, d)` and
@@ -15,7 +40,16 @@ impl Tensor {
     /// queries) gets zeros, like FlashAttention. NaN in a visible score gives a NaN row.
     /// Float dtypes only; f16/bf16 are computed in f32.
     pub fn sdpa(&self, k: &Tensor, v: &Tensor, causal: bool, scale: Option<f64>) -> Result<Tensor> {
+        self.sdpa_with(k, v, SdpaOptions { causal, scale, ..SdpaOptions::default() })
+    }
+
+    /// [`Tensor::sdpa`] with a soft cap on the scores and a sliding window ([`SdpaOptions`]), in the
+    /// same fused kernels: no `tq x tk` score matrix is made. Keys before a query's window weigh
+    /// nothing, like keys past a causal query; a soft-capped score is finite for finite and infinite
+    /// inputs alike (NaN stays NaN).
+    pub fn sdpa_with(&self, k: &Tensor, v: &Tensor, opts: SdpaOptions) -> Result<Tensor> {
         const OP: &str = "sdpa";
+        let SdpaOptions { causal, scale, softcap, window } = opts;
         require_float(OP, self)?;
         for t in [k, v] {
             self.same_device(OP, t)?;
@@ -55,6 +89,28 @@ impl Tensor {
                 format!("scale must be finite and within f32 range (|scale| <= {:e}), got {scale:e}", f32::MAX),
             ));
         }
+        if let Some(cap) = softcap {
+            // Computed in f32 on every backend: a normal f32.
+            if !(cap >= f32::MIN_POSITIVE as f64 && cap <= f32::MAX as f64) {
+                return Err(Error::arg(
+                    OP,
+                    format!(
+                        "softcap must be positive and finite (a normal f32, at least {:e}), got {cap:e}",
+                        f32::MIN_POSITIVE
+                    ),
+                ));
+            }
+        }
+        match window {
+            Some(0) => return Err(Error::arg(OP, "window must be at least 1 (a query sees itself)")),
+            Some(w) if !causal => {
+                return Err(Error::arg(OP, format!("a sliding window ({w}) needs causal attention (causal=true)")))
+            }
+            _ => {}
+        }
+        // A window no shorter than the keys hides none of them (the farthest key a query sees is
+        // position 0 from position tk - 1).
+        let window = window.filter(|&w| w < k_[2]);
         let out_shape = (q_[0], hq, q_[2], v_[3]);
         if q_[0] * hq * q_[2] * v_[3] == 0 || k_[2] == 0 {
             return Tensor::zeros(out_shape, self.dtype(), self.device());
@@ -65,7 +121,7 @@ impl Tensor {
             k.layout(),
             &v.storage(),
             v.layout(),
-            AttentionParams { scale, causal },
+            AttentionParams { scale, causal, softcap, window },
         )?;
         Ok(Tensor::from_storage(s, out_shape, self.device()))
     }

@@ -1,7 +1,7 @@
 //! The public op API as `impl Tensor` blocks, one family per file. Each op validates its inputs
 //! (shapes, dtypes, axes, devices), promotes dtypes, broadcasts, and forwards to the storage.
 
-mod attention;
+pub(crate) mod attention;
 mod binary;
 pub(crate) mod decode;
 mod index;

@@ -148,8 +148,20 @@ impl ReduceOp {
 /// q `(b, hq, tq, d)`, k `(b, hkv, tk, dk=d)`, v `(b, hkv, tk, dv)`, output `(b, hq, tq, dv)`;
 /// `hq` is a multiple of `hkv` (grouped-query attention). With `causal`, query `i` sees keys
 /// `j <= i + (tk - tq)` (queries are the last `tq` positions of the `tk` keys, as in a KV cache).
+/// Scores are `scale * q.k`, then with `softcap` (Gemma 2) `cap * tanh(score / cap)`. With `window`
+/// (only with `causal`, and only below `tk`), query `i` at position `p = i + tk - tq` sees keys `j`
+/// with `p - window < j <= p`: itself and the `window - 1` before it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AttentionParams {
     pub scale: f64,
     pub causal: bool,
+    pub softcap: Option<f64>,
+    pub window: Option<usize>,
+}
+
+impl AttentionParams {
+    /// Plain scaled dot-product attention: no soft cap, no window.
+    pub fn plain(scale: f64, causal: bool) -> Self {
+        AttentionParams { scale, causal, softcap: None, window: None }
+    }
 }

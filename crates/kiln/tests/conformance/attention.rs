@@ -14,7 +14,7 @@ use crate::backend_tests;
 use crate::bounds::*;
 use crate::common::*;
 use kiln::gpu_probes::sdpa_coop_tensors;
-use kiln::{composed, DType, Device, KvCache, Tensor};
+use kiln::{composed, DType, Device, KvCache, SdpaOptions, Tensor};
 
 /// Reference attention: for each query, the softmax of the scaled scores of its visible keys, then
 /// the weighted sum of values; a query with no visible key gets zeros. Flat indexing: the long cases
@@ -34,10 +34,23 @@ pub(crate) fn ref_sdpa_bounded(
     scale: Option<f64>,
     dtype: DType,
 ) -> (RefArray, RefArray) {
+    ref_sdpa_with_bounded(q, k, v, SdpaOptions { causal, scale, ..SdpaOptions::default() }, dtype)
+}
+
+/// [`ref_sdpa_bounded`] with a soft cap (each score `c tanh(s / c)`: its error is at most the
+/// uncapped one, and at most `2c`, plus tanh's rounding) and a sliding window (query `i` at position
+/// `p` sees keys `p - window < j <= p`).
+pub(crate) fn ref_sdpa_with_bounded(
+    q: &RefArray,
+    k: &RefArray,
+    v: &RefArray,
+    opts: SdpaOptions,
+    dtype: DType,
+) -> (RefArray, RefArray) {
     let u = acc_roundoff(dtype);
     let (b, hq, tq, d) = (q.shape[0], q.shape[1], q.shape[2], q.shape[3]);
     let (hkv, tk, dv) = (k.shape[1], k.shape[2], v.shape[3]);
-    let scale = scale.unwrap_or(if d == 0 { 1.0 } else { 1.0 / (d as f64).sqrt() });
+    let scale = opts.scale.unwrap_or(if d == 0 { 1.0 } else { 1.0 / (d as f64).sqrt() });
     let mut out = vec![0.0; b * hq * tq * dv];
     let mut bound = vec![subnormal_half_spacing(dtype); b * hq * tq * dv];
     let mut scores = vec![0.0; tk];
@@ -45,27 +58,34 @@ pub(crate) fn ref_sdpa_bounded(
     for bi in 0..b {
         for h in 0..hq {
             let kh = h / (hq / hkv);
-            let kb = (bi * hkv + kh) * tk;
             for i in 0..tq {
-                let visible = if causal { (i + 1 + tk).saturating_sub(tq).min(tk) } else { tk };
-                if visible == 0 {
+                let visible = if opts.causal { (i + 1 + tk).saturating_sub(tq).min(tk) } else { tk };
+                let first = opts.window.map_or(0, |w| (i + 1 + tk).saturating_sub(tq + w)).min(visible);
+                let n = visible - first;
+                if n == 0 {
                     continue;
                 }
+                // Keys first..visible, as 0..n from `kb`.
+                let kb = (bi * hkv + kh) * tk + first;
                 let qr = &q.data[((bi * hq + h) * tq + i) * d..][..d];
-                for (j, s) in scores[..visible].iter_mut().enumerate() {
+                for (j, s) in scores[..n].iter_mut().enumerate() {
                     let kr = &k.data[(kb + j) * d..][..d];
                     *s = qr.iter().zip(kr).map(|(a, b)| a * b).sum::<f64>() * scale;
                     let abs = qr.iter().zip(kr).map(|(a, b)| (a * b).abs()).sum::<f64>() * scale.abs();
                     errs[j] = (d as f64 + 2.0) * u * abs + flush_floor(dtype);
+                    if let Some(c) = opts.softcap {
+                        *s = if s.is_nan() { *s } else { c * (*s / c).tanh() };
+                        errs[j] = errs[j].min(2.0 * c) + 4.0 * u * c;
+                    }
                 }
-                let m = scores[..visible].iter().fold(f64::NEG_INFINITY, |a, &s| {
+                let m = scores[..n].iter().fold(f64::NEG_INFINITY, |a, &s| {
                     if a.is_nan() || s.is_nan() {
                         f64::NAN
                     } else {
                         a.max(s)
                     }
                 });
-                let w: Vec<f64> = scores[..visible].iter().map(|s| (s - m).exp()).collect();
+                let w: Vec<f64> = scores[..n].iter().map(|s| (s - m).exp()).collect();
                 let sum: f64 = w.iter().sum();
                 let o = &mut out[((bi * hq + h) * tq + i) * dv..][..dv];
                 for (j, &wj) in w.iter().enumerate() {
@@ -75,9 +95,9 @@ pub(crate) fn ref_sdpa_bounded(
                 o.iter_mut().for_each(|a| *a /= sum);
                 // Relative error of each weight: its score's and the max's, exp's, the subtraction's;
                 // the sums add one rounding per key and per block rescale (blocks of 16 keys at least).
-                let dmax = errs[..visible].iter().fold(0.0f64, |a, &e| a.max(e));
-                let chain = (visible as f64 + 4.0 * visible.div_ceil(16) as f64 + 4.0) * u;
-                let rel: Vec<f64> = scores[..visible]
+                let dmax = errs[..n].iter().fold(0.0f64, |a, &e| a.max(e));
+                let chain = (n as f64 + 4.0 * n.div_ceil(16) as f64 + 4.0) * u;
+                let rel: Vec<f64> = scores[..n]
                     .iter()
                     .zip(&errs)
                     .map(|(s, e)| e + dmax + (5.0 + 2.0 * (s - m).abs()) * u + p_round(dtype))
@@ -86,8 +106,8 @@ pub(crate) fn ref_sdpa_bounded(
                 let ob = &mut bound[((bi * hq + h) * tq + i) * dv..][..dv];
                 for (c, (bo, &oc)) in ob.iter_mut().zip(o.iter()).enumerate() {
                     let num: f64 =
-                        (0..visible).map(|j| w[j] / sum * v.data[(kb + j) * dv + c].abs() * (rel[j] + chain)).sum();
-                    *bo = stored_bound(dtype, oc, 2.0 * (num + oc.abs() * den) + visible as f64 * flush_floor(dtype));
+                        (0..n).map(|j| w[j] / sum * v.data[(kb + j) * dv + c].abs() * (rel[j] + chain)).sum();
+                    *bo = stored_bound(dtype, oc, 2.0 * (num + oc.abs() * den) + n as f64 * flush_floor(dtype));
                 }
             }
         }
@@ -601,6 +621,7 @@ fn coop_on_device(dtypes: &[DType]) {
         return;
     }
     coop_cases(&dev, None, 128, dtypes);
+    crate::attention_options::coop_option_cases(&dev, None, dtypes);
 }
 
 #[test]

@@ -5,6 +5,7 @@ mod bounds;
 mod common;
 
 mod attention;
+mod attention_options;
 mod attention_splits;
 mod binary;
 mod create;

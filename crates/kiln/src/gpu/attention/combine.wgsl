@@ -1,7 +1,8 @@
 // Merges the per-split partial rows of split-K attention (flash.wgsl, decode.wgsl, paged_decode.wgsl):
 // for output row r, split s holds (max m, sum l) at words 2(r * splits + s) and the unnormalised
 // value sums from p.part_start + (r * splits + s) * dv. The result is sum_s e^(m_s - M) acc_s / sum_s
-// e^(m_s - M) l_s with M the largest m_s; only the splits holding a key the row may see are read.
+// e^(m_s - M) l_s with M the largest m_s; only the splits holding a key the row may see are read
+// (from the one holding its first key, with a sliding window, to the one holding its last).
 //
 // One workgroup of 256 per row: invocation t takes column quad t % Q (Q = p.quads quads per row) and the
 // splits s = t / Q, s + L, ... (L = 256 / Q lanes), four at a time so their loads are in flight
@@ -31,9 +32,10 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     let n = min(4u, dv - c);
     let vis = visible(row % p.tq, p.tq, p.tk, p.causal == 1u);
     let ns = min(nsplit, (vis + p.per_split - 1u) / p.per_split);
+    let s0 = first_key(row % p.tq, p.tq, p.tk, p.window) / p.per_split;
     var a = Acc(-inf_f32(), 0.0, vec4<f32>(0.0), false);
     if (lane < lanes) {
-        for (var s = lane; s < ns; s += 4u * lanes) {
+        for (var s = s0 + lane; s < ns; s += 4u * lanes) {
             var mv = vec4<f32>(-inf_f32()); var lv = vec4<f32>(0.0);
             var o0 = vec4<f32>(0.0); var o1 = vec4<f32>(0.0); var o2 = vec4<f32>(0.0); var o3 = vec4<f32>(0.0);
             for (var u = 0u; u < 4u; u++) {

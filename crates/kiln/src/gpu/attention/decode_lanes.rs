@@ -334,8 +334,9 @@ fn scores(c: &LanesConfig, nk: usize, half: bool) -> String {
 }
 
 /// Phase 2 (`SOFTMAX`): the block's max per row over the segment (a butterfly of shuffles), the
-/// running max, sum and value sums rescaled once, and the lane's probabilities `pr{pk}`. A key past
-/// the row's limit or with a NaN score weighs 0 (a NaN marks the row).
+/// running max, sum and value sums rescaled once, and the lane's probabilities `pr{pk}`. Scores are
+/// soft-capped first (mask.wgsl). A key past the row's limit or with a NaN score weighs 0 (a NaN marks
+/// the row).
 fn softmax(c: &LanesConfig, nq: usize) -> String {
     let ind = "        ";
     let mut s = String::new();
@@ -347,7 +348,8 @@ fn softmax(c: &LanesConfig, nq: usize) -> String {
             o *= 2;
         }
         s += &format!(
-            "{ind}let live{pk} = vec4<u32>(key) < lim{pk};\n\
+            "{ind}sc{pk} = soft_cap(sc{pk}, p.softcap);\n\
+             {ind}let live{pk} = vec4<u32>(key) < lim{pk};\n\
              {ind}bd{pk} = bd{pk} | (live{pk} & nan4v(sc{pk}));\n\
              {ind}let s2_{pk} = select(vec4<f32>(-inf_f32()), sc{pk}, live{pk} & (sc{pk} > vec4<f32>(-inf_f32())));\n\
              {ind}var bm{pk} = s2_{pk};\n{bfly}\

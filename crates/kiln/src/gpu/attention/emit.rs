@@ -6,9 +6,11 @@ use crate::gpu::runtime::GpuStorage;
 use crate::{DType, Layout, Result};
 use std::fmt::Write;
 
-/// The attention-row rules the split decode kernels share (`{{ROWS}}`: keys a query sees, a finished
-/// row, the running merge of split rows).
-pub(super) const ROWS: &str = include_str!("rows.wgsl");
+/// Which keys a query sees and its scores' soft cap, for every attention kernel (`{{MASK}}`).
+pub(super) const MASK: &str = include_str!("mask.wgsl");
+/// The attention-row rules the split decode kernels share (`{{ROWS}}`: [`MASK`], a finished row, the
+/// running merge of split rows).
+pub(super) const ROWS: &str = concat!(include_str!("mask.wgsl"), include_str!("rows.wgsl"));
 
 /// `fn store4(e, v, n)`: elements `e..e + n` (n <= 4) of the final output, in `out` (f16/bf16 packed:
 /// `e` and `n` even) and `fn put_raw(e, v, n)`: the same as f32 words.

@@ -4,7 +4,8 @@
 // chunks of DC head columns staged in workgroup memory (the queries stay resident when DC == DP),
 // masked, turned into probabilities with a running max and sum per query (online softmax) and
 // multiplied into the 64 x DVC output block held in registers. Scores never leave the workgroup;
-// causal tiles past a block's last visible key are never visited.
+// causal tiles past a block's last visible key are never visited, nor tiles before a sliding window's
+// first key of the block's first row. Scores are soft-capped (p.softcap) before they are masked.
 //
 // Invocation t owns rows rg + 16i (rg = t / 8, i < 4) of the block, keys kg + 8j (kg = t % 8, j < 4)
 // of each tile and value columns 4(kg + 8n) .. +4 (n < NV) of its chunk: 4x4 scores and 4 x 4NV
@@ -45,12 +46,7 @@ fn nan4(v: vec4<f32>) -> bool {
 
 fn max4(v: vec4<f32>) -> f32 { return max(max(v.x, v.y), max(v.z, v.w)); }
 
-// Keys query i may see: all, or j <= i + tk - tq with causal masking.
-fn visible(i: u32, tq: u32, tk: u32, causal: bool) -> u32 {
-    if (!causal) { return tk; }
-    return u32(clamp(i32(i) + 1 + i32(tk) - i32(tq), 0, i32(tk)));
-}
-
+{{ROWS}}
 @compute @workgroup_size(128)
 fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(num_workgroups) nw: vec3<u32>) {
@@ -70,9 +66,11 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     let kbeg = s * p.per_split;
     let kstop = min(kbeg + p.per_split, tk);
     let kend = min(kstop, visible(min(q0 + 63u, tq - 1u), tq, tk, causal));
-    if (kbeg >= kend) {
+    // With a sliding window, no row of the block sees a key before its first row's first key.
+    let kfrom = max(kbeg, first_key(q0, tq, tk, p.window));
+    if (kfrom >= kend) {
         // No row of the block sees a key of this split. A split's partial rows are then never read
-        // (the combine reads only the splits holding a visible key); final rows see no key at all
+        // (the combine reads only the splits holding a key the row sees); final rows see no key at all
         // and are zeros, written here like every other output element.
         if (!partial) {
             for (var e = t; e < 16u * DVC; e += 128u) {
@@ -82,8 +80,10 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
         }
         return;
     }
-    // Tiles from j0 on need masking: some key is past the first row's limit or the split's end.
+    // Tiles from j0 on need masking: some key is past the first row's limit or the split's end; and
+    // tiles before the last row's first key (a sliding window).
     let lim_first = min(visible(q0, tq, tk, causal), kstop);
+    let lo_last = first_key(min(q0 + 63u, tq - 1u), tq, tk, p.window);
 
     let qbase = p.q_off + b * p.q_sb + h * p.q_sh; let qst = p.q_st; let qse = p.q_se;
     let kbase = p.k_off + b * p.k_sb + hk * p.k_sh; let kst = p.k_st; let kse = p.k_se;
@@ -99,7 +99,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
             sm[QB + row * CS + c4] = x;
         }
     }
-    for (var j0 = kbeg; j0 < kend; j0 += 32u) {
+    for (var j0 = kfrom; j0 < kend; j0 += 32u) {
         var s0 = vec4<f32>(0.0); var s1 = vec4<f32>(0.0); var s2 = vec4<f32>(0.0); var s3 = vec4<f32>(0.0);
         for (var ch = 0u; ch < NCH; ch++) {
             workgroupBarrier();
@@ -125,7 +125,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
         }
         // This tile's values, loaded now so the loads overlap the softmax; stored after the barrier.
 {{V_LOAD}}
-        let masked = j0 + 32u > lim_first;
+        let masked = j0 + 32u > lim_first || j0 < lo_last;
 {{SOFTMAX_A}}
         workgroupBarrier();
 {{SOFTMAX_B}}

@@ -119,7 +119,7 @@ pub(crate) fn flash_source(dt: DType, out: DType, c: FlashConfig) -> String {
         let k = if i == 0 { "kg".to_string() } else { format!("(kg + {}u)", 8 * i) };
         format!(
             "    var m{i} = -inf_f32(); var l{i} = 0.0; var bad{i} = false;\n    \
-             let lim{i} = min(visible(q0 + {r}, tq, tk, causal), kstop);\n    \
+             let lim{i} = min(visible(q0 + {r}, tq, tk, causal), kstop); let lo{i} = first_key(q0 + {r}, tq, tk, p.window);\n    \
              let qr{i} = QB + {r} * CS; let kr{i} = KB + {k} * CS; let pr{i} = PB + {r} * PS; let rr{i} = RB + {r} * 2u;\n{}",
             lines(cols(), |n| format!("    var o{i}_{n} = vec4<f32>(0.0);")).trim_end()
         )
@@ -140,10 +140,12 @@ pub(crate) fn flash_source(dt: DType, out: DType, c: FlashConfig) -> String {
         )
     });
     let v_store = lines(0..2 * nv, |k| format!("        sm[VB + t + {}u] = vx{k};", 128 * k));
+    // The soft cap before the mask, which would otherwise turn -inf into -cap.
     let softmax_a = format!(
-        "        if (masked) {{\n            let kk = vec4<u32>(j0 + kg, j0 + kg + 8u, j0 + kg + 16u, j0 + kg + 24u);\n{}        }}\n{}",
+        "        if (p.softcap != 0.0) {{\n{}        }}\n        if (masked) {{\n            let kk = vec4<u32>(j0 + kg, j0 + kg + 8u, j0 + kg + 16u, j0 + kg + 24u);\n{}        }}\n{}",
+        lines(rows.clone(), |i| format!("            s{i} = soft_cap(s{i}, p.softcap);")),
         lines(rows.clone(), |i| format!(
-            "            s{i} = select(s{i}, vec4<f32>(-inf_f32()), kk >= vec4<u32>(lim{i}));"
+            "            s{i} = select(s{i}, vec4<f32>(-inf_f32()), (kk >= vec4<u32>(lim{i})) | (kk < vec4<u32>(lo{i})));"
         )),
         lines(rows.clone(), |i| format!(
             "        sm[rr{i} + kg / 4u][kg % 4u] = select(max4(s{i}), nan_f32(), nan4(s{i}));"
@@ -153,10 +155,6 @@ pub(crate) fn flash_source(dt: DType, out: DType, c: FlashConfig) -> String {
     let sum_l = lines(rows.clone(), |i| format!("    sm[rr{i} + kg / 4u][kg % 4u] = l{i};"));
     let output = flash_output(nv);
     let (loaders, arrays) = granule_loaders(dt, [c.vec; 3]);
-    let finish = "fn finish(o: vec4<f32>, l: f32, bad: bool, vis: u32) -> vec4<f32> {\n    \
-                  if (bad) { return vec4<f32>(nan_f32()); }\n    \
-                  if (l == 0.0) { return select(vec4<f32>(0.0), vec4<f32>(nan_f32()), vis > 0u); }\n    \
-                  return o / l;\n}\n";
     let n = |x: usize| x.to_string();
     render(
         FLASH,
@@ -167,7 +165,8 @@ pub(crate) fn flash_source(dt: DType, out: DType, c: FlashConfig) -> String {
             ("V_ARRAY", arrays[2]),
             ("PRELUDE", PRELUDE),
             ("LOADERS", &loaders),
-            ("STORE", &(store_fns(out) + finish)),
+            ("STORE", &store_fns(out)),
+            ("ROWS", ROWS),
             ("DC", &n(c.dc)),
             ("NCH", &n(c.dp / c.dc)),
             ("QRES", if c.resident() { "true" } else { "false" }),
@@ -421,6 +420,16 @@ pub(crate) fn attention(
             msg: format!("head sizes up to {MAX_HEAD} are supported, got d={d}, dv={dv}"),
         });
     }
+    // One query with a window sees the last `w` keys: the decode kernels read just those (a view)
+    // and have no window left to mask. Longer runs of queries with a window take the prefill
+    // kernels, which start each block at its first row's first key and mask each row's.
+    if let (Some(w), 1) = (p.window, tq) {
+        if w < tk {
+            let (kw, vw) = (kl.narrow("sdpa", 2, tk - w, w)?, vl.narrow("sdpa", 2, tk - w, w)?);
+            return attention(q, ql, k, &kw, v, &vw, AttentionParams { window: None, ..p });
+        }
+    }
+    let decode = tq <= DECODE_MAX_TQ && p.window.is_none();
     // f16/bf16 prefill on cooperative matrices where the adapter has them.
     if tq > DECODE_MAX_TQ {
         if let Some(r) = flash_coop::try_flash_coop(q, ql, k, kl, v, vl, p, None, false) {
@@ -442,6 +451,8 @@ pub(crate) fn attention(
         b: b as u32, hq: hq as u32, hkv: hkv as u32, tq: tq as u32, tk: tk as u32, d: d as u32, dv: dv as u32,
         scale: p.scale as f32,
         causal: p.causal as u32,
+        softcap: p.softcap.unwrap_or(0.0) as f32,
+        window: p.window.unwrap_or(0) as u32,
         q_off, q_sb, q_sh, q_st, q_se,
         k_off, k_sb, k_sh, k_st, k_se,
         v_off, v_sb, v_sh, v_st, v_se,
@@ -457,8 +468,8 @@ pub(crate) fn attention(
         Decode(DecodeVariant),
         Flash(FlashConfig),
     }
-    let fold = tq <= DECODE_MAX_TQ && decode_fold::enabled(ctx);
-    let (kernel, blocks, ndv, base, c) = if tq <= DECODE_MAX_TQ {
+    let fold = decode && decode_fold::enabled(ctx);
+    let (kernel, blocks, ndv, base, c) = if decode {
         let vec = granular(k, kl) && granular(v, vl);
         let vec8 = dt == DType::F32 || granular_by(k, kl, 8);
         let v8 = granular_by(v, vl, 8);
@@ -515,6 +526,7 @@ pub(crate) fn attention(
             causal: p.causal as u32,
             part_start: part_start as u32,
             quads: dv.div_ceil(4) as u32,
+            window: p.window.unwrap_or(0) as u32,
         }
         .words();
         let bufs = [out.buffer.raw(), part.buffer.raw()];

@@ -292,6 +292,7 @@ pub(crate) fn paged_decode(a: &PagedArgs) -> Result<GpuStorage> {
             causal: 0,
             part_start: part_start as u32,
             quads: dv.div_ceil(4) as u32,
+            window: 0,
         }
         .words();
         let bufs = [out.buffer.raw(), part.buffer.raw()];

@@ -7,7 +7,8 @@ params! {
     /// The flash and decode kernels' parameters: sizes (b, hq, hkv, tq, tk, d, dv), the score scale,
     /// causal (1), blocks per head (query blocks, or row chunks in the decode kernel), value chunks,
     /// key splits and keys per split, 1 when partial rows are written, workgroups, where the partial
-    /// rows start, and q, k and v as views: offset, then strides along b, h, t and e.
+    /// rows start, q, k and v as views (offset, then strides along b, h, t and e), the scores' soft
+    /// cap (0: none) and the sliding window (0: none; mask.wgsl).
     pub(crate) struct AttnParams {
         b: u32,
         hq: u32,
@@ -40,12 +41,14 @@ params! {
         v_sh: u32,
         v_st: u32,
         v_se: u32,
+        softcap: f32,
+        window: u32,
     }
 }
 
 params! {
     /// The combine kernel's parameters: rows, dv, splits, keys per split, tq, tk, causal (1), where
-    /// the partial rows start, column quads per row (<= 64).
+    /// the partial rows start, column quads per row (<= 64), the sliding window (0: none).
     pub(crate) struct CombineParams {
         rows: u32,
         dv: u32,
@@ -56,5 +59,6 @@ params! {
         causal: u32,
         part_start: u32,
         quads: u32,
+        window: u32,
     }
 }

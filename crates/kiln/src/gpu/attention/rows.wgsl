@@ -1,13 +1,7 @@
 // The rules for attention rows that the split decode kernels share (decode.wgsl, decode_lanes.wgsl,
 // the fold in decode_fold.wgsl and combine.wgsl, where the ROWS placeholder stands): how many keys
 // query i of tq sees, how a row's (value sums, sum, NaN flag) become its output, and how one split's
-// partial row joins the running merge.
-
-// Keys query i (of tq, the last tq of tk positions) sees.
-fn visible(i: u32, tq: u32, tk: u32, causal: bool) -> u32 {
-    if (!causal) { return tk; }
-    return u32(clamp(i32(i) + 1 + i32(tk) - i32(tq), 0, i32(tk)));
-}
+// partial row joins the running merge. (Which keys a query sees: mask.wgsl, spliced in before.)
 
 // A finished row: NaN where a score was NaN, zeros where the row sees no key, else o / l.
 fn finish(o: vec4<f32>, l: f32, bad: bool, vis: u32) -> vec4<f32> {

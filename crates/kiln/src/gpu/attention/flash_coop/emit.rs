@@ -1,5 +1,6 @@
 //! The kernel's source: `flash_coop.wgsl` with its placeholders filled for one [`Config`].
 
+use super::super::emit::MASK;
 use super::config::{Ablate, Config, CoopAttnParams};
 use super::emulation;
 use crate::gpu::pointwise::line_maxima::LINE_EXP;
@@ -133,6 +134,7 @@ pub(crate) fn source(c: &Config) -> String {
             ("SV_N", &num(u(c.bk * lv))),
             ("SS_N", &num(u(c.bq() * c.ls()))),
             ("PRELUDE", PRELUDE),
+            ("MASK", MASK),
             ("EXTRA", &bf16_extra(c)),
             ("LOADERS", &loaders(c)),
             ("PUTS", &puts(c)),
@@ -295,8 +297,11 @@ fn softmax(c: &Config) -> (String, String, String) {
         } else {
             format!("let y{v} = x{v};\n        ")
         };
+        // Soft-capped (mask.wgsl; a no-op without a cap), then masked: keys from the row's first
+        // (a sliding window) to its last.
         max += &format!(
-            "        {scaled}let s{v} = select(vec4<f32>(-inf_f32()), y{v} * cs, vec4<u32>(j0 + {col}) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(ivis));
+            "        {scaled}let kk{v} = vec4<u32>(j0 + {col}) + vec4<u32>(0u, 1u, 2u, 3u);
+        let s{v} = select(vec4<f32>(-inf_f32()), soft_cap(y{v} * cs, capc), (kk{v} < vec4<u32>(ivis)) & (kk{v} >= vec4<u32>(ilo)));
         bad = bad || any((bitcast<vec4<u32>>(s{v}) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u)) || any(s{v} == vec4<f32>(inf_f32()));
         mt = max(mt, max(max(s{v}.x, s{v}.y), max(s{v}.z, s{v}.w)));
 "

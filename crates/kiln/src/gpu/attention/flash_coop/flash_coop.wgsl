@@ -15,8 +15,9 @@
 // The reference maximum `m` is lazy (FlashAttention-3): it moves only when a score passes it by more
 // than 2^TH, so P stays below 2^TH (f16 holds it) and the accumulators are rescaled (through `ss`)
 // only on those rare tiles, when some row of the workgroup needs it. The causal loop stops at the
-// last key the block's last row sees. The cooperative ops stay in workgroup-uniform control flow
-// (naga requires it).
+// last key the block's last row sees, and starts at the tile of its first row's first key (a sliding
+// window). Scores are soft-capped (p.softcap, in log2 units here) before they are masked. The
+// cooperative ops stay in workgroup-uniform control flow (naga requires it).
 // bf16 inputs are staged as f16 scaled by a power of two per query row, key row and value column
 // (line maxima in `mx`, see pointwise/line_maxima.rs), undone on the scores and on the output.
 // Non-finite values: a NaN or +Inf score a row can see makes the row NaN (as the reference's
@@ -76,12 +77,7 @@ var<workgroup> resc: array<u32, 4>;
 // Stores 4 halves at half index i (a multiple of 4) of a staged tile; `ss` by f32 index.
 {{PUTS}}
 
-// Keys query i may see: all, or j <= i + tk - tq with causal masking.
-fn visible(i: u32, tq: u32, tk: u32, causal: bool) -> u32 {
-    if (!causal) { return tk; }
-    return u32(clamp(i32(i) + 1 + i32(tk) - i32(tq), 0, i32(tk)));
-}
-
+{{MASK}}
 fn is_finite(x: f32) -> bool {
     return (bitcast<u32>(x) & 0x7f800000u) != 0x7f800000u;
 }
@@ -111,6 +107,9 @@ fn main(
     let q0 = qb * BQ;
     let kend = visible(min(q0 + BQ - 1u, tq - 1u), tq, tk, causal);
     let steps = (kend + BK - 1u) / BK;
+    // No row of the block sees a key before the tile of its first row's first key.
+    let first = min(first_key(q0, tq, tk, p.window) / BK, steps);
+    let capc = p.softcap * 1.4426950408889634;
     let qbase = p.q_off + b * p.q_sb + h * p.q_sh; let qst = p.q_st; let qse = p.q_se;
     let kbase = p.k_off + b * p.k_sb + hk * p.k_sh; let kst = p.k_st; let kse = p.k_se;
     let vbase = p.v_off + b * p.v_sb + hk * p.v_sh; let vst = p.v_st; let vse = p.v_se;
@@ -135,8 +134,10 @@ fn main(
     let part = lane % LPR;
     let i = q0 + sg * R + row;
     var ivis = 0u;
+    var ilo = 0u;
     if (i < tq) {
         ivis = visible(i, tq, tk, causal);
+        ilo = first_key(i, tq, tk, p.window);
     }
     let slot = sg * R * LS;
     let srow = slot + row * LS;
@@ -156,10 +157,10 @@ fn main(
     // flight while tile t is multiplied.
 {{FETCH_DECL}}
     {
-        let jn = 0u;
+        let jn = first * BK;
 {{FETCH}}
     }
-    for (var t = 0u; t < steps; t++) {
+    for (var t = first; t < steps; t++) {
         let j0 = t * BK;
         workgroupBarrier();
         if (li == 0u) {
@@ -200,7 +201,7 @@ fn main(
             // Values that are not finite, for the keys this row sees, kept per output column.
             for (var col = 0u; col < BK; col++) {
                 let key = j0 + col;
-                if (key < ivis) {
+                if (key >= ilo && key < ivis) {
                     let pk = {{P_AT}};
                     for (var oc = 0u; oc < dv; oc++) {
                         let x = ld1_v(vbase + key * vst + oc * vse);

@@ -157,6 +157,8 @@ fn run(
         b: b as u32, hq: hq as u32, hkv: hkv as u32, tq: tq as u32, tk: tk as u32, d: d as u32, dv: dv as u32,
         scale: p.scale as f32,
         causal: p.causal as u32,
+        softcap: p.softcap.unwrap_or(0.0) as f32,
+        window: p.window.unwrap_or(0) as u32,
         blocks: tq.div_ceil(c.bq() as usize) as u32,
         groups: groups as u32,
         q_off, q_sb, q_sh, q_st, q_se,
