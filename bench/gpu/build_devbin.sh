@@ -25,6 +25,15 @@ for l in sys.stdin:
     m=json.loads(l)
     if m.get('reason')=='compiler-artifact' and m.get('executable') and m['target']['name']=='kiln' and 'lib' in m['target']['kind']: print(m['executable'])" | tail -n1)
 cp "$exe" .devbin/kiln_lib
+# kiln-llm's test binaries the call also runs (LLM_TESTS="fixtures batch"; they read the fixtures
+# from the working tree, which travels with the call), as llm_NAME.
+for t in ${LLM_TESTS:-}; do
+    exe=$(cargo test --release -p kiln-llm --test "$t" --no-run --message-format=json 2>/dev/null | python3 -c "import sys,json
+for l in sys.stdin:
+    m=json.loads(l)
+    if m.get('reason')=='compiler-artifact' and m.get('executable') and m['target']['name']=='$t': print(m['executable'])" | tail -n1)
+    cp "$exe" ".devbin/llm_$t"
+done
 # Examples the call also runs (EXAMPLES="coop_sweep coop_attention"), each a release build.
 for ex in ${EXAMPLES:-}; do
     cargo build --release -p kiln --example "$ex"

@@ -677,20 +677,17 @@ impl Model {
     /// Causal attention of layer `l`'s queries over its cached keys and values, in the fused kernels:
     /// with Gemma 2's scale and soft cap, and the layer's sliding window where it slides.
     fn attend(&self, l: usize, q: &Tensor, k: &Tensor, v: &Tensor) -> Result<Tensor> {
+        Ok(q.sdpa_with(k, v, self.attention_options(l))?)
+    }
+
+    /// Layer `l`'s attention: causal, with Gemma 2's scale and soft cap, and the layer's sliding
+    /// window where it slides (the paged rows of a batch take the same, `sdpa_paged_with`).
+    fn attention_options(&self, l: usize) -> SdpaOptions {
         let (scale, softcap) = match &self.config.gemma2 {
             None => (None, None),
             Some(g) => (Some(1.0 / g.query_pre_attn_scalar.sqrt()), g.attn_logit_softcapping),
         };
-        let window = self.config.layer_window(l);
-        Ok(q.sdpa_with(k, v, SdpaOptions { causal: true, scale, softcap, window })?)
-    }
-
-    /// Whether rows whose keys end at position `end` can attend through `sdpa_paged`, which takes
-    /// neither Gemma 2's scale and soft cap nor a window: not Gemma 2, and no layer's window hides a
-    /// key from them. Other rows gather their sequence's keys and attend through [`Self::attend`].
-    fn attends_paged(&self, end: usize) -> bool {
-        let c = &self.config;
-        c.gemma2.is_none() && (0..c.num_layers).all(|l| c.layer_window(l).is_none_or(|w| end <= w))
+        SdpaOptions { causal: true, scale, softcap, window: self.config.layer_window(l) }
     }
 
     /// `x + o(att)`, the product normalised first for Gemma 2.

@@ -1,9 +1,9 @@
 //! Batched forward passes (continuous batching) against one sequence at a time: the same greedy
 //! tokens and the same logits (to rounding), with sequences joining, prefilling in chunks and leaving
 //! while others decode, with contiguous caches and with a paged pool (blocks of 4 positions: the
-//! decode steps attend through the block tables; Gemma 2's, whose soft cap and window the paged
-//! kernel lacks, gather their keys, and so do Mistral's once they pass its window). Llama, Qwen3,
-//! Gemma 2, Phi-3 and Mistral with a window of 5, on the CPU and the GPU.
+//! decode steps attend through the block tables, with Gemma 2's soft cap and each model's sliding
+//! window). Llama, Qwen3, Gemma 2, Phi-3 and Mistral with a window of 5 that the sequences pass, on
+//! the CPU and the GPU.
 
 mod common;
 
@@ -13,8 +13,7 @@ use kiln_llm::paged::PagedPool;
 use kiln_llm::{BatchSeq, LoadOptions, Model, ModelDir, SeqKv};
 
 /// The fixtures the batched passes are checked on: one per code path (fused Llama, q/k norms, Gemma 2's
-/// soft cap, window and post norms, Phi-3's stored stacks, a window that sequences pass, first paged
-/// then gathered).
+/// soft cap, window and post norms, Phi-3's stored stacks, a window that the sequences pass).
 const ARCHS: [&str; 5] = ["llama", "qwen3", "gemma2", "phi3", "mistral_window"];
 
 fn load(name: &str, dev: &Device) -> Model {

@@ -103,6 +103,33 @@ fn generation_loop_reproduces_greedy_continuation() {
     }
 }
 
+/// The negative control of the windowed fixtures: with the window taken out of `config.json`, the
+/// prefill logits past the window leave the f32 tolerance by far, so the tests above check the
+/// windows (transformers applied them, and so must kiln).
+#[test]
+fn windowed_fixtures_fail_without_their_window() {
+    for name in ["mistral_window", "qwen2_window"] {
+        let tmp = std::env::temp_dir().join(format!("kiln-{name}-nowindow-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        for f in std::fs::read_dir(fixture(name)).unwrap() {
+            let f = f.unwrap().path();
+            std::fs::copy(&f, tmp.join(f.file_name().unwrap())).unwrap();
+        }
+        let mut cfg: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(tmp.join("config.json")).unwrap()).unwrap();
+        cfg["sliding_window"] = serde_json::Value::Null;
+        std::fs::write(tmp.join("config.json"), cfg.to_string()).unwrap();
+        let dir = ModelDir::open(&tmp).unwrap();
+        let model =
+            dir.load(&Device::cpu(), LoadOptions { dtype: DType::F32, max_context: 64, progress: None }).unwrap();
+        let e = expected(name);
+        let got = model.forward(&e.prompt_ids, &mut model.new_cache(), true).unwrap().to_vec2::<f32>().unwrap();
+        let worst = got.iter().zip(&e.logits).map(|(g, w)| row_err(g, w)).fold(0.0, f64::max);
+        std::fs::remove_dir_all(&tmp).unwrap();
+        assert!(worst > 1e-2, "{name} without its window is within {worst:.1e} of transformers");
+    }
+}
+
 #[test]
 fn sampling_is_seeded_and_stops_at_stop_tokens() {
     let dev = Device::cpu();

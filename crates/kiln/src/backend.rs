@@ -239,6 +239,10 @@ pub(crate) struct Paged<'a, S> {
     pub max_blocks: usize,
     pub block_size: usize,
     pub scale: f64,
+    /// Scores soft-capped (`c tanh(s / c)`), and each query limited to its sequence's last `window`
+    /// positions (`Tensor::sdpa_paged_with`).
+    pub softcap: Option<f64>,
+    pub window: Option<usize>,
 }
 
 /// The operands of [`ExtOps::rope_append`]: `t` rows of the stacked q/k/v product `(t, (nh + 2 nkv) d)`,

@@ -332,6 +332,8 @@ impl Storage {
                 max_blocks: t.max_blocks,
                 block_size: t.block_size,
                 scale: t.scale,
+                softcap: t.softcap,
+                window: t.window,
             };
             let (k, v) = (B::view(OP, k)?, B::view(OP, v)?);
             Ok(B::wrap(B::run(OP, || q.sdpa_paged(l, k, v, &t))?))

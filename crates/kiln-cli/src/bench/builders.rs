@@ -144,34 +144,28 @@ pub fn sdpa_gqa(name: String, b: usize, heads: (usize, usize), t: usize, d: usiz
 }
 
 /// [`sdpa_gqa`] in `dtype`.
-/// Causal GQA attention of `t` tokens in `dtype` with a soft cap and a sliding window of `w` (Gemma
-/// 2's options, `Tensor::sdpa_with`); FLOPs count each query's `min(i + 1, w)` keys.
+/// Causal GQA attention of `t` tokens in `dtype` with a soft cap and a sliding window of `w`, each
+/// optional (Gemma 2's options, `Tensor::sdpa_with`); FLOPs count each query's `min(i + 1, w)` keys.
 pub fn sdpa_options_in(
     name: String,
     dtype: DType,
     (hq, hkv): (usize, usize),
     t: usize,
     d: usize,
-    cap: f64,
-    w: usize,
+    softcap: Option<f64>,
+    window: Option<usize>,
 ) -> Case {
+    let w = window.unwrap_or(t);
     let seen: usize = (0..t).map(|i| (i + 1).min(w)).sum();
     let flops = 4.0 * (hq * d) as f64 * seen as f64;
-    case(
-        name,
-        format!("1x{hq}/{hkv}x{t}x{d} cap {cap} window {w}"),
-        dtype,
-        Bound::Compute,
-        None,
-        Some(flops),
-        move |inp| {
-            let q = inp.randn((1, hq, t, d), dtype, SEED_A)?;
-            let k = inp.randn((1, hkv, t, d), dtype, SEED_B)?;
-            let v = inp.randn((1, hkv, t, d), dtype, SEED_C)?;
-            let opts = SdpaOptions { causal: true, scale: None, softcap: Some(cap), window: Some(w) };
-            Ok(Box::new(move || q.sdpa_with(&k, &v, opts)) as Op)
-        },
-    )
+    let shape = format!("1x{hq}/{hkv}x{t}x{d} cap {softcap:?} window {window:?}");
+    case(name, shape, dtype, Bound::Compute, None, Some(flops), move |inp| {
+        let q = inp.randn((1, hq, t, d), dtype, SEED_A)?;
+        let k = inp.randn((1, hkv, t, d), dtype, SEED_B)?;
+        let v = inp.randn((1, hkv, t, d), dtype, SEED_C)?;
+        let opts = SdpaOptions { causal: true, scale: None, softcap, window };
+        Ok(Box::new(move || q.sdpa_with(&k, &v, opts)) as Op)
+    })
 }
 
 pub fn sdpa_gqa_in(name: String, dtype: DType, b: usize, (hq, hkv): (usize, usize), t: usize, d: usize) -> Case {

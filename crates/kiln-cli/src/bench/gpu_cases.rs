@@ -202,10 +202,14 @@ pub fn all(quick: bool) -> Vec<Case> {
             v.push(sdpa_gqa_in(format!("sdpa_causal_{dt}_d{d}_t{t}"), dt, 1, s.heads, t, d));
         }
     }
-    // Gemma 2's options on the longest prefill: a soft cap of 50 and a window of half the tokens
-    // (the kernels skip the tiles before each block's window).
+    // Gemma 2's options on the longest prefill: a soft cap of 50, a window of half the tokens (the
+    // kernels skip the tiles before each block's window), and both.
     let (d, t) = s.seqs[2];
-    v.push(sdpa_options_in(format!("sdpa_capped_window_f16_d{d}_t{t}"), DType::F16, s.heads, t, d, 50.0, t / 2));
+    for (what, cap, w) in
+        [("capped", Some(50.0), None), ("window", None, Some(t / 2)), ("capped_window", Some(50.0), Some(t / 2))]
+    {
+        v.push(sdpa_options_in(format!("sdpa_{what}_f16_d{d}_t{t}"), DType::F16, s.heads, t, d, cap, w));
+    }
     v.push(decode(1, s.heads, s.cache, 128));
     // An 8B-shaped decode step's attention in bf16, short context to long (issue 35's targets: 512,
     // 4096 and 32768 keys in the full set).

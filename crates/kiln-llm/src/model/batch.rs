@@ -6,8 +6,9 @@
 //! stacked first, each row one query of a block table: a decode token, or a token of a prompt chunk
 //! of at most [`PAGED_CHUNK`] tokens, which attends to its sequence's positions up to its own (the
 //! causal mask as a length). One kernel per layer stores all their keys and values and one attends
-//! for all of them (`KvBlockPool::write_last`, `Tensor::sdpa_paged`), so prompts that arrive
-//! together are prefilled in the same pass as the decode rows without a kernel per sequence. Other
+//! for all of them (`KvBlockPool::write_last`, `Tensor::sdpa_paged_with`, with the model's soft cap
+//! and sliding windows), so prompts that arrive together are prefilled in the same pass as the decode
+//! rows without a kernel per sequence. Other
 //! rows (longer chunks, contiguous caches) attend per sequence over that sequence's keys and values.
 //! A pass of one row (one sequence decoding alone) takes [`Model::forward`]'s fused kernels: the
 //! RMSNorms and the SwiGLU gate inside the projections' kernels (`linear_fused`). With more rows the
@@ -147,8 +148,7 @@ impl Model {
         let mut first: Option<usize> = None;
         let mut fast = vec![false; seqs.len()];
         for i in 0..seqs.len() {
-            let (t, end) = (seqs[i].tokens.len(), seqs[i].kv.len() + seqs[i].tokens.len());
-            if !self.attends_paged(end) || t > PAGED_CHUNK || seqs[i].kv.paged().is_none() {
+            if seqs[i].tokens.len() > PAGED_CHUNK || seqs[i].kv.paged().is_none() {
                 continue;
             }
             fast[i] = match first {
@@ -254,7 +254,8 @@ impl Model {
                 seqs[i].kv.paged().expect("paged").advance(l, t)?;
             }
             let (kp, vp) = pool.tensors();
-            outs.push(paged(&q)?.sdpa_paged(kp, vp, table, None)?.reshape((nd, nh * hd))?);
+            let att = paged(&q)?.sdpa_paged_with(kp, vp, table, self.attention_options(l))?;
+            outs.push(att.reshape((nd, nh * hd))?);
         }
         for &i in &rows.order[rows.paged..] {
             let (start, t) = rows.spans[i];

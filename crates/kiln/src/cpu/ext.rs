@@ -57,7 +57,16 @@ impl ExtOps for CpuStorage {
     fn sdpa_paged(&self, l: &Layout, (k, kl): View<Self>, (v, vl): View<Self>, t: &Paged<Self>) -> Result<Self> {
         let (q, off) = self.f32_rows(l)?;
         let (qd, kd) = (l.dims(), kl.dims());
-        let g = Geometry { hq: qd[1], hkv: kd[1], d: qd[3], dv: vl.dims()[3], bs: t.block_size, scale: t.scale as f32 };
+        let g = Geometry {
+            hq: qd[1],
+            hkv: kd[1],
+            d: qd[3],
+            dv: vl.dims()[3],
+            bs: t.block_size,
+            scale: t.scale as f32,
+            softcap: t.softcap.map(|c| c as f32),
+            window: t.window,
+        };
         let CpuStorage::U32(ids) = t.table else {
             return Err(Error::dtype("sdpa_paged", t.table.dtype(), "block ids are u32"));
         };

@@ -16,6 +16,9 @@ pub(super) struct Geometry {
     pub dv: usize,
     pub bs: usize,
     pub scale: f32,
+    /// Scores soft-capped, and a query limited to its sequence's last `window` positions.
+    pub softcap: Option<f32>,
+    pub window: Option<usize>,
 }
 
 /// The sequences' block ids (`(b, max_blocks)`, row-major) and lengths.
@@ -67,10 +70,13 @@ fn paged_t<T: WithDType>(
             |j: usize, e: usize, off: usize| off + ((blocks[j / g.bs] as usize * g.hkv + hk) * g.bs + j % g.bs) * e;
         let qr = &q[row * g.d..(row + 1) * g.d];
         let n = t.lens[b];
-        let scores: Vec<f32> = (0..n)
+        // The window's positions: the last `window` of the sequence's.
+        let first = g.window.map_or(0, |w| n.saturating_sub(w));
+        let scores: Vec<f32> = (first..n)
             .map(|j| {
                 let kr = &k[at(j, g.d, ko)..at(j, g.d, ko) + g.d];
-                qr.iter().zip(kr).map(|(a, b)| a * g.scale * b.to_f64() as f32).sum::<f32>()
+                let s = qr.iter().zip(kr).map(|(a, b)| a * g.scale * b.to_f64() as f32).sum::<f32>();
+                g.softcap.map_or(s, |c| if s.is_nan() { s } else { c * (s / c).tanh() })
             })
             .collect();
         let bad = scores.iter().any(|s| s.is_nan());
@@ -79,7 +85,7 @@ fn paged_t<T: WithDType>(
         for (j, &s) in scores.iter().enumerate() {
             let p = if s > f32::NEG_INFINITY { (s - m).exp() } else { 0.0 };
             l += p;
-            let vr = &v[at(j, g.dv, vo)..at(j, g.dv, vo) + g.dv];
+            let vr = &v[at(first + j, g.dv, vo)..at(first + j, g.dv, vo) + g.dv];
             o.iter_mut().zip(vr).for_each(|(a, x)| *a += p * x.to_f64() as f32);
         }
         if bad || l == 0.0 {

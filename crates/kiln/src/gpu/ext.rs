@@ -207,6 +207,8 @@ impl ExtOps for GpuStorage {
             max_blocks: t.max_blocks,
             max_len: t.host_lens.iter().copied().max().unwrap_or(0),
             scale: t.scale,
+            softcap: t.softcap,
+            window: t.window,
         })
     }
 

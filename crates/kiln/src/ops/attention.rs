@@ -29,6 +29,25 @@ impl SdpaOptions {
     }
 }
 
+/// A soft cap must be a positive normal f32 (every backend computes in f32), a window at least 1.
+pub(crate) fn check_cap_window(op: &'static str, softcap: Option<f64>, window: Option<usize>) -> Result<()> {
+    if let Some(cap) = softcap {
+        if !(cap >= f32::MIN_POSITIVE as f64 && cap <= f32::MAX as f64) {
+            return Err(Error::arg(
+                op,
+                format!(
+                    "softcap must be positive and finite (a normal f32, at least {:e}), got {cap:e}",
+                    f32::MIN_POSITIVE
+                ),
+            ));
+        }
+    }
+    if window == Some(0) {
+        return Err(Error::arg(op, "window must be at least 1 (a query sees itself)"));
+    }
+    Ok(())
+}
+
 impl Tensor {
     /// Scaled dot-product attention of `self` (queries `(b, hq, tq, d)`) over keys `(b, hkv, tk, d)` and
     /// values `(b, hkv, tk, dv)`; `hq` must be a multiple of `hkv` (grouped-query attention: query head
@@ -89,24 +108,9 @@ impl Tensor {
                 format!("scale must be finite and within f32 range (|scale| <= {:e}), got {scale:e}", f32::MAX),
             ));
         }
-        if let Some(cap) = softcap {
-            // Computed in f32 on every backend: a normal f32.
-            if !(cap >= f32::MIN_POSITIVE as f64 && cap <= f32::MAX as f64) {
-                return Err(Error::arg(
-                    OP,
-                    format!(
-                        "softcap must be positive and finite (a normal f32, at least {:e}), got {cap:e}",
-                        f32::MIN_POSITIVE
-                    ),
-                ));
-            }
-        }
-        match window {
-            Some(0) => return Err(Error::arg(OP, "window must be at least 1 (a query sees itself)")),
-            Some(w) if !causal => {
-                return Err(Error::arg(OP, format!("a sliding window ({w}) needs causal attention (causal=true)")))
-            }
-            _ => {}
+        check_cap_window(OP, softcap, window)?;
+        if let (Some(w), false) = (window, causal) {
+            return Err(Error::arg(OP, format!("a sliding window ({w}) needs causal attention (causal=true)")));
         }
         // A window no shorter than the keys hides none of them (the farthest key a query sees is
         // position 0 from position tk - 1).

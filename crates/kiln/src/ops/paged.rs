@@ -5,6 +5,7 @@
 //! backend seam (`ExtOps::sdpa_paged`, `ExtOps::paged_write`): one GPU kernel
 //! (`gpu/attention/paged_decode.rs`) or a direct CPU loop (`cpu/paged.rs`).
 
+use super::attention::SdpaOptions;
 use crate::backend::Paged;
 use crate::{DType, Device, Error, KvBlockPool, Result, Tensor};
 
@@ -189,6 +190,22 @@ impl Tensor {
         table: &BlockTable,
         scale: Option<f64>,
     ) -> Result<Tensor> {
+        self.sdpa_paged_with(k_pool, v_pool, table, SdpaOptions { scale, ..SdpaOptions::default() })
+    }
+
+    /// [`Tensor::sdpa_paged`] with a soft cap and a sliding window ([`SdpaOptions`]; `causal` makes
+    /// no difference: each query is its sequence's last position): with a window `w`, query `i` sees
+    /// the last `w` of its sequence's positions. Equal to [`Tensor::sdpa_with`] over each sequence's
+    /// gathered keys and values.
+    pub fn sdpa_paged_with(
+        &self,
+        k_pool: &Tensor,
+        v_pool: &Tensor,
+        table: &BlockTable,
+        opts: SdpaOptions,
+    ) -> Result<Tensor> {
+        let SdpaOptions { scale, softcap, window, .. } = opts;
+        super::attention::check_cap_window(OP, softcap, window)?;
         let shapes = || format!("q {}, k pool {}, v pool {}", self.shape(), k_pool.shape(), v_pool.shape());
         for t in [self, k_pool, v_pool] {
             if !matches!(t.dtype(), DType::F32 | DType::F16 | DType::BF16) {
@@ -263,6 +280,8 @@ impl Tensor {
             max_blocks: table.max_blocks,
             block_size: table.block_size,
             scale,
+            softcap,
+            window,
         };
         let out = qs.sdpa_paged(self.layout(), (&*ks, k_pool.layout()), (&*vs, v_pool.layout()), &t)?;
         Ok(Tensor::from_storage(out, out_shape, self.device()))

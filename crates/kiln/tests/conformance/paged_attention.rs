@@ -6,21 +6,25 @@
 //! fails); GPU outputs poisoned. Also equal to `sdpa` over the gathered keys, NaN keys poison only
 //! their rows, and bad input (block ids past the pool, zero or uncovered lengths, shapes, dtypes,
 //! block sizes) gives errors naming the problem. `KvBlockPool::write_last` (the batched append)
-//! stores each sequence's newest position exactly and touches nothing else.
+//! stores each sequence's newest position exactly and touches nothing else. `sdpa_paged_with` (a soft
+//! cap and a window) against `ref_sdpa_with_bounded` (attention.rs) over each sequence's window,
+//! with every position before a window NaN in the pools.
 //!
 //! Tolerance per output element (`ref_paged`): each score's dot product error
 //! `(d + 2) u sum|q k| |scale|`, exp's `(3 + 2|s - max|) u`, one rounding per key and per tile in the
 //! sums, carried through the normalised weighted sum of `|v|` (twice the first-order terms), u of
 //! f32 (every dtype accumulates in f32), then the rounding to the output dtype.
 
+use crate::attention::ref_sdpa_with_bounded;
 use crate::backend_tests;
 use crate::bounds::*;
 use crate::common::*;
-use kiln::{BlockTable, DType, Device, Error, KvBlockPool, Tensor};
+use kiln::{BlockTable, DType, Device, Error, KvBlockPool, SdpaOptions, Tensor};
 use rand::RngExt;
 
 backend_tests!(
     paged_matches_reference,
+    paged_options_match_reference,
     paged_equals_gathered_sdpa,
     paged_nan_keys_poison_their_rows,
     paged_refuses_bad_input,
@@ -158,6 +162,54 @@ fn paged_matches_reference(dev: &Device) {
                     c.hq, c.hkv, c.d, c.dv, c.bs, c.lens
                 );
             }
+        }
+    }
+}
+
+/// A soft cap and a window of 20 (`sdpa_paged_with`) against the f64 reference over each sequence's
+/// gathered keys: positions before a sequence's window hold NaN in the pools, so a kernel that reads
+/// one (a window ignored, or off by one) gives a NaN row; the plain result fails the bound too.
+fn paged_options_match_reference(dev: &Device) {
+    let opts = SdpaOptions { causal: true, scale: None, softcap: Some(2.0), window: Some(20) };
+    let w = 20;
+    for dtype in [DType::F32, DType::F16, DType::BF16] {
+        for (ci, c) in cases().iter().enumerate() {
+            let seed = 100 * ci as u64 + 50;
+            let (_, _, tables, mut kd, mut vd) = pool(c, dtype, seed, dev);
+            let at =
+                |t: &[u32], j: usize, h: usize, e: usize| ((t[j / c.bs] as usize * c.hkv + h) * c.bs + j % c.bs) * e;
+            for (t, &n) in tables.iter().zip(&c.lens) {
+                for j in 0..n.saturating_sub(w) {
+                    for h in 0..c.hkv {
+                        kd[at(t, j, h, c.d)..][..c.d].fill(f64::NAN);
+                        vd[at(t, j, h, c.dv)..][..c.dv].fill(f64::NAN);
+                    }
+                }
+            }
+            let blocks = kd.len() / (c.hkv * c.bs * c.d);
+            let k = tensor(&kd, &[blocks, c.hkv, c.bs, c.d], dtype, dev);
+            let v = tensor(&vd, &[blocks, c.hkv, c.bs, c.dv], dtype, dev);
+            let b = c.lens.len();
+            let q = tensor(&random_values(b * c.hq * c.d, dtype, seed + 3), &[b, c.hq, 1, c.d], dtype, dev);
+            let qd = q.to_f64_vec().unwrap();
+            let refs: Vec<&[u32]> = tables.iter().map(|t| t.as_slice()).collect();
+            let table = BlockTable::new(&refs, &c.lens, c.bs, dev).unwrap();
+            let (mut want, mut bound) = (Vec::new(), Vec::new());
+            for (s, (t, &n)) in tables.iter().zip(&c.lens).enumerate() {
+                let rows = |data: &[f64], e: usize| {
+                    let flat = (0..c.hkv).flat_map(|h| (0..n).flat_map(move |j| (0..e).map(move |x| (h, j, x))));
+                    RefArray::new(vec![1, c.hkv, n, e], flat.map(|(h, j, x)| data[at(t, j, h, e) + x]).collect())
+                };
+                let qs = RefArray::new(vec![1, c.hq, 1, c.d], qd[s * c.hq * c.d..(s + 1) * c.hq * c.d].to_vec());
+                let (wv, bv) = ref_sdpa_with_bounded(&qs, &rows(&kd, c.d), &rows(&vd, c.dv), opts, dtype);
+                want.extend(wv.data);
+                bound.extend(bv.data);
+            }
+            let ctx = format!("{dev} {dtype} case {ci} (lens {:?}) softcap 2 window {w}", c.lens);
+            let got = q.sdpa_paged_with(&k, &v, &table, opts).unwrap().to_f64_vec().unwrap();
+            check_bounded(&got, &want, &bound).unwrap_or_else(|e| panic!("{ctx}: {e}"));
+            let plain = q.sdpa_paged(&k, &v, &table, None).unwrap().to_f64_vec().unwrap();
+            assert!(check_bounded(&plain, &want, &bound).is_err(), "{ctx}: the plain result passes");
         }
     }
 }

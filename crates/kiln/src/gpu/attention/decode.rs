@@ -296,12 +296,12 @@ fn decode_update(c: &DecodeConfig) -> String {
     lines((0..u).flat_map(|w| (0..r).map(move |x| (w, x))), |(w, x)| {
         // The score, soft-capped (mask.wgsl; a no-op without a cap).
         let score = if c.sg {
-            format!("{ind}    let sc = soft_cap1(sv{w}.{}, p.softcap);\n", XYZW[x])
+            format!("{ind}    let sc = soft_cap1(sv{w}.{}, p.softcap, p.softcap_inv);\n", XYZW[x])
         } else {
             let at = slot_at(w, x);
             format!(
                 "{ind}    let pa = sm[{at}]; let pb = sm[{at} + 1u];\n\
-                 {ind}    let sc = soft_cap1(dot(pa, vec4<f32>(1.0)) + dot(pb, vec4<f32>(1.0)), p.softcap);\n"
+                 {ind}    let sc = soft_cap1(dot(pa, vec4<f32>(1.0)) + dot(pb, vec4<f32>(1.0)), p.softcap, p.softcap_inv);\n"
             )
         };
         // Branch-free online softmax, so the rows' updates interleave: a key past the row's

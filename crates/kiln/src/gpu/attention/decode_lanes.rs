@@ -348,7 +348,7 @@ fn softmax(c: &LanesConfig, nq: usize) -> String {
             o *= 2;
         }
         s += &format!(
-            "{ind}sc{pk} = soft_cap(sc{pk}, p.softcap);\n\
+            "{ind}sc{pk} = soft_cap(sc{pk}, p.softcap, p.softcap_inv);\n\
              {ind}let live{pk} = vec4<u32>(key) < lim{pk};\n\
              {ind}bd{pk} = bd{pk} | (live{pk} & nan4v(sc{pk}));\n\
              {ind}let s2_{pk} = select(vec4<f32>(-inf_f32()), sc{pk}, live{pk} & (sc{pk} > vec4<f32>(-inf_f32())));\n\

@@ -238,17 +238,12 @@ pub(super) fn tile_pieces(dt: DType, c: TileConfig, rows: Rows) -> Vec<(&'static
     // values may be NaN); visible ones add p * v even when p underflowed to 0, so a NaN value
     // poisons the row as on the CPU.
     let ninf = "vec4<f32>(-inf_f32())";
-    // (`sdpa_paged` has no soft cap.)
-    let cap = |i: usize| match rows {
-        Rows::Strided => format!("{ind}s{i} = soft_cap(s{i}, p.softcap);\n"),
-        Rows::Paged => String::new(),
-    };
     let mut update = lines(0..kpg, |i| {
         format!(
-            "{}{ind}let live{i} = vec4<u32>(key{i}) < limv;\n\
+            "{ind}s{i} = soft_cap(s{i}, p.softcap, p.softcap_inv);\n\
+             {ind}let live{i} = vec4<u32>(key{i}) < limv;\n\
              {ind}bad = bad | (live{i} & nan4v(s{i}));\n\
-             {ind}let t{i} = select({ninf}, s{i}, live{i} & (s{i} > {ninf}));",
-            cap(i)
+             {ind}let t{i} = select({ninf}, s{i}, live{i} & (s{i} > {ninf}));"
         )
     });
     let cm = (1..kpg).fold("t0".to_string(), |a, i| format!("max({a}, t{i})"));

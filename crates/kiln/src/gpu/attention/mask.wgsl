@@ -15,15 +15,16 @@ fn first_key(i: u32, tq: u32, tk: u32, w: u32) -> u32 {
     return u32(max(i32(i) + 1 + i32(tk) - i32(tq) - i32(w), 0));
 }
 
-// Scores soft-capped at c, c tanh(s / c) (Gemma 2; c in the scores' units), or as they are where c
-// is 0. Infinite scores become +-c; NaN stays NaN (the clamp keeps tanh's exponentials finite).
-fn soft_cap(s: vec4<f32>, c: f32) -> vec4<f32> {
+// Scores soft-capped at c, c tanh(s ic) with ic = 1 / c (Gemma 2; c in the scores' units; a
+// product, not a division per score), or as they are where c is 0. Infinite scores become +-c; NaN
+// stays NaN (the clamp keeps tanh's exponentials finite).
+fn soft_cap(s: vec4<f32>, c: f32, ic: f32) -> vec4<f32> {
     if (c == 0.0) { return s; }
-    let t = c * tanh(clamp(s / c, vec4<f32>(-15.0), vec4<f32>(15.0)));
+    let t = c * tanh(clamp(s * ic, vec4<f32>(-15.0), vec4<f32>(15.0)));
     return select(t, s, (bitcast<vec4<u32>>(s) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u));
 }
 
-fn soft_cap1(s: f32, c: f32) -> f32 {
+fn soft_cap1(s: f32, c: f32, ic: f32) -> f32 {
     if (c == 0.0) { return s; }
-    return select(c * tanh(clamp(s / c, -15.0, 15.0)), s, is_nan(s));
+    return select(c * tanh(clamp(s * ic, -15.0, 15.0)), s, is_nan(s));
 }

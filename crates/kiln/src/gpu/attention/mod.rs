@@ -143,7 +143,7 @@ pub(crate) fn flash_source(dt: DType, out: DType, c: FlashConfig) -> String {
     // The soft cap before the mask, which would otherwise turn -inf into -cap.
     let softmax_a = format!(
         "        if (p.softcap != 0.0) {{\n{}        }}\n        if (masked) {{\n            let kk = vec4<u32>(j0 + kg, j0 + kg + 8u, j0 + kg + 16u, j0 + kg + 24u);\n{}        }}\n{}",
-        lines(rows.clone(), |i| format!("            s{i} = soft_cap(s{i}, p.softcap);")),
+        lines(rows.clone(), |i| format!("            s{i} = soft_cap(s{i}, p.softcap, p.softcap_inv);")),
         lines(rows.clone(), |i| format!(
             "            s{i} = select(s{i}, vec4<f32>(-inf_f32()), (kk >= vec4<u32>(lim{i})) | (kk < vec4<u32>(lo{i})));"
         )),
@@ -452,6 +452,7 @@ pub(crate) fn attention(
         scale: p.scale as f32,
         causal: p.causal as u32,
         softcap: p.softcap.unwrap_or(0.0) as f32,
+        softcap_inv: p.softcap.map_or(0.0, |c| 1.0 / c) as f32,
         window: p.window.unwrap_or(0) as u32,
         q_off, q_sb, q_sh, q_st, q_se,
         k_off, k_sb, k_sh, k_st, k_se,

@@ -8,6 +8,7 @@
 
 use super::decode_lanes::{chosen, DecodeKernel};
 use super::decode_tile::{tile_config, tile_pieces, tile_rounds, RowRules, Rows, TileConfig, COMBINE_PUT, LONG_KEYS};
+use super::emit::MASK;
 use super::{
     combine_source, dispatch, granular, granular_by, granule_loaders, lines, store_fns, CombineParams, MAX_HEAD,
 };
@@ -64,7 +65,8 @@ params! {
     /// The paged decode kernel's parameters: sequences, hq, hkv, d, dv, the score scale, row chunks
     /// per head, splits and positions per split, 1 when partial rows are written, workgroups, where
     /// the partial rows start, the block size, the table's row length (most blocks), blocks in the
-    /// pool, q's offset and sequence/head/element strides, the k and v pools' offsets.
+    /// pool, q's offset and sequence/head/element strides, the k and v pools' offsets, the soft cap
+    /// and its inverse (0: none), the window (0: none).
     struct PagedParams {
         seqs: u32,
         hq: u32,
@@ -87,6 +89,9 @@ params! {
         q_se: u32,
         k_off: u32,
         v_off: u32,
+        softcap: f32,
+        softcap_inv: f32,
+        window: u32,
     }
 }
 
@@ -103,6 +108,7 @@ pub(crate) fn paged_source(dt: DType, out: DType, c: PagedConfig) -> String {
             ("PARAMS", &PagedParams::wgsl()),
             ("KV_ARRAY", arrays[1]),
             ("PRELUDE", PRELUDE),
+            ("MASK", MASK),
             ("LOADERS", &loaders),
             ("STORE", &store_fns(out)),
             ("R", &n(c.r)),
@@ -137,6 +143,7 @@ pub(crate) fn paged_tile_source(dt: DType, out: DType, c: TileConfig) -> String 
     let mut subs: Vec<(&str, &str)> = vec![
         ("PARAMS", &params),
         ("PRELUDE", PRELUDE),
+        ("MASK", MASK),
         ("LOADERS", &loaders),
         ("STORE", &store),
         ("ROUNDS", rounds.trim_end()),
@@ -194,6 +201,9 @@ pub(crate) struct PagedArgs<'a> {
     /// The longest length (sizes the splits).
     pub(crate) max_len: usize,
     pub(crate) scale: f64,
+    /// The scores' soft cap, and the positions a query sees: its sequence's last `window`.
+    pub(crate) softcap: Option<f64>,
+    pub(crate) window: Option<usize>,
 }
 
 /// Attention output `(b, hq, 1, dv)` in the queries' dtype.
@@ -267,6 +277,9 @@ pub(crate) fn paged_decode(a: &PagedArgs) -> Result<GpuStorage> {
         q_se: qs[3] as u32,
         k_off: ks as u32,
         v_off: vs as u32,
+        softcap: a.softcap.unwrap_or(0.0) as f32,
+        softcap_inv: a.softcap.map_or(0.0, |c| 1.0 / c) as f32,
+        window: a.window.unwrap_or(0) as u32,
     }
     .words();
     let part =
@@ -281,7 +294,7 @@ pub(crate) fn paged_decode(a: &PagedArgs) -> Result<GpuStorage> {
     }
     if let Some(part) = part {
         // Every row sees all splits (non-causal, `tk` the longest length); splits past a sequence's
-        // length hold an empty (-inf, 0) partial row, which the combine skips.
+        // length, or before its window, hold an empty (-inf, 0) partial row, which the combine skips.
         let cp = CombineParams {
             rows: rows as u32,
             dv: dv as u32,

@@ -24,6 +24,7 @@
 @group(0) @binding(5) var<storage, read> lens: array<u32>;
 {{PARAMS}}
 {{PRELUDE}}
+{{MASK}}
 {{LOADERS}}
 {{STORE}}
 
@@ -67,11 +68,12 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     let hk = r % hkv; let b = r / hkv;
     let group = hq / hkv;
     let len = lens[b];
-    let kbeg = s * p.per_split;
-    let kstop = min(kbeg + p.per_split, len);
+    // The split's positions, from the first the window leaves (mask.wgsl: the last p.window).
+    let kbeg = max(s * p.per_split, first_key(0u, 1u, len, p.window));
+    let kstop = min(s * p.per_split + p.per_split, len);
     if (kbeg >= kstop) {
-        // The sequence ends before this split: an empty partial row (only with splits; a sequence
-        // has at least one position, so the first split is never empty).
+        // The sequence ends before this split, or its window starts after it: an empty partial row
+        // (only with splits; a sequence has at least one position in its window, so some split holds it).
         if (partial && t < R) {
             let x = rc * R + t;
             if (x < group) {
@@ -123,7 +125,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
         if (t < 32u) {
             var sc = vec4<f32>(0.0);
             for (var k = 0u; k < 8u; k++) { sc += sm[PB + t * 8u + k]; }
-            sm[SB + t] = sc;
+            sm[SB + t] = soft_cap(sc, p.softcap, p.softcap_inv);
         }
         workgroupBarrier();
         // 3. Online softmax: the tile's max per row, then this group's keys into its value granule.

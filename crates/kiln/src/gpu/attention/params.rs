@@ -8,7 +8,7 @@ params! {
     /// causal (1), blocks per head (query blocks, or row chunks in the decode kernel), value chunks,
     /// key splits and keys per split, 1 when partial rows are written, workgroups, where the partial
     /// rows start, q, k and v as views (offset, then strides along b, h, t and e), the scores' soft
-    /// cap (0: none) and the sliding window (0: none; mask.wgsl).
+    /// cap and its inverse (0: none) and the sliding window (0: none; mask.wgsl).
     pub(crate) struct AttnParams {
         b: u32,
         hq: u32,
@@ -42,6 +42,7 @@ params! {
         v_st: u32,
         v_se: u32,
         softcap: f32,
+        softcap_inv: f32,
         window: u32,
     }
 }

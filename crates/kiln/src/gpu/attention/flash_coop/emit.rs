@@ -301,7 +301,7 @@ fn softmax(c: &Config) -> (String, String, String) {
         // (a sliding window) to its last.
         max += &format!(
             "        {scaled}let kk{v} = vec4<u32>(j0 + {col}) + vec4<u32>(0u, 1u, 2u, 3u);
-        let s{v} = select(vec4<f32>(-inf_f32()), soft_cap(y{v} * cs, capc), (kk{v} < vec4<u32>(ivis)) & (kk{v} >= vec4<u32>(ilo)));
+        let s{v} = select(vec4<f32>(-inf_f32()), soft_cap(y{v} * cs, capc, icapc), (kk{v} < vec4<u32>(ivis)) & (kk{v} >= vec4<u32>(ilo)));
         bad = bad || any((bitcast<vec4<u32>>(s{v}) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u)) || any(s{v} == vec4<f32>(inf_f32()));
         mt = max(mt, max(max(s{v}.x, s{v}.y), max(s{v}.z, s{v}.w)));
 "

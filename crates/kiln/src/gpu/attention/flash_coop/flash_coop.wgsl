@@ -110,6 +110,7 @@ fn main(
     // No row of the block sees a key before the tile of its first row's first key.
     let first = min(first_key(q0, tq, tk, p.window) / BK, steps);
     let capc = p.softcap * 1.4426950408889634;
+    let icapc = p.softcap_inv * 0.6931471805599453;
     let qbase = p.q_off + b * p.q_sb + h * p.q_sh; let qst = p.q_st; let qse = p.q_se;
     let kbase = p.k_off + b * p.k_sb + hk * p.k_sh; let kst = p.k_st; let kse = p.k_se;
     let vbase = p.v_off + b * p.v_sb + hk * p.v_sh; let vst = p.v_st; let vse = p.v_se;

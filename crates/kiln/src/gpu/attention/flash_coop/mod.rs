@@ -158,6 +158,7 @@ fn run(
         scale: p.scale as f32,
         causal: p.causal as u32,
         softcap: p.softcap.unwrap_or(0.0) as f32,
+        softcap_inv: p.softcap.map_or(0.0, |c| 1.0 / c) as f32,
         window: p.window.unwrap_or(0) as u32,
         blocks: tq.div_ceil(c.bq() as usize) as u32,
         groups: groups as u32,
