@@ -8,8 +8,8 @@
 //! causal mask as a length). One kernel per layer stores all their keys and values and one attends
 //! for all of them (`KvBlockPool::write_last`, `Tensor::sdpa_paged_with`, with the model's soft cap
 //! and sliding windows), so prompts that arrive together are prefilled in the same pass as the decode
-//! rows without a kernel per sequence. Other
-//! rows (longer chunks, contiguous caches) attend per sequence over that sequence's keys and values.
+//! rows without a kernel per sequence. Other rows (longer chunks, contiguous caches) attend per
+//! sequence over that sequence's keys and values.
 //! A pass of one row (one sequence decoding alone) takes [`Model::forward`]'s fused kernels: the
 //! RMSNorms and the SwiGLU gate inside the projections' kernels (`linear_fused`). With more rows the
 //! norms run apart and the projections take the matmul kernels: the fused matrix-vector kernels with

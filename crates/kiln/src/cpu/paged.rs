@@ -76,7 +76,7 @@ fn paged_t<T: WithDType>(
             .map(|j| {
                 let kr = &k[at(j, g.d, ko)..at(j, g.d, ko) + g.d];
                 let s = qr.iter().zip(kr).map(|(a, b)| a * g.scale * b.to_f64() as f32).sum::<f32>();
-                g.softcap.map_or(s, |c| if s.is_nan() { s } else { c * (s / c).tanh() })
+                g.softcap.map_or(s, |c| c * (s / c).tanh())
             })
             .collect();
         let bad = scores.iter().any(|s| s.is_nan());

@@ -158,10 +158,3 @@ pub struct AttentionParams {
     pub softcap: Option<f64>,
     pub window: Option<usize>,
 }
-
-impl AttentionParams {
-    /// Plain scaled dot-product attention: no soft cap, no window.
-    pub fn plain(scale: f64, causal: bool) -> Self {
-        AttentionParams { scale, causal, softcap: None, window: None }
-    }
-}
