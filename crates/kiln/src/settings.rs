@@ -130,6 +130,12 @@ settings! {
         "0: the quantized matvec sums without subgroupAdd.";
     QMV_I8 = "KILN_QMV_I8", "kiln", default "1",
         "0: quantized matvecs of Q8_0, Q4_0, Q4_K and Q6_K dequantise to f32 instead of taking integer dot products.";
+    QMV_GRID = "KILN_QMV_GRID", "kiln", default "264",
+        "Workgroups of the streamed integer-dot matvec (each makes x's runs once, then its lane sets walk the weight rows); 0: the one-pass kernel, a workgroup per group of rows (the streamed one needs subgroups of one fixed size).";
+    QMV_STREAM = "KILN_QMV_STREAM", "kiln", default "0",
+        "Weight rows from which a one-row integer-dot matvec is streamed (`KILN_QMV_GRID`); 0: every one.";
+    QMV_PREFETCH = "KILN_QMV_PREFETCH", "kiln", default "all formats but Q6_K",
+        "1: the streamed integer-dot matvec requests each unit's words one step ahead in every format; 0: in none (a unit's words are requested when it is worked on).";
     CPU_QUANT_SCALAR = "KILN_CPU_QUANT_SCALAR", "kiln", default "0",
         "1: the quantized CPU kernels take the portable scalar path instead of AVX2 or AVX-512.";
     CPU_NO_AVX512 = "KILN_CPU_NO_AVX512", "kiln", default "0",

@@ -426,3 +426,47 @@ fn quant_matvec_without_subgroups() {
         }
     }
 }
+
+/// The streamed integer-dot matvec with grids so small that each lane set walks several groups of
+/// weight rows, loading a step ahead or not (and the one-pass kernel, grid 0), every integer-dot format, one and several rows of
+/// x, f32 and bf16, with an addend, and through the RMSNorm prologue with a residual, against the CPU.
+#[test]
+fn quant_matvec_streamed_grids() {
+    use crate::gpu::matvec::quant_i8::{has_units, with_grid};
+    use crate::quant::{QTensor, QuantType};
+    let Some(dev) = gpu() else { return };
+    let cpu = Device::cpu();
+    for qt in QuantType::ALL.into_iter().filter(|&q| has_units(q)) {
+        for (n, k, m, dt) in [(200, 512, 1, DType::BF16), (133, 2304, 3, DType::F32)] {
+            let wv = values(n * k, 7, false, false);
+            let w = QTensor::quantize(&Tensor::from_vec(wv, (n, k), &cpu).unwrap(), qt).unwrap();
+            let wg = w.to_device(&dev).unwrap();
+            let (xg, x) = pair(&values(m * k, 8, false, false), &[m, k], dt, &dev);
+            let (rg, r) = pair(&values(m * n, 9, false, false), &[m, n], dt, &dev);
+            let (gg, g) = pair(&values(k, 10, false, false), &[k], dt, &dev);
+            let want = x.qlinear_add(&w, &r).unwrap().to_f64_vec().unwrap();
+            // The norm in f32 (the kernel does not round the normed row to x's dtype).
+            let f32 = |t: &Tensor| t.to_dtype(DType::F32).unwrap();
+            let normed = f32(&x).rms_norm(&f32(&g), 1e-5).unwrap();
+            let want_norm = normed.qlinear_add(&w, &f32(&r)).unwrap().to_f64_vec().unwrap();
+            let bound = |x: &Tensor, want: &[f64]| -> Vec<f64> {
+                let wabs = w.dequantize(DType::F32).unwrap().abs().unwrap();
+                let mag = x.to_dtype(DType::F32).unwrap().abs().unwrap().matmul(&wabs.t().unwrap()).unwrap();
+                let rtol = if dt == DType::BF16 { 1.6e-2 } else { 1e-6 };
+                mag.to_f64_vec().unwrap().iter().zip(want).map(|(g, e)| 1e-5 * g + rtol * e.abs() + 1e-6).collect()
+            };
+            let (b, bn) = (bound(&x, &want), bound(&normed, &want_norm));
+            for (grid, prefetch) in [(1, true), (3, true), (1, false), (0, true)] {
+                let got = with_grid(grid, prefetch, || xg.qlinear_add(&wg, &rg)).unwrap().to_f64_vec().unwrap();
+                if let Err(e) = bounded(&got, &want, &b) {
+                    panic!("qlinear_add {qt} ({n}, {k}) m={m} {dt}, grid {grid}, prefetch {prefetch}: {e}");
+                }
+                let norm = crate::LinearInput::RmsNorm { weight: &gg, eps: 1e-5 };
+                let fused = with_grid(grid, prefetch, || xg.qlinear_fused(&wg, norm, Some(&rg))).unwrap();
+                if let Err(e) = bounded(&fused.to_f64_vec().unwrap(), &want_norm, &bn) {
+                    panic!("qlinear_fused rms_norm {qt} ({n}, {k}) m={m} {dt}, grid {grid}, prefetch {prefetch}: {e}");
+                }
+            }
+        }
+    }
+}

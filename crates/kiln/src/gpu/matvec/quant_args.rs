@@ -28,13 +28,21 @@ pub(super) fn norm_sum_loop(mt: u32) -> String {
 }
 
 /// A/B overrides of the quantized products' shape, read once: `KILN_QMV_C` (rows per set) and `KILN_QMV_LN`
-/// (lanes per set), powers of two; `KILN_QMV_SG=0` (no subgroupAdd).
+/// (lanes per set), powers of two; `KILN_QMV_SG=0` (no subgroupAdd); `KILN_QMV_GRID` (the streamed
+/// kernel's workgroups), `KILN_QMV_STREAM` (rows from which it streams), `KILN_QMV_PREFETCH=0`.
 pub(super) struct Overrides {
     pub(super) c: Option<u32>,
     pub(super) ln: Option<u32>,
     pub(super) sg: bool,
     /// `KILN_QMV_I8=0`: the f32 kernel for every format (no integer-dot products).
     pub(super) i8: bool,
+    /// `KILN_QMV_GRID`: workgroups of the streamed integer-dot product (0: not streamed).
+    pub(super) grid: u32,
+    /// `KILN_QMV_STREAM`: weight rows from which a product is streamed.
+    pub(super) stream_n: usize,
+    /// `KILN_QMV_PREFETCH`: whether the streamed product loads a step ahead in every format (1)
+    /// or in none (0); unset, in all but Q6_K.
+    pub(super) prefetch: Option<bool>,
 }
 
 pub(super) fn overrides() -> &'static Overrides {
@@ -46,6 +54,9 @@ pub(super) fn overrides() -> &'static Overrides {
             ln: pow2(crate::settings::QMV_LN),
             sg: crate::settings::QMV_SG.is_not_zero(),
             i8: crate::settings::QMV_I8.is_not_zero(),
+            grid: crate::settings::QMV_GRID.get().ok().and_then(|v| v.parse().ok()).unwrap_or(264),
+            stream_n: crate::settings::QMV_STREAM.get().ok().and_then(|v| v.parse().ok()).unwrap_or(0),
+            prefetch: crate::settings::QMV_PREFETCH.get().ok().map(|v| v != "0"),
         }
     })
 }

@@ -24,6 +24,7 @@ use crate::{DType, Result};
 use std::fmt::Write;
 
 const MATVEC: &str = include_str!("quant_i8.wgsl");
+const STREAM: &str = include_str!("quant_i8_stream.wgsl");
 const INT8: &str = include_str!("../kit/quant_int8.wgsl");
 
 params! {
@@ -31,7 +32,8 @@ params! {
     /// and row stride (values of x, or runs of `qx.rs`'s output), the addend's row stride (0 for a
     /// bias) and offset in elements (even for 16-bit outputs), the norm weight's offset, eps, the
     /// up half's offset from the gate (values, silu_mul), and the output's row stride and first
-    /// column (elements; even for 16-bit outputs: a column range of a wider output).
+    /// column (elements; even for 16-bit outputs: a column range of a wider output); the streamed
+    /// kernel's lane sets in its grid.
     struct QuantI8Params {
         m: u32,
         n: u32,
@@ -46,6 +48,7 @@ params! {
         up_off: u32,
         out_stride: u32,
         out_off: u32,
+        sets: u32,
     }
 }
 
@@ -59,6 +62,30 @@ pub(crate) enum XFrom {
 
 thread_local! {
     static F32_KERNEL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static GRID: std::cell::Cell<Option<(u32, bool)>> = const { std::cell::Cell::new(None) };
+}
+
+/// Workgroups of the streamed kernel (0: not streamed), the weight rows from which it streams,
+/// whether several rows of x stream too, and whether it loads a step ahead (None: by format):
+/// `KILN_QMV_GRID`, `KILN_QMV_STREAM` and `KILN_QMV_PREFETCH`, or a test's choice on this thread
+/// (streamed for every shape).
+fn grid() -> (u32, usize, bool, Option<bool>) {
+    let o = overrides();
+    GRID.with(|c| c.get()).map_or((o.grid, o.stream_n, false, o.prefetch), |(g, pf)| (g, 0, true, Some(pf)))
+}
+
+/// Runs `f` with `g` workgroups for the streamed kernel (0: the one-pass kernel), loading a step
+/// ahead or not, on this thread, so that tests make each lane set walk several groups of rows.
+#[cfg(test)]
+pub(crate) fn with_grid<R>(g: u32, prefetch: bool, f: impl FnOnce() -> R) -> R {
+    struct Reset(Option<(u32, bool)>);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            GRID.with(|c| c.set(self.0));
+        }
+    }
+    let _reset = Reset(GRID.with(|c| c.replace(Some((g, prefetch)))));
+    f()
 }
 
 /// Whether `qt` has integer-dot units (the formats of Q4_K_M, Q8_0 and Q4_0 files).
@@ -86,7 +113,7 @@ pub(crate) fn with_f32_kernel<R>(f: impl FnOnce() -> R) -> R {
 }
 
 /// One integer-dot kernel: format, output dtype (f32, or x's 16-bit dtype written as words),
-/// rows of x per workgroup, weight rows per lane set and lanes per set.
+/// rows of x per workgroup, weight rows per lane set and lanes per set; streamed or not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct QuantI8 {
     pub(crate) qt: QuantType,
@@ -97,6 +124,8 @@ pub(crate) struct QuantI8 {
     pub(crate) sg: bool,
     pub(crate) add: bool,
     pub(crate) x: XFrom,
+    pub(crate) stream: bool,
+    pub(crate) prefetch: bool,
 }
 
 impl QuantI8 {
@@ -115,7 +144,33 @@ impl QuantI8 {
         // Fewer lanes than a subgroup would mix sets in one subgroupAdd.
         let ln = ln.max(sg_max.unwrap_or(32)).min(256);
         let sg = sg_max.is_some_and(|s| s <= ln) && o.sg;
-        QuantI8 { qt, odt, mt, c, ln, sg, add: false, x: XFrom::Runs }
+        QuantI8 { qt, odt, mt, c, ln, sg, add: false, x: XFrom::Runs, stream: false, prefetch: false }
+    }
+
+    /// The streamed kernel (`quant_i8_stream.wgsl`) for `n` weight rows and one row of x, where
+    /// subgroups have the one size `sg` (a set is one subgroup, summed by subgroupAdd alone), n
+    /// reaches `KILN_QMV_STREAM`, `KILN_QMV_GRID` is not 0 and subgroupAdd is not switched off: 4
+    /// weight rows a set (`KILN_QMV_C` overrides), each unit's words requested a step ahead but in
+    /// Q6_K, whose three words and scale a row would take the kernel past 128 registers (152 on an
+    /// H200: one workgroup an SM; 128 without). Its workgroups each make x's runs once, then stream
+    /// their rows; the one-pass kernel makes them once per group of rows. An 8B Q4_K_M decode on an
+    /// H200 gained 5-8% from it (docs/PERFORMANCE.md, the thirteenth session), though its products
+    /// timed alone, their weights in L2, are no faster.
+    pub(crate) fn streamed(self, sg: Option<u32>, n: usize) -> QuantI8 {
+        let o = overrides();
+        let (grid, from, rows, prefetch) = grid();
+        match sg {
+            Some(s) if grid > 0 && n >= from && (self.mt == 1 || rows) && o.sg && s.is_power_of_two() && s <= 256 => {
+                self.stream_with(s, prefetch.unwrap_or(self.qt != QuantType::Q6K))
+            }
+            _ => self,
+        }
+    }
+
+    /// This kernel streamed, a set being one subgroup of `sg` lanes.
+    fn stream_with(self, sg: u32, prefetch: bool) -> QuantI8 {
+        let c = overrides().c.unwrap_or(4).min(16 / self.mt).max(2);
+        QuantI8 { stream: true, prefetch, ln: sg, c, sg: true, ..self }
     }
 
     /// Bytes of workgroup memory: the lane sums, and x's runs when the workgroup makes them.
@@ -130,14 +185,19 @@ impl QuantI8 {
     pub(crate) fn key(&self) -> String {
         let sg = if self.sg { ":sg" } else { "" };
         let add = if self.add { ":add" } else { "" };
+        let st = match (self.stream, self.prefetch) {
+            (true, true) => ":st",
+            (true, false) => ":st:np",
+            _ => "",
+        };
         let x = match self.x {
             XFrom::Runs => "runs".to_string(),
             XFrom::Local { xdt, pro, kcap } => format!("{xdt}:{}:{kcap}", pro.name()),
         };
-        format!("quant_i8:{}:{x}->{}:r{}:c{}:l{}{sg}{add}", self.qt, self.odt, self.mt, self.c, self.ln)
+        format!("quant_i8:{}:{x}->{}:r{}:c{}:l{}{sg}{add}{st}", self.qt, self.odt, self.mt, self.c, self.ln)
     }
 
-    /// Weight rows (output columns) per workgroup.
+    /// Weight rows (output columns) per workgroup (per step of the grid, streamed).
     fn cols(&self) -> u32 {
         256 / self.ln * self.c
     }
@@ -145,8 +205,10 @@ impl QuantI8 {
     pub(crate) fn source(&self) -> String {
         let (mt, c) = (self.mt, self.c);
         let mut setup = String::new();
-        for j in 0..c {
-            writeln!(setup, "    let row{j} = min(col0 + {j}u, n - 1u);").unwrap();
+        if !self.stream {
+            for j in 0..c {
+                writeln!(setup, "    let row{j} = min(col0 + {j}u, n - 1u);").unwrap();
+            }
         }
         rows_setup(&mut setup, mt, c);
         let mut bind = String::new();
@@ -188,8 +250,31 @@ impl QuantI8 {
                 format!("made by each workgroup from x ({xdt}, through {}) in workgroup memory", pro.name())
             }
         };
+        let f = fname(self.qt);
+        let (mut first, mut rows, mut next, mut reset) = (String::new(), String::new(), String::new(), String::new());
+        let mut reduce = lane_sum(mt, c, self.ln, self.sg);
+        if self.stream {
+            reduce.clear();
+            for j in 0..c {
+                let at = |u: &str| format!("raw_{f}(min(g * {c}u + {j}u, n - 1u), min({u}, units - 1u), units, doff)");
+                let here = at(&format!("lane + s * {}u", self.ln));
+                if self.prefetch {
+                    writeln!(first, "    var nx{j} = {};", at("lane")).unwrap();
+                    writeln!(rows, "        let row{j} = min(col0 + {j}u, n - 1u);\n        let cur{j} = nx{j};")
+                        .unwrap();
+                    writeln!(next, "        nx{j} = {here};").unwrap();
+                } else {
+                    writeln!(rows, "        let row{j} = min(col0 + {j}u, n - 1u);\n        let cur{j} = {here};")
+                        .unwrap();
+                }
+                for r in 0..mt {
+                    writeln!(reduce, "            let t{} = subgroupAdd(acc{j}_{r});", j * mt + r).unwrap();
+                    writeln!(reset, "            acc{j}_{r} = 0.0;").unwrap();
+                }
+            }
+        }
         render(
-            MATVEC,
+            if self.stream { STREAM } else { MATVEC },
             &[
                 ("PARAMS", &QuantI8Params::wgsl()),
                 ("QT", self.qt.name()),
@@ -209,7 +294,11 @@ impl QuantI8 {
                 ("F", fname(self.qt)),
                 ("SETUP", &setup),
                 ("BODY", &self.body()),
-                ("REDUCE", &lane_sum(mt, c, self.ln, self.sg)),
+                ("REDUCE", &reduce),
+                ("FIRST", &first),
+                ("ROWS", &rows),
+                ("NEXT", &next),
+                ("RESET", &reset),
                 ("FINISH", &finish),
                 ("SUM", sum_name(self.sg)),
                 ("SG_ARGS", sg_args(self.sg)),
@@ -226,7 +315,11 @@ impl QuantI8 {
         let offset = !matches!(self.qt, QuantType::Q8_0);
         let mut body = String::new();
         for j in 0..c {
-            writeln!(body, "        let w{j} = load_{f}(row{j}, u, units, doff);").unwrap();
+            if self.stream {
+                writeln!(body, "        let w{j} = dec_{f}(cur{j}, row{j}, u, units);").unwrap();
+            } else {
+                writeln!(body, "        let w{j} = load_{f}(row{j}, u, units, doff);").unwrap();
+            }
         }
         for i in 0..runs {
             for r in 0..mt {
@@ -288,13 +381,18 @@ fn local_runs(setup: &mut String, mt: u32, pro: Pro, sg: bool) {
 }
 
 /// Every integer-dot variant, for the catalog (the translation test): runs made by `qx.rs` for
-/// one and eight rows, and a workgroup's own runs for each input dtype and prologue.
+/// one and eight rows, and a workgroup's own runs for each input dtype and prologue; each one-pass
+/// and streamed.
 pub(crate) fn catalog(push: &mut impl FnMut(String, String)) {
     for qt in QuantType::ALL.into_iter().filter(|&q| has_units(q)) {
         for odt in [DType::F32, DType::BF16] {
             for mt in [1usize, 8] {
                 for (sg, add) in [(None, false), (Some(32), false), (Some(32), true)] {
                     let mv = QuantI8 { add, ..QuantI8::for_problem(qt, odt, 4096, mt, sg) };
+                    push(mv.key(), mv.source());
+                }
+                for prefetch in [true, false] {
+                    let mv = QuantI8::for_problem(qt, odt, 4096, mt, Some(32)).stream_with(32, prefetch);
                     push(mv.key(), mv.source());
                 }
             }
@@ -305,6 +403,8 @@ pub(crate) fn catalog(push: &mut impl FnMut(String, String)) {
                     let x = XFrom::Local { xdt, pro, kcap: 4096 };
                     let mv = QuantI8 { add, x, ..QuantI8::for_problem(qt, xdt, 4096, 1, sg) };
                     push(mv.key(), mv.source());
+                    let st = QuantI8 { add: !add, ..mv }.stream_with(32, qt != QuantType::Q6K);
+                    push(st.key(), st.source());
                 }
             }
         }
@@ -335,8 +435,11 @@ pub(crate) fn qmatmul_i8(
     out: Out,
 ) -> Result<Option<GpuStorage>> {
     let ctx = x.ctx.clone();
-    let sg_max = crate::gpu::runtime::subgroups::use_subgroups(&ctx).then_some(ctx.summary.subgroup_size.1);
-    let mut mv = QuantI8 { add: add.is_some(), ..QuantI8::for_problem(qt, odt, n, m, sg_max) };
+    let sg_on = crate::gpu::runtime::subgroups::use_subgroups(&ctx);
+    let (sg_min, sg_max) = ctx.summary.subgroup_size;
+    let sg_fixed = (sg_on && sg_min == sg_max).then_some(sg_max);
+    let mut mv = QuantI8 { add: add.is_some(), ..QuantI8::for_problem(qt, odt, n, m, sg_on.then_some(sg_max)) }
+        .streamed(sg_fixed, n);
     let local = QuantI8 { x: XFrom::Local { xdt: x.dtype, pro: pro.pro, kcap: k.next_multiple_of(1024) as u32 }, ..mv };
     let runs;
     let mut bufs = vec![];
@@ -384,8 +487,17 @@ pub(crate) fn qmatmul_i8(
         up_off: k as u32,
         out_stride: out_stride as u32,
         out_off: out_off as u32,
+        sets: 0,
     };
-    let groups = [n.div_ceil(mv.cols() as usize) as u32, m.div_ceil(mv.mt as usize) as u32, 1];
+    let mut gx = n.div_ceil(mv.cols() as usize) as u32;
+    if mv.stream {
+        // At most the grid, and as many groups of rows for every set (the last ones one fewer).
+        let (groups, sets) = (n.div_ceil(mv.c as usize), (256 / mv.ln) as usize);
+        let per_set = groups.div_ceil(sets * grid().0 as usize);
+        gx = groups.div_ceil(per_set * sets) as u32;
+    }
+    let params = QuantI8Params { sets: gx * (256 / mv.ln), ..params };
+    let groups = [gx, m.div_ceil(mv.mt as usize) as u32, 1];
     bufs.insert(0, dst.buffer.raw());
     ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(&ctx, &kernel, &bufs, &params.words(), groups)?;
     Ok(fresh)

@@ -1,0 +1,64 @@
+// The integer-dot product of quant_i8.wgsl (x's runs, the packed integers, idot: as there) as a
+// stream: a grid of few workgroups, each making x's runs once ({{XFROM}}), whose sets of {{LN}} lanes
+// (one subgroup each, summed by subgroupAdd alone) walk groups of {{C}} weight rows {{SETS}} * the grid
+// apart (p.sets). A lane requests its next unit's words (raw_{{F}}) before it works on the current one
+// (dec_{{F}}, the integer dots), and its first ones before the workgroup makes x's runs, so the loads
+// stay in flight while the arithmetic and the prologue run. Format {{QT}}, output {{ODT}}, {{MT}} rows
+// of x per workgroup (grid y). Params: `QuantI8Params` (quant_i8.rs).
+@group(0) @binding(0) var<storage, read_write> dst: array<{{DST_ELEM}}>;
+{{BINDINGS}}
+{{PARAMS}}
+{{PRELUDE}}
+{{UNITS}}
+var<workgroup> red: array<f32, {{RED}}>;
+{{XLOCAL}}
+
+// 256 sum(u hi) + sum(u lo) of the four words of u and a run's two planes, as f32.
+fn idot(u: vec4<u32>, h: vec4<u32>, l: vec4<u32>) -> f32 {
+    let hi = dot4I8Packed(u.x, h.x) + dot4I8Packed(u.y, h.y) + dot4I8Packed(u.z, h.z) + dot4I8Packed(u.w, h.w);
+    let lo = dot4I8Packed(u.x, l.x) + dot4I8Packed(u.y, l.y) + dot4I8Packed(u.z, l.z) + dot4I8Packed(u.w, l.w);
+    return f32(hi * 256 + lo);
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: vec3<u32>{{SG_ARGS}}) {
+    let m = p.m;
+    let n = p.n;
+    let k = p.k;
+    let doff = p.doff;
+    let lane = tid % {{LN}}u;
+    let m0 = wid.y * {{MT}}u;
+    let units = k / {{UV}}u;
+    let runs = k / 16u;
+    // Steps of a lane over one group's rows; the set's group g, and its step s in it.
+    let spl = (units + {{LN}}u - 1u) / {{LN}}u;
+    var g = wid.x * {{SETS}}u + tid / {{LN}}u;
+    var s = 0u;
+{{FIRST}}
+{{SETUP}}
+    loop {
+        if (g * {{C}}u >= n) {
+            break;
+        }
+        let col0 = g * {{C}}u;
+        let u = lane + s * {{LN}}u;
+{{ROWS}}
+        s += 1u;
+        if (s == spl) {
+            s = 0u;
+            g += p.sets;
+        }
+{{NEXT}}
+        if (u < units) {
+            let t0 = pos_{{F}}(u) / 16u;
+{{BODY}}
+        }
+        if (s == 0u) {
+{{REDUCE}}
+            if (lane == 0u) {
+{{FINISH}}
+            }
+{{RESET}}
+        }
+    }
+}
