@@ -42,7 +42,7 @@ pub fn all(quick: bool, gpu: bool) -> Vec<Case> {
         cases::all(quick)
     };
     v.extend(fusion_cases::all(quick || !gpu));
-    v.extend(quant_cases::all(quick));
+    v.extend(quant_cases::all(quick, gpu));
     v
 }
 

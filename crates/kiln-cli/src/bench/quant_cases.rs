@@ -2,7 +2,8 @@
 //! LLM): Llama-sized weights of 4096x4096 (attention projections) and 14336x4096 (the MLP of
 //! Llama 3 8B) in each quantized format. Bytes are the packed weight plus the input and output
 //! vectors, so GB/s compares with the copy bandwidth (the target is 80% of it). Weights are random
-//! normals quantized on the host before timing.
+//! normals quantized on the host before timing. The `_dram` rows cycle through copies of the weight
+//! larger than L2 together, so that each product reads its weight from memory, as a decode step does.
 
 use super::builders::{case, Bound, Case, Op, SEED_A, SEED_B};
 use kiln::quant::{QTensor, QuantType};
@@ -10,8 +11,8 @@ use kiln::DType;
 
 /// The cases: full-size shapes (an attention projection, the MLP's up and down projections of
 /// Llama 3 8B), or small ones for `--quick`; f32 input, and bf16 input (read and written by the
-/// kernel, as in a bf16 model's decode step).
-pub fn all(quick: bool) -> Vec<Case> {
+/// kernel, as in a bf16 model's decode step); on a GPU, without `--quick`, the `_dram` rows too.
+pub fn all(quick: bool, gpu: bool) -> Vec<Case> {
     let dims: [(usize, usize); 3] =
         if quick { [(512, 512), (1536, 512), (512, 1536)] } else { [(4096, 4096), (14336, 4096), (4096, 14336)] };
     let shapes: Vec<(usize, usize, DType)> =
@@ -38,5 +39,49 @@ pub fn all(quick: bool) -> Vec<Case> {
             ));
         }
     }
+    if gpu && !quick {
+        v.extend(dram_cases());
+    }
     v
+}
+
+/// Bytes of weight copies a `_dram` case cycles through: three times a large GPU's L2 (50 MB on
+/// an H100/H200), so that each call reads its weight from memory, as a decode step does (the rows
+/// above re-read one weight, which stays in L2 when it fits).
+const DRAM_BYTES: usize = 150 << 20;
+
+/// The decode step's quantized products (bf16 x) with the weight read from DRAM: each call takes
+/// the next of enough copies of the weight that none is still in L2.
+fn dram_cases() -> Vec<Case> {
+    let shapes = [(QuantType::Q4K, 14336, 4096), (QuantType::Q4K, 4096, 4096), (QuantType::Q6K, 4096, 14336)];
+    shapes
+        .into_iter()
+        .map(|(qt, n, k)| {
+            let weight = n * k / qt.block_elems() * qt.block_bytes();
+            let bytes = (weight + 2 * (n + k)) as f64;
+            let name = format!("qmatvec_{}_{n}x{k}_bf16_dram", qt.name().to_lowercase());
+            case(
+                name,
+                format!("1x{k} bf16 @ ({n}x{k} {qt})^T, {} copies", DRAM_BYTES.div_ceil(weight)),
+                DType::BF16,
+                Bound::Memory,
+                Some(bytes),
+                None,
+                move |inp| {
+                    let w = QTensor::quantize(&inp.randn((n, k), DType::F32, SEED_B)?, qt)?;
+                    let raw = w.to_raw()?;
+                    let ws = (0..DRAM_BYTES.div_ceil(weight))
+                        .map(|_| QTensor::from_raw(&raw, qt, (n, k), w.device()))
+                        .collect::<kiln::Result<Vec<_>>>()?;
+                    let x = inp.randn((1, k), DType::BF16, SEED_A)?;
+                    let next = std::cell::Cell::new(0usize);
+                    Ok(Box::new(move || {
+                        let i = next.get();
+                        next.set((i + 1) % ws.len());
+                        x.qlinear(&ws[i], None)
+                    }) as Op)
+                },
+            )
+        })
+        .collect()
 }
