@@ -428,8 +428,9 @@ fn quant_matvec_without_subgroups() {
 }
 
 /// The streamed integer-dot matvec with grids so small that each lane set walks several groups of
-/// weight rows, loading a step ahead or not (and the one-pass kernel, grid 0), every integer-dot format, one and several rows of
-/// x, f32 and bf16, with an addend, and through the RMSNorm prologue with a residual, against the CPU.
+/// weight rows, loading a step ahead or not (and the one-pass kernel, grid 0): every integer-dot
+/// format, one and several rows of x, f32 and bf16, with an addend, and through the RMSNorm
+/// prologue with a residual, against the CPU. (A step-ahead load of the wrong unit fails it.)
 #[test]
 fn quant_matvec_streamed_grids() {
     use crate::gpu::matvec::quant_i8::{has_units, with_grid};

@@ -29,7 +29,8 @@ pub(super) fn norm_sum_loop(mt: u32) -> String {
 
 /// A/B overrides of the quantized products' shape, read once: `KILN_QMV_C` (rows per set) and `KILN_QMV_LN`
 /// (lanes per set), powers of two; `KILN_QMV_SG=0` (no subgroupAdd); `KILN_QMV_GRID` (the streamed
-/// kernel's workgroups), `KILN_QMV_STREAM` (rows from which it streams), `KILN_QMV_PREFETCH=0`.
+/// kernel's workgroups), `KILN_QMV_STREAM` (rows from which it streams), `KILN_QMV_PREFETCH`
+/// (its loads a step ahead).
 pub(super) struct Overrides {
     pub(super) c: Option<u32>,
     pub(super) ln: Option<u32>,
