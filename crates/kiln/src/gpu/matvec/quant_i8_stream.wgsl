@@ -1,10 +1,11 @@
 // The integer-dot product of quant_i8.wgsl (x's runs, the packed integers, idot: as there) as a
 // stream: a grid of few workgroups, each making x's runs once ({{XFROM}}), whose sets of {{LN}} lanes
 // (one subgroup each, summed by subgroupAdd alone) walk groups of {{C}} weight rows {{SETS}} * the grid
-// apart (p.sets). A lane requests its next unit's words (raw_{{F}}) before it works on the current one
-// (dec_{{F}}, the integer dots), and its first ones before the workgroup makes x's runs, so the loads
-// stay in flight while the arithmetic and the prologue run. Format {{QT}}, output {{ODT}}, {{MT}} rows
-// of x per workgroup (grid y). Params: `QuantI8Params` (quant_i8.rs).
+// apart (p.sets). Loading a step ahead (`prefetch` in quant_i8.rs), a lane requests its next unit's
+// words (raw_{{F}}) before it works on the current one (dec_{{F}}, the integer dots), and its first
+// ones before the workgroup makes x's runs, so the loads stay in flight while the arithmetic and the
+// prologue run; else it requests each unit's words when it works on it. Format {{QT}}, output
+// {{ODT}}, {{MT}} rows of x per workgroup (grid y). Params: `QuantI8Params` (quant_i8.rs).
 @group(0) @binding(0) var<storage, read_write> dst: array<{{DST_ELEM}}>;
 {{BINDINGS}}
 {{PARAMS}}
