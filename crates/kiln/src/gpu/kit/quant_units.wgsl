@@ -13,7 +13,9 @@ struct Unit { a: vec4<u32>, b: vec4<u32>, c: vec4<u32>, d: vec4<f32>, m: vec4<f3
 // works on this one (load_* is the two at once). Each format fills the fields it needs.
 struct Raw { a: vec4<u32>, b: vec4<u32>, c: vec4<u32>, h: vec4<u32>, s: u32 }
 fn qw(i: u32) -> u32 { return q[i >> 2u][i & 3u]; }
-fn half_d(doff: u32, b: u32) -> f32 { return unpack2x16float(qw(doff + (b >> 1u)))[b & 1u]; }
+// Block b's f16 scale: in the word of its pair (word doff + b / 2 of the scale section), half b % 2.
+fn half_of(word: u32, b: u32) -> f32 { return unpack2x16float(word)[b & 1u]; }
+fn half_d(doff: u32, b: u32) -> f32 { return half_of(qw(doff + (b >> 1u)), b); }
 const SH4 = vec4<u32>(0u, 8u, 16u, 24u);
 // 2^23 + the field (bits s.. of each byte of w, under mask) of the 4 bytes of w.
 fn big(w: u32, s: u32, mask: u32) -> vec4<f32> {
@@ -28,8 +30,7 @@ fn raw_q8_0(row: u32, u: u32, units: u32, doff: u32) -> Raw {
     return Raw(q[b * 2u], q[b * 2u + 1u], vec4<u32>(), vec4<u32>(), qw(doff + (b >> 1u)));
 }
 fn dec_q8_0(w: Raw, row: u32, u: u32, units: u32) -> Unit {
-    let d = unpack2x16float(w.s)[(row * units + u) & 1u];
-    return Unit(w.a, w.b, vec4<u32>(), vec4<f32>(d), vec4<f32>());
+    return Unit(w.a, w.b, vec4<u32>(), vec4<f32>(half_of(w.s, row * units + u)), vec4<f32>());
 }
 fn load_q8_0(row: u32, u: u32, units: u32, doff: u32) -> Unit { return dec_q8_0(raw_q8_0(row, u, units, doff), row, u, units); }
 fn q_q8_0(w: Unit, r: u32, j: u32) -> vec4<f32> {
@@ -46,8 +47,7 @@ fn raw_q4_0(row: u32, u: u32, units: u32, doff: u32) -> Raw {
     return Raw(q[b], vec4<u32>(), vec4<u32>(), vec4<u32>(), qw(doff + (b >> 1u)));
 }
 fn dec_q4_0(w: Raw, row: u32, u: u32, units: u32) -> Unit {
-    let d = unpack2x16float(w.s)[(row * units + u) & 1u];
-    return Unit(w.a, vec4<u32>(), vec4<u32>(), vec4<f32>(d), vec4<f32>());
+    return Unit(w.a, vec4<u32>(), vec4<u32>(), vec4<f32>(half_of(w.s, row * units + u)), vec4<f32>());
 }
 fn load_q4_0(row: u32, u: u32, units: u32, doff: u32) -> Unit { return dec_q4_0(raw_q4_0(row, u, units, doff), row, u, units); }
 fn q_q4_0(w: Unit, r: u32, j: u32) -> vec4<f32> { return big(w.a[j], r * 4u, 15u) - 8388616.0; }
@@ -112,7 +112,7 @@ fn dec_q6_k(w: Raw, row: u32, u: u32, units: u32) -> Unit {
     let w0 = select(sv.x, sv.z, h == 1u);
     let w1 = select(sv.y, sv.w, h == 1u);
     let sc = vec4<u32>(w0, w0, w1, w1) >> (vec4<u32>(0u, 16u, 0u, 16u) + 8u * g);
-    let d = unpack2x16float(w.s)[b & 1u] * vec4<f32>(bitcast<vec4<i32>>(sc << vec4<u32>(24u)) >> vec4<u32>(24u));
+    let d = half_of(w.s, b) * vec4<f32>(bitcast<vec4<i32>>(sc << vec4<u32>(24u)) >> vec4<u32>(24u));
     return Unit(w.a, w.b, w.c, d, vec4<f32>());
 }
 fn load_q6_k(row: u32, u: u32, units: u32, doff: u32) -> Unit { return dec_q6_k(raw_q6_k(row, u, units, doff), row, u, units); }

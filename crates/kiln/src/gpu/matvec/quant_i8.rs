@@ -475,6 +475,13 @@ pub(crate) fn qmatmul_i8(
     let blocks = n * k / qt.block_elems();
     let (a_off, a_stride) = add.map_or((0, 0), |(_, o, s)| (o, s));
     let (nw_off, eps) = pro.norm.as_ref().map_or((0, 0.0), |(g, e)| (g.offset, *e as f32));
+    let mut gx = n.div_ceil(mv.cols() as usize) as u32;
+    if mv.stream {
+        // At most the grid, and as many groups of rows for every set (the last ones one fewer).
+        let (groups, sets) = (n.div_ceil(mv.c as usize), (256 / mv.ln) as usize);
+        let per_set = groups.div_ceil(sets * grid().0 as usize);
+        gx = groups.div_ceil(per_set * sets) as u32;
+    }
     let params = QuantI8Params {
         m: m as u32,
         n: n as u32,
@@ -489,16 +496,8 @@ pub(crate) fn qmatmul_i8(
         up_off: k as u32,
         out_stride: out_stride as u32,
         out_off: out_off as u32,
-        sets: 0,
+        sets: gx * (256 / mv.ln),
     };
-    let mut gx = n.div_ceil(mv.cols() as usize) as u32;
-    if mv.stream {
-        // At most the grid, and as many groups of rows for every set (the last ones one fewer).
-        let (groups, sets) = (n.div_ceil(mv.c as usize), (256 / mv.ln) as usize);
-        let per_set = groups.div_ceil(sets * grid().0 as usize);
-        gx = groups.div_ceil(per_set * sets) as u32;
-    }
-    let params = QuantI8Params { sets: gx * (256 / mv.ln), ..params };
     let groups = [gx, m.div_ceil(mv.mt as usize) as u32, 1];
     bufs.insert(0, dst.buffer.raw());
     ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(&ctx, &kernel, &bufs, &params.words(), groups)?;

@@ -15,13 +15,6 @@
 var<workgroup> red: array<f32, {{RED}}>;
 {{XLOCAL}}
 
-// 256 sum(u hi) + sum(u lo) of the four words of u and a run's two planes, as f32.
-fn idot(u: vec4<u32>, h: vec4<u32>, l: vec4<u32>) -> f32 {
-    let hi = dot4I8Packed(u.x, h.x) + dot4I8Packed(u.y, h.y) + dot4I8Packed(u.z, h.z) + dot4I8Packed(u.w, h.w);
-    let lo = dot4I8Packed(u.x, l.x) + dot4I8Packed(u.y, l.y) + dot4I8Packed(u.z, l.z) + dot4I8Packed(u.w, l.w);
-    return f32(hi * 256 + lo);
-}
-
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: vec3<u32>{{SG_ARGS}}) {
     let m = p.m;

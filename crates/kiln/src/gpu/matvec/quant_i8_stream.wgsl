@@ -1,7 +1,7 @@
-// The integer-dot product of quant_i8.wgsl (x's runs, the packed integers, idot: as there) as a
-// stream: a grid of few workgroups, each making x's runs once ({{XFROM}}), whose sets of {{LN}} lanes
-// (one subgroup each, summed by subgroupAdd alone) walk groups of {{C}} weight rows {{SETS}} * the grid
-// apart (p.sets). Loading a step ahead (`prefetch` in quant_i8.rs), a lane requests its next unit's
+// The integer-dot product of quant_i8.wgsl (x's runs, the packed integers and idot of
+// quant_int8.wgsl) as a stream: a grid of few workgroups, each making x's runs once ({{XFROM}}), whose
+// sets of {{LN}} lanes (one subgroup each, summed by subgroupAdd alone) walk groups of {{C}} weight
+// rows {{SETS}} * the grid apart (p.sets). Loading a step ahead (`prefetch` in quant_i8.rs), a lane requests its next unit's
 // words (raw_{{F}}) before it works on the current one (dec_{{F}}, the integer dots), and its first
 // ones before the workgroup makes x's runs, so the loads stay in flight while the arithmetic and the
 // prologue run; else it requests each unit's words when it works on it. Format {{QT}}, output
@@ -13,13 +13,6 @@
 {{UNITS}}
 var<workgroup> red: array<f32, {{RED}}>;
 {{XLOCAL}}
-
-// 256 sum(u hi) + sum(u lo) of the four words of u and a run's two planes, as f32.
-fn idot(u: vec4<u32>, h: vec4<u32>, l: vec4<u32>) -> f32 {
-    let hi = dot4I8Packed(u.x, h.x) + dot4I8Packed(u.y, h.y) + dot4I8Packed(u.z, h.z) + dot4I8Packed(u.w, h.w);
-    let lo = dot4I8Packed(u.x, l.x) + dot4I8Packed(u.y, l.y) + dot4I8Packed(u.z, l.z) + dot4I8Packed(u.w, l.w);
-    return f32(hi * 256 + lo);
-}
 
 @compute @workgroup_size(256)
 fn main(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: vec3<u32>{{SG_ARGS}}) {
