@@ -80,16 +80,16 @@ pub fn sdpa_coop_tensors_with(
 }
 
 /// Forces decode attention (query lengths up to 8) onto its folded one-dispatch path (`Some(true)`,
-/// Vulkan only) or its two-dispatch path with the combine kernel (`Some(false)`) for the whole
-/// process; `None` hands the choice back to `KILN_DECODE_FOLD`. Both paths compute the same result,
-/// so a test that forces one only changes which kernels other tests running meanwhile take.
+/// Vulkan only) or its two-dispatch path with the combine kernel (`Some(false)`) for calls on this
+/// thread; `None` hands the choice back to `KILN_DECODE_FOLD`. Tests running meanwhile on other
+/// threads keep their own choice (a test that compares repeated calls bit for bit needs that).
 pub fn force_decode_fold(on: Option<bool>) {
     crate::gpu::attention::decode_fold::force(on);
 }
 
-/// Forces a decode attention kernel (`"slots"`, `"lanes"` or `"tile"`, each where it applies, else
-/// `slots`) for the whole process, or hands the choice back to `KILN_DECODE_KERNEL` (`None`).
-/// Panics on another name.
+/// Forces a decode attention kernel (`"slots"`, `"lanes"`, `"tile"` or `"short"`, each where it
+/// applies, else `tile` for `short` and `slots` for the others) for calls on this thread, or hands
+/// the choice back to `KILN_DECODE_KERNEL` (`None`). Panics on another name.
 pub fn force_decode_kernel(kernel: Option<&str>) {
     use crate::gpu::attention::decode_lanes::{force, DecodeKernel};
     force(kernel.map(|k| DecodeKernel::parse(k).unwrap_or_else(|| panic!("no decode kernel {k:?}"))));

@@ -114,10 +114,10 @@ settings! {
         "Workgroups the folded decode attention's key split aims for (at least 32 keys, at most 64 splits per row chunk).";
     DECODE_ABLATE = "KILN_DECODE_ABLATE", "kiln", default "none",
         "Leaves a part of the `slots` decode attention kernel out, to time the rest (wrong results): `empty` (every workgroup returns at once), `loop` (the key loop) or `fold` (the last split workgroup's merge).";
-    DECODE_KERNEL = "KILN_DECODE_KERNEL", "kiln", default "tile",
-        "The decode attention kernel: `slots` (16 key slots of 8 lanes, everywhere), `lanes` (a lane owns whole keys, then value columns; subgroups, granular keys and values and its head sizes needed) or `tile` (lane groups read whole f16/bf16 key rows in 16-byte words, short code; subgroups, keys and values in 8-element granules and equal head sizes, a multiple of 8, needed); `slots` runs where the chosen one does not apply. `tile` also picks the paged decode kernel of batched steps (`paged_tile.wgsl`), `slots` and `lanes` the slot one.";
-    DECODE_WG = "KILN_DECODE_WG", "kiln", default "128",
-        "Invocations per workgroup of the `tile` decode attention kernel: a power of two from 64 to 1024, within the adapter's limit.";
+    DECODE_KERNEL = "KILN_DECODE_KERNEL", "kiln", default "short",
+        "The decode attention kernel: `slots` (16 key slots of 8 lanes, everywhere), `lanes` (a lane owns whole keys, then value columns; subgroups, granular keys and values and its head sizes needed), `tile` (lane groups read whole f16/bf16 key rows in 16-byte words, short code; subgroups, keys and values in 8-element granules and equal head sizes, a multiple of 8, needed) or `short` (one query row over at most 1024 keys: a workgroup a query head reads every key row at once, then every value row, and writes the final row, with no key split; f16/bf16 with subgroups, equal head sizes, a multiple of 8, up to 256; `tile` elsewhere); `slots` runs where the chosen one does not apply. `tile` and `short` also pick the paged decode kernel of batched steps (`paged_tile.wgsl`), `slots` and `lanes` the slot one.";
+    DECODE_WG = "KILN_DECODE_WG", "kiln", default "128 (`tile`), 512 (`short`)",
+        "Invocations per workgroup of the `tile` and `short` decode attention kernels: a power of two from 64 to 1024, within the adapter's limit.";
     DECODE_LPK = "KILN_DECODE_LPK", "kiln", default "by context length",
         "Lanes to a key row of the `tile` decode attention kernels (a power of two from 4 to 32, each lane taking at most four 16-byte words of the row): fewer lanes a row sum a key's dot products in fewer shuffles, more lane groups merge at the end. By default the most lanes (a word each, within the subgroup), half of them (two words each) from 8192 keys on.";
     LINE_MAXIMA = "KILN_LINE_MAXIMA", "kiln", default "scaled",
@@ -136,6 +136,8 @@ settings! {
         "Weight rows from which a one-row integer-dot matvec is streamed (`KILN_QMV_GRID`); 0: every one.";
     QMV_PREFETCH = "KILN_QMV_PREFETCH", "kiln", default "all formats but Q6_K",
         "1: the streamed integer-dot matvec requests each unit's words one step ahead in every format; 0: in none (a unit's words are requested when it is worked on).";
+    QMV_ABLATE = "KILN_QMV_ABLATE", "kiln", default "none",
+        "Leaves a part of the streamed integer-dot matvec out, to time the rest (wrong results): `arith` (a unit's words are only XORed together: the loads alone), `scales` (no scale decoding), `x` (no reads of x's runs from workgroup memory) or `prologue` (the workgroup makes no runs of x).";
     CPU_QUANT_SCALAR = "KILN_CPU_QUANT_SCALAR", "kiln", default "0",
         "1: the quantized CPU kernels take the portable scalar path instead of AVX2 or AVX-512.";
     CPU_NO_AVX512 = "KILN_CPU_NO_AVX512", "kiln", default "0",

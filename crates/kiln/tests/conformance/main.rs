@@ -6,6 +6,7 @@ mod common;
 
 mod attention;
 mod attention_options;
+mod attention_short;
 mod attention_splits;
 mod binary;
 mod create;

@@ -18,7 +18,6 @@ use super::emit::dispatch_rw;
 use super::params::AttnParams;
 use crate::gpu::runtime::{GpuContext, GpuStorage};
 use crate::{DType, Result};
-use std::sync::atomic::{AtomicU8, Ordering};
 
 /// Workgroups the folded split aims for: 256 rather than 512, since on an H200 (bf16, 32 query / 8
 /// key/value heads, head size 128) 256 was faster at 4096 and 32768 keys and the same at 512.
@@ -32,7 +31,7 @@ const MAX_SPLITS: usize = 64;
 /// adapters, unless `KILN_DECODE_FOLD=0`.
 pub(super) fn enabled(ctx: &GpuContext) -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let on = match FORCE.load(Ordering::Relaxed) {
+    let on = match FORCE.with(|f| f.get()) {
         1 => false,
         2 => true,
         _ => *ON.get_or_init(|| crate::settings::DECODE_FOLD.is_not_zero()),
@@ -40,13 +39,16 @@ pub(super) fn enabled(ctx: &GpuContext) -> bool {
     ctx.summary.backend == "Vulkan" && on
 }
 
-/// 0: `KILN_DECODE_FOLD` decides; 1: the two-dispatch path; 2: the folded one (on Vulkan).
-static FORCE: AtomicU8 = AtomicU8::new(0);
+thread_local! {
+    /// 0: `KILN_DECODE_FOLD` decides; 1: the two-dispatch path; 2: the folded one (on Vulkan).
+    static FORCE: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
+}
 
-/// Forces the folded (`Some(true)`) or the two-dispatch (`Some(false)`) decode path for the whole
-/// process, or hands the choice back to the setting (`None`): for tests of both paths in one run.
+/// Forces the folded (`Some(true)`) or the two-dispatch (`Some(false)`) decode path for calls on
+/// this thread, or hands the choice back to the setting (`None`): for tests of both paths in one
+/// run (each test's thread its own choice, so tests running meanwhile keep theirs).
 pub(crate) fn force(on: Option<bool>) {
-    FORCE.store(on.map_or(0, |on| 1 + on as u8), Ordering::Relaxed);
+    FORCE.with(|f| f.set(on.map_or(0, |on| 1 + on as u8)));
 }
 
 /// A positive integer setting, read once.

@@ -1,10 +1,12 @@
 //! The `lanes` decode kernel (`decode_lanes.wgsl`, FlashDecoding style: a lane owns whole keys for
 //! the scores and value columns for P.V, one softmax rescale per block of keys): its variant, its
-//! emitter, where it applies, the variant enum of the three decode kernels (`slots` in `decode.rs`,
-//! `tile` in `decode_tile.rs`) and the `KILN_DECODE_KERNEL` choice between them. All three write the
-//! same partial rows, so each folds (decode_fold.rs) or combines.
+//! emitter, where it applies, the variant enum of the four decode kernels (`slots` in `decode.rs`,
+//! `tile` in `decode_tile.rs`, `short` in `decode_short.rs`) and the `KILN_DECODE_KERNEL` choice
+//! between them. The first three write the same partial rows, so each folds (decode_fold.rs) or
+//! combines; `short` never splits its keys.
 
 use super::decode::{decode_source, fold_parts, DecodeConfig};
+use super::decode_short::{short_source, ShortConfig};
 use super::decode_tile::{tile_source, TileConfig};
 use super::emit::{lines, store_fns, ROWS, XYZW};
 use super::params::AttnParams;
@@ -64,13 +66,14 @@ impl LanesConfig {
     }
 }
 
-/// A decode kernel variant: the `slots` kernel (decode.wgsl), the `lanes` one (decode_lanes.wgsl) or
-/// the `tile` one (decode_tile.wgsl).
+/// A decode kernel variant: the `slots` kernel (decode.wgsl), the `lanes` one (decode_lanes.wgsl),
+/// the `tile` one (decode_tile.wgsl) or the `short` one (decode_short.wgsl, which never splits).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum DecodeVariant {
     Slots(DecodeConfig),
     Lanes(LanesConfig),
     Tile(TileConfig),
+    Short(ShortConfig),
 }
 
 impl DecodeVariant {
@@ -80,6 +83,7 @@ impl DecodeVariant {
             DecodeVariant::Slots(c) => DecodeVariant::Slots(c.folded()),
             DecodeVariant::Lanes(c) => DecodeVariant::Lanes(c.folded()),
             DecodeVariant::Tile(c) => DecodeVariant::Tile(c.folded()),
+            DecodeVariant::Short(c) => DecodeVariant::Short(c),
         }
     }
 
@@ -89,6 +93,7 @@ impl DecodeVariant {
             DecodeVariant::Slots(c) => c.rows(),
             DecodeVariant::Lanes(c) => c.rows(),
             DecodeVariant::Tile(c) => c.rows(),
+            DecodeVariant::Short(_) => 1,
         }
     }
 
@@ -98,15 +103,17 @@ impl DecodeVariant {
             DecodeVariant::Slots(c) => c.dv_padded(),
             DecodeVariant::Lanes(c) => c.dv_padded(),
             DecodeVariant::Tile(c) => c.dv_padded(),
+            DecodeVariant::Short(c) => c.d(),
         }
     }
 
-    /// Keys per loop iteration (splits are multiples of it).
+    /// Keys per loop iteration (splits are multiples of it; `short` takes all keys at once).
     pub(super) fn step(self) -> usize {
         match self {
             DecodeVariant::Slots(c) => 16 * c.steps(),
             DecodeVariant::Lanes(c) => c.step(),
             DecodeVariant::Tile(c) => c.step(),
+            DecodeVariant::Short(_) => super::decode_short::SHORT_KEYS,
         }
     }
 
@@ -116,6 +123,7 @@ impl DecodeVariant {
             DecodeVariant::Slots(c) => c.key(),
             DecodeVariant::Lanes(c) => c.key(),
             DecodeVariant::Tile(c) => c.key(),
+            DecodeVariant::Short(c) => c.key(),
         };
         format!("attention_decode:{dt}:{out}:{config}")
     }
@@ -126,6 +134,7 @@ impl DecodeVariant {
             DecodeVariant::Slots(c) => decode_source(dt, out, c),
             DecodeVariant::Lanes(c) => lanes_source(dt, out, c),
             DecodeVariant::Tile(c) => tile_source(dt, out, c),
+            DecodeVariant::Short(c) => short_source(dt, out, c),
         }
     }
 }
@@ -139,15 +148,19 @@ pub(crate) enum DecodeKernel {
     Lanes,
     /// Lane groups read whole key rows, short code (decode_tile.wgsl).
     Tile,
+    /// One query row over a short context, every key at once (decode_short.wgsl); `tile` where it
+    /// does not apply.
+    Short,
 }
 
 impl DecodeKernel {
-    /// The kernel a setting's value names (`slots`, `lanes` or `tile`).
+    /// The kernel a setting's value names (`slots`, `lanes`, `tile` or `short`).
     pub(crate) fn parse(v: &str) -> Option<DecodeKernel> {
         match v.trim() {
             "slots" => Some(DecodeKernel::Slots),
             "lanes" => Some(DecodeKernel::Lanes),
             "tile" => Some(DecodeKernel::Tile),
+            "short" => Some(DecodeKernel::Short),
             _ => None,
         }
     }
@@ -157,33 +170,30 @@ impl DecodeKernel {
 /// a test's [`force`], else `KILN_DECODE_KERNEL`, else [`DEFAULT_KERNEL`].
 pub(super) fn chosen() -> DecodeKernel {
     static SET: std::sync::OnceLock<DecodeKernel> = std::sync::OnceLock::new();
-    match FORCE.load(std::sync::atomic::Ordering::Relaxed) {
-        1 => DecodeKernel::Slots,
-        2 => DecodeKernel::Lanes,
-        3 => DecodeKernel::Tile,
-        _ => *SET.get_or_init(|| {
+    FORCE.with(|f| f.get()).unwrap_or_else(|| {
+        *SET.get_or_init(|| {
             crate::settings::DECODE_KERNEL.get().ok().and_then(|v| DecodeKernel::parse(&v)).unwrap_or(DEFAULT_KERNEL)
-        }),
-    }
+        })
+    })
 }
 
-/// The decode kernel without a setting: `tile` where it applies (f16/bf16 with subgroups), the
-/// fastest of the three on the H200 (docs/PERFORMANCE.md, the eighth session), else `slots`.
-const DEFAULT_KERNEL: DecodeKernel = DecodeKernel::Tile;
+/// The decode kernel without a setting: `short` where it applies (one query row over at most 1024
+/// keys), else `tile` (f16/bf16 with subgroups), else `slots`. On an H200 (docs/PERFORMANCE.md, the
+/// fourteenth session) `short` took an 8B-shaped bf16 step at 512 keys in 14.6 us against `tile`'s
+/// 19.4, and a 1B-shaped f16 decode's attention at context 512 in 300 us a token against 470;
+/// `tile` was the fastest of the three split kernels (the eighth session).
+const DEFAULT_KERNEL: DecodeKernel = DecodeKernel::Short;
 
-/// 0: `KILN_DECODE_KERNEL` decides; 1: `slots`; 2: `lanes`; 3: `tile` (each where it applies).
-static FORCE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+thread_local! {
+    /// A test's choice for calls on this thread; `None`: `KILN_DECODE_KERNEL` decides.
+    static FORCE: std::cell::Cell<Option<DecodeKernel>> = const { std::cell::Cell::new(None) };
+}
 
-/// Forces a decode kernel for the whole process (`Some`), or hands the choice back to the setting
-/// (`None`): for tests of every kernel in one run.
+/// Forces a decode kernel for calls on this thread (`Some`), or hands the choice back to the
+/// setting (`None`): for tests of every kernel in one run (each test's thread its own choice, so
+/// tests running meanwhile keep theirs).
 pub(crate) fn force(kernel: Option<DecodeKernel>) {
-    let v = match kernel {
-        None => 0,
-        Some(DecodeKernel::Slots) => 1,
-        Some(DecodeKernel::Lanes) => 2,
-        Some(DecodeKernel::Tile) => 3,
-    };
-    FORCE.store(v, std::sync::atomic::Ordering::Relaxed);
+    FORCE.with(|f| f.set(kernel));
 }
 
 /// The `lanes` variant for head sizes `d`, `dv` and `rows` query rows per key/value head, on

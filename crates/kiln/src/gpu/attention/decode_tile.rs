@@ -95,8 +95,14 @@ fn pow2_setting(
 /// Invocations per workgroup of the `tile` kernel: `KILN_DECODE_WG` (a power of two from 64 to
 /// 1024) within `max` (the adapter's limit), else [`WG`].
 fn workgroup(max: usize) -> usize {
+    workgroup_or(WG, max)
+}
+
+/// `KILN_DECODE_WG` (a power of two from 64 to 1024), else `default`, within `max` (the adapter's
+/// limit): for the `tile` and `short` kernels.
+pub(super) fn workgroup_or(default: usize, max: usize) -> usize {
     static SET: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    pow2_setting(&crate::settings::DECODE_WG, &SET, 64..=1024).unwrap_or(WG).min(max.max(64))
+    pow2_setting(&crate::settings::DECODE_WG, &SET, 64..=1024).unwrap_or(default).min(max.max(64))
 }
 
 /// Lanes to a key row with `KILN_DECODE_LPK` (a power of two from 4 to 32; at most the subgroup

@@ -11,11 +11,13 @@
 //! launch fewer than about [`TARGET_GROUPS`] workgroups, and then merge the splits with the combine
 //! kernel; on Vulkan the decode kernel merges its splits itself, in one dispatch (`decode_fold.rs`).
 //! The decode kernels' emitters are `decode.rs` (`slots`), `decode_lanes.rs` (`lanes`, and the
-//! choice between the three) and `decode_tile.rs` (`tile`); pieces the kernels share are in `emit.rs`.
+//! choice between them), `decode_tile.rs` (`tile`) and `decode_short.rs` (`short`: one query row over
+//! a short context, never split); pieces the kernels share are in `emit.rs`.
 
 mod decode;
 pub(crate) mod decode_fold;
 pub(crate) mod decode_lanes;
+mod decode_short;
 mod decode_tile;
 mod emit;
 pub(crate) mod paged_decode;
@@ -29,6 +31,7 @@ use crate::op::AttentionParams;
 use crate::{DType, Error, Layout, Result};
 use decode::{decode_config, decode_source, decode_subgroups, min_decode_split};
 use decode_lanes::{chosen, lanes_config, lanes_source, DecodeKernel, DecodeVariant};
+use decode_short::{short_config, short_source};
 use decode_tile::{tile_config, tile_source, LONG_KEYS};
 use emit::{dispatch, granular, granular_by, granule_loaders, lines, store_fns, ROWS};
 use params::{AttnParams, CombineParams};
@@ -282,7 +285,7 @@ pub(crate) fn combine_source(out: DType) -> String {
 
 /// Every attention kernel variant the launcher can pick for the usual head sizes (64, 128) and one
 /// odd one (80), on 32 KiB and 48 KiB of workgroup memory, and the `lanes` decode kernel on
-/// subgroups of 8 and 32, and the `tile` one (f16/bf16): for the MSL/HLSL translation test.
+/// subgroups of 8 and 32, and the `tile` and `short` ones (f16/bf16): for the MSL/HLSL translation test.
 pub(crate) fn catalog() -> Vec<(String, String)> {
     let mut out = Vec::new();
     for dt in [DType::F32, DType::F16, DType::BF16] {
@@ -337,6 +340,13 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
                     }
                 }
             }
+            for (d, w, limit) in [(64, 8, 32 * 1024), (128, 32, 32 * 1024), (128, 32, 16 * 1024), (256, 32, 32 * 1024)]
+            {
+                let c = short_config([1, 512, d, d], w, limit, 1024).expect("short decode fits");
+                for &o in outs {
+                    out.push((DecodeVariant::Short(c).key(dt, o), short_source(dt, o, c)));
+                }
+            }
         }
         out.push((format!("attention_combine:{dt}"), combine_source(dt)));
     }
@@ -371,11 +381,13 @@ fn decode_plan(
     let sg = subgroups && ctx.summary.subgroup_size.0 >= 8 && decode_subgroups();
     let sg_min = ctx.summary.subgroup_size.0 as usize;
     let half = matches!(dt, DType::F16 | DType::BF16);
+    let max_wg = ctx.limits.max_compute_invocations_per_workgroup as usize;
+    let tile = || tile_config(d, dv, rows, sg_min, limit, max_wg, tk).map(DecodeVariant::Tile);
     let cfg = match chosen() {
-        DecodeKernel::Tile if subgroups && half && vec8 && v8 => {
-            let max_wg = ctx.limits.max_compute_invocations_per_workgroup as usize;
-            tile_config(d, dv, rows, sg_min, limit, max_wg, tk).map(DecodeVariant::Tile)
+        DecodeKernel::Short if subgroups && half && vec8 && v8 => {
+            short_config([tq, tk, d, dv], sg_min, limit, max_wg).map(DecodeVariant::Short).or_else(tile)
         }
+        DecodeKernel::Tile if subgroups && half && vec8 && v8 => tile(),
         DecodeKernel::Lanes if subgroups && vec && vec8 => {
             lanes_config(d, dv, rows, sg_min, limit).map(DecodeVariant::Lanes)
         }
@@ -388,8 +400,11 @@ fn decode_plan(
     let nrc = rows.div_ceil(cfg.rows());
     let base = b * hkv * nrc;
     let step = cfg.step();
-    let c =
-        if fold { decode_fold::split_keys(tk, base, step) } else { split_keys(tk, base, step, min_decode_split(tk)) };
+    let c = match cfg {
+        DecodeVariant::Short(_) => tk,
+        _ if fold => decode_fold::split_keys(tk, base, step),
+        _ => split_keys(tk, base, step, min_decode_split(tk)),
+    };
     Some((cfg, nrc, base, c))
 }
 

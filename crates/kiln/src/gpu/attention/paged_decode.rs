@@ -226,9 +226,9 @@ pub(crate) fn paged_decode(a: &PagedArgs) -> Result<GpuStorage> {
     let dt = q.dtype;
     let group = hq / hkv;
     let cfg = PagedConfig::new(d, dv, group, granular(k, kl) && granular(v, vl));
-    // The `tile` kernel where the decode kernel choice is `tile` and it applies (subgroups, f16/bf16
-    // pools read in 8-element granules, equal head sizes).
-    let tile = (chosen() == DecodeKernel::Tile
+    // The `tile` kernel where the decode kernel choice is `tile` or `short` and it applies
+    // (subgroups, f16/bf16 pools read in 8-element granules, equal head sizes).
+    let tile = (matches!(chosen(), DecodeKernel::Tile | DecodeKernel::Short)
         && matches!(dt, DType::F16 | DType::BF16)
         && d == dv
         && crate::gpu::runtime::subgroups::use_subgroups(ctx)

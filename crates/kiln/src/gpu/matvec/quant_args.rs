@@ -30,7 +30,7 @@ pub(super) fn norm_sum_loop(mt: u32) -> String {
 /// A/B overrides of the quantized products' shape, read once: `KILN_QMV_C` (rows per set) and `KILN_QMV_LN`
 /// (lanes per set), powers of two; `KILN_QMV_SG=0` (no subgroupAdd); `KILN_QMV_GRID` (the streamed
 /// kernel's workgroups), `KILN_QMV_STREAM` (rows from which it streams), `KILN_QMV_PREFETCH`
-/// (its loads a step ahead).
+/// (its loads a step ahead), `KILN_QMV_ABLATE` (a part of it left out).
 pub(super) struct Overrides {
     pub(super) c: Option<u32>,
     pub(super) ln: Option<u32>,
@@ -44,6 +44,21 @@ pub(super) struct Overrides {
     /// `KILN_QMV_PREFETCH`: whether the streamed product loads a step ahead in every format (1)
     /// or in none (0); unset, in all but Q6_K.
     pub(super) prefetch: Option<bool>,
+    /// `KILN_QMV_ABLATE`: a part of the streamed product left out (wrong results).
+    pub(super) ablate: Ablate,
+}
+
+/// The parts of the streamed integer-dot product an ablation can leave out (`KILN_QMV_ABLATE`), to
+/// time the rest: `Arith` keeps only the weight loads (a unit's words XORed into the sum), `Scales`
+/// skips the scales' decoding, `X` reads no x runs from workgroup memory, `Prologue` makes none
+/// (where the workgroup would make them itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ablate {
+    None,
+    Arith,
+    Scales,
+    X,
+    Prologue,
 }
 
 pub(super) fn overrides() -> &'static Overrides {
@@ -58,6 +73,13 @@ pub(super) fn overrides() -> &'static Overrides {
             grid: crate::settings::QMV_GRID.get().ok().and_then(|v| v.parse().ok()).unwrap_or(264),
             stream_n: crate::settings::QMV_STREAM.get().ok().and_then(|v| v.parse().ok()).unwrap_or(0),
             prefetch: crate::settings::QMV_PREFETCH.get().ok().map(|v| v != "0"),
+            ablate: match crate::settings::QMV_ABLATE.get().as_deref().map(str::trim) {
+                Ok("arith") => Ablate::Arith,
+                Ok("scales") => Ablate::Scales,
+                Ok("x") => Ablate::X,
+                Ok("prologue") => Ablate::Prologue,
+                _ => Ablate::None,
+            },
         }
     })
 }

@@ -11,7 +11,7 @@
 //! of sum |x w| (docs/GGUF.md); a model's logits move by up to ~1.5e-4 of their scale.
 
 use super::emit::{lane_sum, norm_scale, rows_setup, sg_args, stores_at, sum_name, x_loaders, AddRead};
-use super::quant_args::{norm_sum_loop, overrides, unit_shape, Prologue};
+use super::quant_args::{norm_sum_loop, overrides, unit_shape, Ablate, Prologue};
 use super::qx::QRUN;
 use crate::gpu::kit::quant_units::{fname, units};
 use crate::gpu::pointwise::Pro;
@@ -126,6 +126,8 @@ pub(crate) struct QuantI8 {
     pub(crate) x: XFrom,
     pub(crate) stream: bool,
     pub(crate) prefetch: bool,
+    /// Streamed only: a part left out (`KILN_QMV_ABLATE`; wrong results).
+    pub(crate) ablate: Ablate,
 }
 
 impl QuantI8 {
@@ -144,7 +146,19 @@ impl QuantI8 {
         // Fewer lanes than a subgroup would mix sets in one subgroupAdd.
         let ln = ln.max(sg_max.unwrap_or(32)).min(256);
         let sg = sg_max.is_some_and(|s| s <= ln) && o.sg;
-        QuantI8 { qt, odt, mt, c, ln, sg, add: false, x: XFrom::Runs, stream: false, prefetch: false }
+        QuantI8 {
+            qt,
+            odt,
+            mt,
+            c,
+            ln,
+            sg,
+            add: false,
+            x: XFrom::Runs,
+            stream: false,
+            prefetch: false,
+            ablate: Ablate::None,
+        }
     }
 
     /// The streamed kernel (`quant_i8_stream.wgsl`) for `n` weight rows and one row of x, where
@@ -171,17 +185,21 @@ impl QuantI8 {
 
     /// This kernel streamed, a set being one subgroup of `sg` lanes.
     fn stream_with(self, sg: u32, prefetch: bool) -> QuantI8 {
-        let c = overrides().c.unwrap_or(4).min(16 / self.mt).max(2);
-        QuantI8 { stream: true, prefetch, ln: sg, c, sg: true, ..self }
+        let o = overrides();
+        let c = o.c.unwrap_or(4).min(16 / self.mt).max(2);
+        QuantI8 { stream: true, prefetch, ln: sg, c, sg: true, ablate: o.ablate, ..self }
     }
 
     /// Bytes of workgroup memory: the lane sums, and x's runs when the workgroup makes them.
     pub(crate) fn workgroup_bytes(&self) -> usize {
         let runs = match self.x {
             XFrom::Runs => 0,
-            XFrom::Local { kcap, .. } => (self.mt * kcap / 16) as usize,
+            XFrom::Local { kcap, .. } => {
+                let slots = (self.mt * kcap / 16) as usize;
+                16 * local_planes(slots) + 8 * local_scales(slots)
+            }
         };
-        (256 * self.c * self.mt) as usize * 4 + runs * 40
+        (256 * self.c * self.mt) as usize * 4 + runs
     }
 
     pub(crate) fn key(&self) -> String {
@@ -196,7 +214,14 @@ impl QuantI8 {
             XFrom::Runs => "runs".to_string(),
             XFrom::Local { xdt, pro, kcap } => format!("{xdt}:{}:{kcap}", pro.name()),
         };
-        format!("quant_i8:{}:{x}->{}:r{}:c{}:l{}{sg}{add}{st}", self.qt, self.odt, self.mt, self.c, self.ln)
+        let ab = match self.ablate {
+            Ablate::None => "",
+            Ablate::Arith => ":ab-arith",
+            Ablate::Scales => ":ab-scales",
+            Ablate::X => ":ab-x",
+            Ablate::Prologue => ":ab-prologue",
+        };
+        format!("quant_i8:{}:{x}->{}:r{}:c{}:l{}{sg}{add}{st}{ab}", self.qt, self.odt, self.mt, self.c, self.ln)
     }
 
     /// Weight rows (output columns) per workgroup (per step of the grid, streamed).
@@ -224,6 +249,7 @@ impl QuantI8 {
                 for r in 0..mt {
                     writeln!(setup, "    let xr{r} = xb{r};").unwrap();
                 }
+                xlocal += "fn xa(t: u32) -> u32 { return 2u * t; }\nfn sa(t: u32) -> u32 { return t; }\n";
             }
             XFrom::Local { xdt, pro, kcap } => {
                 bind += "@group(0) @binding(1) var<storage, read> x: array<vec4<u32>>;\n\
@@ -233,10 +259,12 @@ impl QuantI8 {
                     next = 4;
                 }
                 let slots = mt * kcap / 16;
-                writeln!(xlocal, "var<workgroup> xq: array<vec4<u32>, {}>;", 2 * slots).unwrap();
-                writeln!(xlocal, "var<workgroup> xs: array<vec2<f32>, {slots}>;\n{QRUN}").unwrap();
+                writeln!(xlocal, "var<workgroup> xq: array<vec4<u32>, {}>;", local_planes(slots as usize)).unwrap();
+                writeln!(xlocal, "var<workgroup> xs: array<vec2<f32>, {}>;\n{QRUN}", local_scales(slots as usize))
+                    .unwrap();
+                xlocal += LOCAL_SLOTS;
                 xload = x_loaders(xdt, pro);
-                local_runs(&mut setup, mt, pro, self.sg);
+                local_runs(&mut setup, mt, pro, self.sg, self.ablate == Ablate::Prologue);
             }
         }
         let packed = (self.odt != DType::F32).then_some(self.odt);
@@ -316,8 +344,23 @@ impl QuantI8 {
         let o = f.to_uppercase();
         let offset = !matches!(self.qt, QuantType::Q8_0);
         let mut body = String::new();
+        if self.ablate == Ablate::Arith {
+            for j in 0..c {
+                let words =
+                    ["a", "b", "c", "h"].map(|v| format!("cur{j}.{v}.x ^ cur{j}.{v}.y ^ cur{j}.{v}.z ^ cur{j}.{v}.w"));
+                writeln!(body, "        acc{j}_0 += f32(({} ^ cur{j}.s) & 1023u);", words.join(" ^ ")).unwrap();
+            }
+            return body;
+        }
         for j in 0..c {
-            if self.stream {
+            if self.ablate == Ablate::Scales {
+                writeln!(
+                    body,
+                    "        let w{j} = Unit(cur{j}.a, cur{j}.b, cur{j}.c, vec4<f32>(f32((cur{j}.h.x ^ cur{j}.s) & 3u)), \
+                     vec4<f32>());"
+                )
+                .unwrap();
+            } else if self.stream {
                 writeln!(body, "        let w{j} = dec_{f}(cur{j}, row{j}, u, units);").unwrap();
             } else {
                 writeln!(body, "        let w{j} = load_{f}(row{j}, u, units, doff);").unwrap();
@@ -325,10 +368,15 @@ impl QuantI8 {
         }
         for i in 0..runs {
             for r in 0..mt {
+                let (h, l, s) = if self.ablate == Ablate::X {
+                    (format!("vec4<u32>(t{i}_{r})"), format!("h{i}_{r}"), "vec2<f32>(1.0, 0.5)".to_string())
+                } else {
+                    (format!("xq[xa(t{i}_{r})]"), format!("xq[xa(t{i}_{r}) + 1u]"), format!("xs[sa(t{i}_{r})]"))
+                };
                 writeln!(
                     body,
-                    "        let t{i}_{r} = xr{r} + t0 + off_{f}({i}u) / 16u; let h{i}_{r} = xq[2u * t{i}_{r}]; \
-                     let l{i}_{r} = xq[2u * t{i}_{r} + 1u]; let s{i}_{r} = xs[t{i}_{r}];"
+                    "        let t{i}_{r} = xr{r} + t0 + off_{f}({i}u) / 16u; let h{i}_{r} = {h}; \
+                     let l{i}_{r} = {l}; let s{i}_{r} = {s};"
                 )
                 .unwrap();
             }
@@ -349,10 +397,37 @@ impl QuantI8 {
     }
 }
 
+/// Where run t's two planes (`xa(t)`, `xa(t) + 1`) and scale (`sa(t)`) sit in workgroup memory: a
+/// pad slot after every 4 runs' planes and every 16 runs' scales, so that the runs a subgroup's lanes
+/// read at once (every 4th run in Q4_K and Q6_K, every 2nd in Q8_0 and Q4_0) fall in different banks:
+/// unpadded, all 32 lanes of a plane read hit the same 4 of 32 banks (without reading x's runs, an
+/// H200 took a streamed Q4_K 14336 x 4096 product from memory in 18.1 us instead of 22.2;
+/// docs/PERFORMANCE.md, the fourteenth session). From `qx.rs` (storage) the runs are unpadded.
+const LOCAL_SLOTS: &str =
+    "fn xa(t: u32) -> u32 { return 2u * t + (t >> 2u); }\nfn sa(t: u32) -> u32 { return t + (t >> 4u); }\n";
+
+/// Vec4 slots of `slots` runs' two planes, padded (`LOCAL_SLOTS`).
+fn local_planes(slots: usize) -> usize {
+    2 * slots + slots / 4 + 2
+}
+
+/// Vec2 slots of `slots` runs' scales, padded (`LOCAL_SLOTS`).
+fn local_scales(slots: usize) -> usize {
+    slots + slots / 16 + 1
+}
+
 /// The workgroup's own runs of its `mt` rows of x (`XFrom::Local`): the rows' RMSNorm scales
 /// first (each workgroup sums the squares itself, x from cache; with subgroupAdd where `sg`), then each invocation puts every
 /// 256th run of each row through `qrun` into workgroup memory (row r's runs from r * runs on).
-fn local_runs(setup: &mut String, mt: u32, pro: Pro, sg: bool) {
+fn local_runs(setup: &mut String, mt: u32, pro: Pro, sg: bool, skip: bool) {
+    if skip {
+        // `KILN_QMV_ABLATE=prologue`: no runs are made (the barrier stays).
+        *setup += "    workgroupBarrier();\n";
+        for r in 0..mt {
+            writeln!(setup, "    let xr{r} = {r}u * runs;").unwrap();
+        }
+        return;
+    }
     if pro == Pro::RmsNorm {
         norm_scale(setup, mt, &norm_sum_loop(mt), sg);
     }
@@ -368,7 +443,7 @@ fn local_runs(setup: &mut String, mt: u32, pro: Pro, sg: bool) {
         writeln!(
             setup,
             "        let q{r} = qrun({}, {}, {}, {});\n        let o{r} = {r}u * runs + t;\n        \
-             xq[2u * o{r}] = q{r}.hi; xq[2u * o{r} + 1u] = q{r}.lo; xs[o{r}] = q{r}.s;",
+             xq[xa(o{r})] = q{r}.hi; xq[xa(o{r}) + 1u] = q{r}.lo; xs[sa(o{r})] = q{r}.s;",
             v(0),
             v(1),
             v(2),
@@ -395,6 +470,15 @@ pub(crate) fn catalog(push: &mut impl FnMut(String, String)) {
                 }
                 for prefetch in [true, false] {
                     let mv = QuantI8::for_problem(qt, odt, 4096, mt, Some(32)).stream_with(32, prefetch);
+                    push(mv.key(), mv.source());
+                }
+                // The ablations (`KILN_QMV_ABLATE`), so that each keeps compiling.
+                for ablate in [Ablate::Arith, Ablate::Scales, Ablate::X, Ablate::Prologue]
+                    .into_iter()
+                    .filter(|_| odt == DType::F32)
+                {
+                    let mv =
+                        QuantI8 { ablate, ..QuantI8::for_problem(qt, odt, 4096, mt, Some(32)).stream_with(32, true) };
                     push(mv.key(), mv.source());
                 }
             }
