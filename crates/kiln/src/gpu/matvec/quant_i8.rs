@@ -398,18 +398,19 @@ impl QuantI8 {
 }
 
 /// Where run t's two planes (`xa(t)`, `xa(t) + 1`) and scale (`sa(t)`) sit in workgroup memory: a
-/// pad slot after every 4 runs' planes and every 16 runs' scales, so that the runs a subgroup's lanes
-/// read at once (every 4th run in Q4_K, every 2nd in Q8_0 and Q4_0, pairs 8 apart in Q6_K) fall in
-/// different banks. Unpadded, all 32 lanes of a Q4_K plane read hit the same 4 of 32 banks (Q6_K: 16
-/// lanes a bank quad; 8 with the pads). Without reading x's runs at all, an H200 took a streamed Q4_K
-/// 14336 x 4096 product from memory in 18.1 us instead of 22.2 (docs/PERFORMANCE.md, the fourteenth
-/// session). From `qx.rs` (storage) the runs are unpadded.
+/// pad slot after every 8 runs' planes and every 16 runs' scales, so that the runs a subgroup's 32
+/// lanes read at once (every 4th run in Q4_K, every 2nd in Q8_0 and Q4_0, pairs 8 apart in Q6_K)
+/// spread evenly over the banks (4 lanes a bank quad for the planes, the fewest 16-byte reads allow;
+/// 2 lanes a bank pair for the scales). Unpadded, all 32 lanes of a Q4_K plane read hit the same 4
+/// of 32 banks (Q6_K: 16 lanes a bank quad). Without reading x's runs at all, an H200 took a streamed
+/// Q4_K 14336 x 4096 product from memory in 18.1 us instead of 22.2 (docs/PERFORMANCE.md, the
+/// fourteenth session). From `qx.rs` (storage) the runs are unpadded.
 const LOCAL_SLOTS: &str =
-    "fn xa(t: u32) -> u32 { return 2u * t + (t >> 2u); }\nfn sa(t: u32) -> u32 { return t + (t >> 4u); }\n";
+    "fn xa(t: u32) -> u32 { return 2u * t + (t >> 3u); }\nfn sa(t: u32) -> u32 { return t + (t >> 4u); }\n";
 
 /// Vec4 slots of `slots` runs' two planes, padded (`LOCAL_SLOTS`).
 fn local_planes(slots: usize) -> usize {
-    2 * slots + slots / 4 + 2
+    2 * slots + slots / 8 + 2
 }
 
 /// Vec2 slots of `slots` runs' scales, padded (`LOCAL_SLOTS`).
