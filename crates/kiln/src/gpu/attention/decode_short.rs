@@ -5,6 +5,7 @@
 //! one reads every key row at once, takes the softmax over the whole row in workgroup memory, then
 //! every value row at once, and writes the final row: no partial rows, no second pass.
 
+use super::decode_tile::half_words;
 use super::emit::{lines, store_fns, ROWS};
 use super::params::AttnParams;
 use crate::gpu::runtime::kernels::render;
@@ -119,18 +120,6 @@ pub(crate) fn short_source(dt: DType, out: DType, c: ShortConfig) -> String {
         "            if (j0 + {}u < tk) {{\n{plain}            }} else {{\n{masked}            }}",
         (u - 1) * c.nr()
     );
-    let cvt = match dt {
-        DType::F16 => {
-            "fn wlo(w: vec4<u32>) -> vec4<f32> { return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)); }\n\
-             fn whi(w: vec4<u32>) -> vec4<f32> { return vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)); }"
-        }
-        _ => {
-            "fn bf2(a: u32, b: u32) -> vec4<f32> { return vec4<f32>(bitcast<f32>(a << 16u), bitcast<f32>(a & 0xffff0000u), \
-             bitcast<f32>(b << 16u), bitcast<f32>(b & 0xffff0000u)); }\n\
-             fn wlo(w: vec4<u32>) -> vec4<f32> { return bf2(w.x, w.y); }\n\
-             fn whi(w: vec4<u32>) -> vec4<f32> { return bf2(w.z, w.w); }"
-        }
-    };
     let n = |x: usize| x.to_string();
     render(
         SHORT,
@@ -148,7 +137,7 @@ pub(crate) fn short_source(dt: DType, out: DType, c: ShortConfig) -> String {
             ("DV4", &n(c.d / 4)),
             ("PARTS", &n(3 * (c.wg / 4))),
             ("SUMS", &n(2 * c.nr() * dw)),
-            ("CVT", cvt),
+            ("CVT", half_words(dt)),
             ("KFIRST", kfirst.trim_end()),
             ("KNEXT", knext.trim_end()),
             ("DOT", dot.trim_end()),

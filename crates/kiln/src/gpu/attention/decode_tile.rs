@@ -168,15 +168,10 @@ pub(super) enum Rows {
     Paged,
 }
 
-/// The pieces of a `tile` kernel that do not depend on where its rows come from or go, as
-/// placeholders of decode_tile.wgsl and paged_tile.wgsl: the workgroup size, the constants and the
-/// dtype's word conversions (tile_consts.wgsl), the first chunk's loads, and the walk
-/// (tile_walk.wgsl: the chunk loop's loads, scores and online softmax, and the merge of the lane
-/// groups' maxima and sums).
-pub(super) fn tile_pieces(dt: DType, c: TileConfig, rows: Rows) -> Vec<(&'static str, String)> {
-    let (r, ch, kpg) = (c.r, c.ch, c.kpg);
-    let ind = "        ";
-    let cvt = match dt {
+/// `wlo`/`whi`: a 16-byte word's 8 f16 or bf16 values (`dt`) as two vec4s, for the `tile` and `short`
+/// kernels, which read key and value rows in such words.
+pub(super) fn half_words(dt: DType) -> &'static str {
+    match dt {
         DType::F16 => {
             "fn wlo(w: vec4<u32>) -> vec4<f32> { return vec4<f32>(unpack2x16float(w.x), unpack2x16float(w.y)); }\n\
              fn whi(w: vec4<u32>) -> vec4<f32> { return vec4<f32>(unpack2x16float(w.z), unpack2x16float(w.w)); }"
@@ -187,7 +182,18 @@ pub(super) fn tile_pieces(dt: DType, c: TileConfig, rows: Rows) -> Vec<(&'static
              fn wlo(w: vec4<u32>) -> vec4<f32> { return bf2(w.x, w.y); }\n\
              fn whi(w: vec4<u32>) -> vec4<f32> { return bf2(w.z, w.w); }"
         }
-    };
+    }
+}
+
+/// The pieces of a `tile` kernel that do not depend on where its rows come from or go, as
+/// placeholders of decode_tile.wgsl and paged_tile.wgsl: the workgroup size, the constants and the
+/// dtype's word conversions (tile_consts.wgsl), the first chunk's loads, and the walk
+/// (tile_walk.wgsl: the chunk loop's loads, scores and online softmax, and the merge of the lane
+/// groups' maxima and sums).
+pub(super) fn tile_pieces(dt: DType, c: TileConfig, rows: Rows) -> Vec<(&'static str, String)> {
+    let (r, ch, kpg) = (c.r, c.ch, c.kpg);
+    let ind = "        ";
+    let cvt = half_words(dt);
     let pairs = || (0..kpg).flat_map(|i| (0..ch).map(move |n| (i, n)));
     // Key i of the lane's group in the chunk from c0; rows past the split's end read its last row.
     let word = |buf: &str, base: &str, st: &str, key: &str, n: usize| match rows {
