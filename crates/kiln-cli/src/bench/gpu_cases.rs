@@ -91,6 +91,29 @@ fn binary(
     })
 }
 
+/// [`decode_in`] in bf16 with the keys and values read from memory: each call takes the next of
+/// enough copies of them (`DRAM_BYTES`) that none is still in L2; the other decode rows re-read one
+/// cache, which stays in a large GPU's L2.
+fn decode_dram((hq, hkv): (usize, usize), len: usize, d: usize) -> Case {
+    let dt = DType::BF16;
+    let cache = dt.size_in_bytes() * 2 * hkv * len * d;
+    let bytes = (cache + dt.size_in_bytes() * 2 * hq * d) as f64;
+    let copies = super::quant_cases::DRAM_BYTES.div_ceil(cache);
+    let shape = format!("1x{hq}/{hkv}x1x{d} kv {len}, {copies} copies");
+    case(format!("sdpa_decode_bf16_d{d}_kv{len}_dram"), shape, dt, Bound::Memory, Some(bytes), None, move |inp| {
+        let q = inp.randn((1, hq, 1, d), dt, SEED_A)?;
+        let kvs = (0..copies as u64)
+            .map(|i| Ok((inp.randn((1, hkv, len, d), dt, SEED_B + i)?, inp.randn((1, hkv, len, d), dt, SEED_C + i)?)))
+            .collect::<kiln::Result<Vec<_>>>()?;
+        let next = std::cell::Cell::new(0usize);
+        Ok(Box::new(move || {
+            let i = next.get();
+            next.set((i + 1) % kvs.len());
+            q.sdpa_with(&kvs[i].0, &kvs[i].1, SdpaOptions::default())
+        }) as Op)
+    })
+}
+
 /// A reduction of the square `side x side` input.
 fn reduce(name: &str, side: usize, out: usize, f: fn(&Tensor) -> kiln::Result<Tensor>) -> Case {
     let bytes = F32 * (side * side + out) as f64;
@@ -215,6 +238,10 @@ pub fn all(quick: bool) -> Vec<Case> {
     // 4096 and 32768 keys in the full set).
     for len in [s.cache / 16, s.cache / 2, s.cache * 4] {
         v.push(decode_in(format!("sdpa_decode_bf16_d128_kv{len}"), DType::BF16, 1, s.heads, len, 128));
+    }
+    // The 512-key step with its keys and values read from memory, as in a model's decode step.
+    if !quick {
+        v.push(decode_dram(s.heads, s.cache / 16, 128));
     }
     // The same steps at the longest context with a soft cap, and with a window of an eighth of it.
     let (len, capped) = (s.cache * 4, SdpaOptions { causal: true, softcap: Some(50.0), ..SdpaOptions::default() });

@@ -48,7 +48,7 @@ pub fn all(quick: bool, gpu: bool) -> Vec<Case> {
 /// Bytes of weight copies a `_dram` case cycles through: three times a large GPU's L2 (50 MB on
 /// an H100/H200), so that each call reads its weight from memory, as a decode step does (the rows
 /// above re-read one weight, which stays in L2 when it fits).
-const DRAM_BYTES: usize = 150 << 20;
+pub(super) const DRAM_BYTES: usize = 150 << 20;
 
 /// The decode step's quantized products (bf16 x) with the weight read from DRAM: each call takes
 /// the next of enough copies of the weight that none is still in L2.

@@ -34,6 +34,8 @@ pub(crate) struct ShortConfig {
     wg: usize,
     /// Value rows an invocation requests at once.
     u: usize,
+    /// Whether a word of each of the first value rows is requested at the start (`KILN_DECODE_VTOUCH`).
+    touch: bool,
 }
 
 impl ShortConfig {
@@ -56,8 +58,14 @@ impl ShortConfig {
         16 * self.d / 4 + 4 * SHORT_KEYS + 4 * 3 * (self.wg / 4) + 32 * self.nr() * self.dw()
     }
 
+    /// This variant with the first value rows touched at the start or not (the catalog has both).
+    pub(super) fn with_touch(self, touch: bool) -> ShortConfig {
+        ShortConfig { touch, ..self }
+    }
+
     pub(super) fn key(self) -> String {
-        format!("short:{}:w{}:u{}", self.d, self.wg, self.u)
+        let t = if self.touch { ":t" } else { "" };
+        format!("short:{}:w{}:u{}{t}", self.d, self.wg, self.u)
     }
 }
 
@@ -76,12 +84,19 @@ pub(crate) fn short_config(
     if tq != 1 || tk == 0 || tk > SHORT_KEYS || d != dv || d == 0 || !d.is_multiple_of(8) || d > 256 || sg_min < 4 {
         return None;
     }
-    let mut c = ShortConfig { d, wg: super::decode_tile::workgroup_or(WG, max_wg).max(d / 8), u: 0 };
+    let mut c = ShortConfig { d, wg: super::decode_tile::workgroup_or(WG, max_wg).max(d / 8), u: 0, touch: touch() };
     while c.wg > 64 && c.bytes() > limit.min(BUDGET) {
         c.wg /= 2;
     }
     c.u = SHORT_KEYS.div_ceil(c.nr()).clamp(1, UMAX);
     (c.bytes() <= limit.min(BUDGET) && c.wg >= c.dw()).then_some(c)
+}
+
+/// `KILN_DECODE_VTOUCH` (default on): whether the kernel requests a word of each of its first value
+/// rows at the start, so that they come from memory while the scores and the softmax run.
+fn touch() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| crate::settings::DECODE_VTOUCH.is_not_zero())
 }
 
 /// The `short` decode kernel for storage dtype `dt` (f16 or bf16), final output dtype `out`.
@@ -107,6 +122,17 @@ pub(crate) fn short_source(dt: DType, out: DType, c: ShortConfig) -> String {
     let at = |j: &str, i: usize| format!("in2[vb + min({j} + {}u, tk - 1u) * vst]", i * c.nr());
     let vfirst = lines(0..u, |i| format!("    var v{i} = {};", at("kr", i)));
     let vnext = lines(0..u, |i| format!("            v{i} = {};", at("j0", i)));
+    // The touched words are used once, after the last barrier, where waiting on them costs nothing
+    // (they are long back): a condition that never holds (tk >= 1) keeps the loads alive.
+    let (vtouch, vtouched) = if c.touch {
+        let ors = (0..u).map(|i| format!("vt{i}")).collect::<Vec<_>>().join(" | ");
+        (
+            lines(0..u, |i| format!("    let vt{i} = in2[vb + min(kr + {}u, tk - 1u) * vst].x;", i * c.nr())),
+            format!("    if (tk == 0u && ({ors}) == 1u) {{ return; }}\n"),
+        )
+    } else {
+        (String::new(), String::new())
+    };
     let plain = lines(0..u, |i| {
         format!("                {{ let pj = sc[j0 + {0}u]; oa += pj * wlo(v{i}); ob += pj * whi(v{i}); }}", i * c.nr())
     });
@@ -144,6 +170,8 @@ pub(crate) fn short_source(dt: DType, out: DType, c: ShortConfig) -> String {
             ("VFIRST", vfirst.trim_end()),
             ("VSUM", &vsum),
             ("VNEXT", vnext.trim_end()),
+            ("VTOUCH", vtouch.trim_end()),
+            ("VTOUCHED", vtouched.trim_end()),
         ],
     )
 }

@@ -10,6 +10,10 @@
 //   3. values: an invocation owns word w = t % DW of the value rows (8 columns) for the keys kr,
 //      kr + NR, .. (kr = t / DW, NR ranges), U rows requested at once (the first U before phase 2),
 //      so a subgroup reads whole consecutive rows; the NR ranges' sums meet in workgroup memory.
+//      With TOUCH, one 4-byte word of each of those first U words is requested at the very start,
+//      beside the first key row, so that the value rows are on their way from memory (into the
+//      caches) while the scores and the softmax run: a word a row costs one register, where the
+//      whole words (U of 16 bytes) would take the kernel past its registers.
 // The row's output is written once (finish, rows.wgsl: NaN when a score is NaN). A key whose weight
 // underflowed to 0 still adds 0 * v (a NaN value poisons the row, as on the CPU); the keys past tk
 // that fill a range's last batch add nothing.
@@ -53,6 +57,10 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     // This invocation's first key row, requested before the query (tk >= 1).
     var kr0 = kw0 + min(t, tk - 1u) * kst;
 {{KFIRST}}
+    // Phase 3's place: word w of the value rows kr, kr + NR, ..
+    let w = t % DW; let kr = t / DW;
+    let vb = vw0 + w;
+{{VTOUCH}}
     for (var e = t; e < d; e += WG) {
         qs[e / 4u][e % 4u] = ld0(p.q_off + b * p.q_sb + h * p.q_sh + e * p.q_se) * p.scale;
     }
@@ -72,8 +80,6 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
         mloc = max(mloc, select(-inf_f32(), s, s > -inf_f32()));
     }
     // The first batch of value rows, requested before the max.
-    let w = t % DW; let kr = t / DW;
-    let vb = vw0 + w;
 {{VFIRST}}
     // 2. The max and NaN flag across subgroups, then the weights and their sum.
     let sgm = subgroupMax(mloc); let sgb = subgroupMax(select(0.0, 1.0, badl));
@@ -107,6 +113,7 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
     workgroupBarrier();
     var l = 0.0;
     for (var i = 0u; i < nsg; i++) { l += part[2u * NSG + i]; }
+{{VTOUCHED}}
     let grow = b * p.hq + h;
     for (var e = t; e < dv / 4u; e += WG) {
         let wd = e / 2u; let hf = e % 2u;

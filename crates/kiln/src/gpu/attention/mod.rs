@@ -343,8 +343,10 @@ pub(crate) fn catalog() -> Vec<(String, String)> {
             for (d, w, limit) in [(64, 8, 32 * 1024), (128, 32, 32 * 1024), (128, 32, 16 * 1024), (256, 32, 32 * 1024)]
             {
                 let c = short_config([1, 512, d, d], w, limit, 1024).expect("short decode fits");
-                for &o in outs {
-                    out.push((DecodeVariant::Short(c).key(dt, o), short_source(dt, o, c)));
+                for c in [c.with_touch(true), c.with_touch(false)] {
+                    for &o in outs {
+                        out.push((DecodeVariant::Short(c).key(dt, o), short_source(dt, o, c)));
+                    }
                 }
             }
         }
