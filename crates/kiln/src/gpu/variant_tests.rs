@@ -438,7 +438,8 @@ fn quant_matvec_streamed_grids() {
     let Some(dev) = gpu() else { return };
     let cpu = Device::cpu();
     for qt in QuantType::ALL.into_iter().filter(|&q| has_units(q)) {
-        for (n, k, m, dt) in [(200, 512, 1, DType::BF16), (133, 2304, 3, DType::F32)] {
+        // Short rows take 2 weight rows a set (`stream_rows`), the long one 4.
+        for (n, k, m, dt) in [(200, 512, 1, DType::BF16), (133, 2304, 3, DType::F32), (68, 4608, 1, DType::BF16)] {
             let wv = values(n * k, 7, false, false);
             let w = QTensor::quantize(&Tensor::from_vec(wv, (n, k), &cpu).unwrap(), qt).unwrap();
             let wg = w.to_device(&dev).unwrap();

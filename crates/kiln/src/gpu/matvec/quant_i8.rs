@@ -161,10 +161,10 @@ impl QuantI8 {
         }
     }
 
-    /// The streamed kernel (`quant_i8_stream.wgsl`) for `n` weight rows and one row of x, where
-    /// subgroups have the one size `sg` (a set is one subgroup, summed by subgroupAdd alone), n
-    /// reaches `KILN_QMV_STREAM`, `KILN_QMV_GRID` is not 0 and subgroupAdd is not switched off: 4
-    /// weight rows a set (`KILN_QMV_C` overrides), each unit's words requested a step ahead but in
+    /// The streamed kernel (`quant_i8_stream.wgsl`) for `n` weight rows of `k` values and one row of
+    /// x, where subgroups have the one size `sg` (a set is one subgroup, summed by subgroupAdd alone),
+    /// n reaches `KILN_QMV_STREAM`, `KILN_QMV_GRID` is not 0 and subgroupAdd is not switched off: 4
+    /// weight rows a set, 2 for short products (`stream_rows`; `KILN_QMV_C` overrides), each unit's words requested a step ahead but in
     /// Q6_K, whose three words and scale a row would take the kernel past 128 registers (152 on an
     /// H200: one workgroup an SM; 128 without). Its workgroups each make x's runs once, then stream
     /// their rows; the one-pass kernel makes them once per group of rows. An 8B Q4_K_M decode on an
@@ -172,21 +172,22 @@ impl QuantI8 {
     /// favour; single runs vary by 5-8%. Q8_0, one run: +6% at context 512, -2% at 4096;
     /// docs/PERFORMANCE.md, the thirteenth session), though its products timed alone are no faster
     /// (weights from memory: level in Q4_K, 5% slower in Q6_K; from L2: up to 15% slower).
-    pub(crate) fn streamed(self, sg: Option<u32>, n: usize) -> QuantI8 {
+    pub(crate) fn streamed(self, sg: Option<u32>, n: usize, k: usize) -> QuantI8 {
         let o = overrides();
         let (grid, from, rows, prefetch) = grid();
         match sg {
             Some(s) if grid > 0 && n >= from && (self.mt == 1 || rows) && o.sg && s.is_power_of_two() && s <= 256 => {
-                self.stream_with(s, prefetch.unwrap_or(self.qt != QuantType::Q6K))
+                self.stream_with(s, prefetch.unwrap_or(self.qt != QuantType::Q6K), stream_rows(self.qt, n, k, s))
             }
             _ => self,
         }
     }
 
-    /// This kernel streamed, a set being one subgroup of `sg` lanes.
-    fn stream_with(self, sg: u32, prefetch: bool) -> QuantI8 {
+    /// This kernel streamed, a set being one subgroup of `sg` lanes, `c` weight rows a set unless
+    /// `KILN_QMV_C` says otherwise.
+    fn stream_with(self, sg: u32, prefetch: bool, c: u32) -> QuantI8 {
         let o = overrides();
-        let c = o.c.unwrap_or(4).min(16 / self.mt).max(2);
+        let c = o.c.unwrap_or(c).min(16 / self.mt).max(2);
         QuantI8 { stream: true, prefetch, ln: sg, c, sg: true, ablate: o.ablate, ..self }
     }
 
@@ -397,6 +398,24 @@ impl QuantI8 {
     }
 }
 
+/// Weight rows a set of the streamed kernel for an `(n, k)` weight of `qt` and sets of `sg` lanes:
+/// 4, or 2 where 4-row sets would give a grid under one workgroup an SM of a large GPU (132) and a
+/// set's rows take its lanes at most two steps. There the product waits on its loads, not on its
+/// arithmetic: its few workgroups each stream a short row, so twice as many (each making x's runs
+/// from a short x, which costs little) keep twice the loads in flight. On an H200 (8B Q4_K_M decode
+/// profile, docs/PERFORMANCE.md, the fifteenth session): the attention output (Q4_K 4096 x 4096,
+/// 128 -> 256 workgroups) 499 -> 409 us a token, the Q6_K v rows (1024 x 4096, 32 -> 64) about 425
+/// -> 347 us with the head; where k is long (the down products, 7 steps a set) 2 rows cost 13-15%.
+fn stream_rows(qt: QuantType, n: usize, k: usize, sg: u32) -> u32 {
+    let sets = (256 / sg) as usize;
+    let steps = (k / unit_shape(qt).0 as usize).div_ceil(sg as usize);
+    if n.div_ceil(4 * sets) < 132 && steps <= 2 {
+        2
+    } else {
+        4
+    }
+}
+
 /// Where run t's two planes (`xa(t)`, `xa(t) + 1`) and scale (`sa(t)`) sit in workgroup memory: a
 /// pad slot after every 8 runs' planes and every 16 runs' scales, so that the runs a subgroup's 32
 /// lanes read at once (every 4th run in Q4_K, every 2nd in Q8_0 and Q4_0, pairs 8 apart in Q6_K)
@@ -471,7 +490,7 @@ pub(crate) fn catalog(push: &mut impl FnMut(String, String)) {
                     push(mv.key(), mv.source());
                 }
                 for prefetch in [true, false] {
-                    let mv = QuantI8::for_problem(qt, odt, 4096, mt, Some(32)).stream_with(32, prefetch);
+                    let mv = QuantI8::for_problem(qt, odt, 4096, mt, Some(32)).stream_with(32, prefetch, 4);
                     push(mv.key(), mv.source());
                 }
                 // The ablations (`KILN_QMV_ABLATE`), so that each keeps compiling.
@@ -479,8 +498,10 @@ pub(crate) fn catalog(push: &mut impl FnMut(String, String)) {
                     .into_iter()
                     .filter(|_| odt == DType::F32)
                 {
-                    let mv =
-                        QuantI8 { ablate, ..QuantI8::for_problem(qt, odt, 4096, mt, Some(32)).stream_with(32, true) };
+                    let mv = QuantI8 {
+                        ablate,
+                        ..QuantI8::for_problem(qt, odt, 4096, mt, Some(32)).stream_with(32, true, 4)
+                    };
                     push(mv.key(), mv.source());
                 }
             }
@@ -491,8 +512,11 @@ pub(crate) fn catalog(push: &mut impl FnMut(String, String)) {
                     let x = XFrom::Local { xdt, pro, kcap: 4096 };
                     let mv = QuantI8 { add, x, ..QuantI8::for_problem(qt, xdt, 4096, 1, sg) };
                     push(mv.key(), mv.source());
-                    let st = QuantI8 { add: !add, ..mv }.stream_with(32, qt != QuantType::Q6K);
-                    push(st.key(), st.source());
+                    // 4 weight rows a set, and 2 (`stream_rows`: short products).
+                    for c in [4, 2] {
+                        let st = QuantI8 { add: !add, ..mv }.stream_with(32, qt != QuantType::Q6K, c);
+                        push(st.key(), st.source());
+                    }
                 }
             }
         }
@@ -527,7 +551,7 @@ pub(crate) fn qmatmul_i8(
     let (sg_min, sg_max) = ctx.summary.subgroup_size;
     let sg_fixed = (sg_on && sg_min == sg_max).then_some(sg_max);
     let mut mv = QuantI8 { add: add.is_some(), ..QuantI8::for_problem(qt, odt, n, m, sg_on.then_some(sg_max)) }
-        .streamed(sg_fixed, n);
+        .streamed(sg_fixed, n, k);
     let local = QuantI8 { x: XFrom::Local { xdt: x.dtype, pro: pro.pro, kcap: k.next_multiple_of(1024) as u32 }, ..mv };
     let runs;
     let mut bufs = vec![];
