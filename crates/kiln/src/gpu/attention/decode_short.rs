@@ -124,37 +124,15 @@ pub(crate) fn short_source(dt: DType, out: DType, c: ShortConfig) -> String {
     let vnext = lines(0..u, |i| format!("            v{i} = {};", at("j0", i)));
     // The touched words are used once, after the last barrier, where waiting on them costs nothing
     // (they are long back): a condition that never holds (tk >= 1) keeps the loads alive.
-    // The second round's key rows (one word a 32-byte sector; head sizes up to 128, one chunk) and
-    // the second batch's value rows are touched only where the keys reach them (uniform branches).
-    let ors = |v: &str, n: usize| (0..n).map(|i| format!("{v}{i}")).collect::<Vec<_>>().join(" | ");
-    let never = |v: &str, n: usize, then: &str| format!("    if (tk == 0u && ({}) == 1u) {{ {then} }}\n", ors(v, n));
-    let (mut vtouch, mut ktouched, mut vmid, mut vtouched) =
-        (String::new(), String::new(), String::new(), String::new());
-    if c.touch {
-        vtouch = lines(0..u, |i| format!("    let vt{i} = in2[vb + min(kr + {}u, tk - 1u) * vst].x;", i * c.nr()));
-        vmid = never("vt", u, "badl = true;");
-        if dw <= KCHUNK && c.wg < SHORT_KEYS {
-            let sectors = dw.div_ceil(2);
-            vtouch += &lines(0..sectors, |i| format!("    var kt{i} = 0u;"));
-            vtouch += &format!(
-                "    if (tk > WG) {{\n{}    }}\n",
-                lines(0..sectors, |i| {
-                    format!("        kt{i} = in1[kw0 + min(t + WG, tk - 1u) * kst + {}u].x;", 2 * i)
-                })
-            );
-            ktouched = never("kt", sectors, "badl = true;");
-        }
-        if c.nr() * u < SHORT_KEYS {
-            vmid += &lines(0..u, |i| format!("    var vu{i} = 0u;"));
-            vmid += &format!(
-                "    if (tk > NR * U) {{\n{}    }}\n",
-                lines(0..u, |i| {
-                    format!("        vu{i} = in2[vb + min(kr + {}u, tk - 1u) * vst].x;", (u + i) * c.nr())
-                })
-            );
-            vtouched = never("vu", u, "return;");
-        }
-    }
+    let (vtouch, vtouched) = if c.touch {
+        let ors = (0..u).map(|i| format!("vt{i}")).collect::<Vec<_>>().join(" | ");
+        (
+            lines(0..u, |i| format!("    let vt{i} = in2[vb + min(kr + {}u, tk - 1u) * vst].x;", i * c.nr())),
+            format!("    if (tk == 0u && ({ors}) == 1u) {{ return; }}\n"),
+        )
+    } else {
+        (String::new(), String::new())
+    };
     let plain = lines(0..u, |i| {
         format!("                {{ let pj = sc[j0 + {0}u]; oa += pj * wlo(v{i}); ob += pj * whi(v{i}); }}", i * c.nr())
     });
@@ -193,8 +171,6 @@ pub(crate) fn short_source(dt: DType, out: DType, c: ShortConfig) -> String {
             ("VSUM", &vsum),
             ("VNEXT", vnext.trim_end()),
             ("VTOUCH", vtouch.trim_end()),
-            ("KTOUCHED", ktouched.trim_end()),
-            ("VMID", vmid.trim_end()),
             ("VTOUCHED", vtouched.trim_end()),
         ],
     )

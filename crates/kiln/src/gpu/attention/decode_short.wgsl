@@ -13,10 +13,7 @@
 //      With TOUCH, one 4-byte word of each of those first U words is requested at the very start,
 //      beside the first key row, so that the value rows are on their way from memory (into the
 //      caches) while the scores and the softmax run: a word a row costs one register, where the
-//      whole words (U of 16 bytes) would take the kernel past its registers. Past WG keys (a second
-//      round of key rows) a word of each 32-byte sector of the second key row is requested at the
-//      start too, and past NR * U keys (a second batch of value rows) a word of each of them is
-//      requested with the first batch, so that no round waits on memory alone.
+//      whole words (U of 16 bytes) would take the kernel past its registers.
 // The row's output is written once (finish, rows.wgsl: NaN when a score is NaN). A key whose weight
 // underflowed to 0 still adds 0 * v (a NaN value poisons the row, as on the CPU); the keys past tk
 // that fill a range's last batch add nothing.
@@ -82,10 +79,8 @@ fn main(@builtin(local_invocation_index) t: u32, @builtin(workgroup_id) wid: vec
         badl = badl || is_nan(s);
         mloc = max(mloc, select(-inf_f32(), s, s > -inf_f32()));
     }
-{{KTOUCHED}}
     // The first batch of value rows, requested before the max.
 {{VFIRST}}
-{{VMID}}
     // 2. The max and NaN flag across subgroups, then the weights and their sum.
     let sgm = subgroupMax(mloc); let sgb = subgroupMax(select(0.0, 1.0, badl));
     if (sgi == 0u) { part[t / sgs] = sgm; part[NSG + t / sgs] = sgb; }
