@@ -164,9 +164,9 @@ impl QuantI8 {
     /// The streamed kernel (`quant_i8_stream.wgsl`) for `n` weight rows of `k` values and one row of
     /// x, where subgroups have the one size `sg` (a set is one subgroup, summed by subgroupAdd alone),
     /// n reaches `KILN_QMV_STREAM`, `KILN_QMV_GRID` is not 0 and subgroupAdd is not switched off: 4
-    /// weight rows a set, 2 for short products (`stream_rows`; `KILN_QMV_C` overrides), each unit's words requested a step ahead but in
-    /// Q6_K, whose three words and scale a row would take the kernel past 128 registers (152 on an
-    /// H200: one workgroup an SM; 128 without). Its workgroups each make x's runs once, then stream
+    /// weight rows a set, 2 for short products (`stream_rows`; `KILN_QMV_C` overrides), each unit's
+    /// words requested a step ahead but in Q6_K, whose three words and scale a row would take the
+    /// kernel past 128 registers (152 on an H200: one workgroup an SM; 128 without). Its workgroups each make x's runs once, then stream
     /// their rows; the one-pass kernel makes them once per group of rows. An 8B Q4_K_M decode on an
     /// H200 ran 1.10x as many tokens/s with it (four interleaved pairs of runs, each pair in its
     /// favour; single runs vary by 5-8%. Q8_0, one run: +6% at context 512, -2% at 4096;
@@ -403,9 +403,10 @@ impl QuantI8 {
 /// set's rows take its lanes at most two steps. There the product waits on its loads, not on its
 /// arithmetic: its few workgroups each stream a short row, so twice as many (each making x's runs
 /// from a short x, which costs little) keep twice the loads in flight. On an H200 (8B Q4_K_M decode
-/// profile, docs/PERFORMANCE.md, the fifteenth session): the attention output (Q4_K 4096 x 4096,
-/// 128 -> 256 workgroups) 499 -> 409 us a token, the Q6_K v rows (1024 x 4096, 32 -> 64) about 425
-/// -> 347 us with the head; where k is long (the down products, 7 steps a set) 2 rows cost 13-15%.
+/// profile, three interleaved pairs; docs/PERFORMANCE.md, the fifteenth session): the attention
+/// output (Q4_K 4096 x 4096, 128 -> 256 workgroups) 509 -> 418-427 us a token, the Q6_K v rows
+/// (1024 x 4096, 32 -> 64) with the head 429 -> 358-362, the token 4445 -> 4275 us (-3.8%); where k
+/// is long (the down products, 7 steps a set) 2 rows cost 13-15%.
 fn stream_rows(qt: QuantType, n: usize, k: usize, sg: u32) -> u32 {
     let sets = (256 / sg) as usize;
     let steps = (k / unit_shape(qt).0 as usize).div_ceil(sg as usize);
