@@ -105,12 +105,7 @@ fn decode_dram((hq, hkv): (usize, usize), len: usize, d: usize) -> Case {
         let kvs = (0..copies as u64)
             .map(|i| Ok((inp.randn((1, hkv, len, d), dt, SEED_B + i)?, inp.randn((1, hkv, len, d), dt, SEED_C + i)?)))
             .collect::<kiln::Result<Vec<_>>>()?;
-        let next = std::cell::Cell::new(0usize);
-        Ok(Box::new(move || {
-            let i = next.get();
-            next.set((i + 1) % kvs.len());
-            q.sdpa_with(&kvs[i].0, &kvs[i].1, SdpaOptions::default())
-        }) as Op)
+        Ok(super::quant_cases::cycling(kvs, move |(k, v)| q.sdpa_with(k, v, SdpaOptions::default())))
     })
 }
 

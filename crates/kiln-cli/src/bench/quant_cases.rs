@@ -7,7 +7,7 @@
 
 use super::builders::{case, Bound, Case, Op, SEED_A, SEED_B};
 use kiln::quant::{QTensor, QuantType};
-use kiln::DType;
+use kiln::{DType, Tensor};
 
 /// The cases: full-size shapes (an attention projection, the MLP's up and down projections of
 /// Llama 3 8B), or small ones for `--quick`; f32 input, and bf16 input (read and written by the
@@ -50,6 +50,17 @@ pub fn all(quick: bool, gpu: bool) -> Vec<Case> {
 /// above re-read one weight, which stays in L2 when it fits).
 pub(super) const DRAM_BYTES: usize = 150 << 20;
 
+/// An op that applies `f` to the next of `copies` at each call (a `_dram` case's rotation through
+/// copies of its operand that do not fit in L2 together).
+pub(super) fn cycling<T: 'static>(copies: Vec<T>, f: impl Fn(&T) -> kiln::Result<Tensor> + 'static) -> Op {
+    let next = std::cell::Cell::new(0usize);
+    Box::new(move || {
+        let i = next.get();
+        next.set((i + 1) % copies.len());
+        f(&copies[i])
+    })
+}
+
 /// The decode step's quantized products (bf16 x) with the weight read from DRAM: each call takes
 /// the next of enough copies of the weight that none is still in L2.
 fn dram_cases() -> Vec<Case> {
@@ -74,12 +85,7 @@ fn dram_cases() -> Vec<Case> {
                         .map(|_| QTensor::from_raw(&raw, qt, (n, k), w.device()))
                         .collect::<kiln::Result<Vec<_>>>()?;
                     let x = inp.randn((1, k), DType::BF16, SEED_A)?;
-                    let next = std::cell::Cell::new(0usize);
-                    Ok(Box::new(move || {
-                        let i = next.get();
-                        next.set((i + 1) % ws.len());
-                        x.qlinear(&ws[i], None)
-                    }) as Op)
+                    Ok(cycling(ws, move |w| x.qlinear(w, None)))
                 },
             )
         })
