@@ -599,7 +599,9 @@ impl Model {
 
     /// Layer `l`'s attention block over one sequence's rows `x` `(t, hidden)` with its contiguous
     /// cache `kv` and the rows' rope tables `(cos, sin)`: `(t, heads * head_dim)`. On the fused path a
-    /// stacked q/k/v takes the norm in the product's kernel and rope plus the cache append in one more.
+    /// stacked q/k/v takes the norm in the product's kernel and rope plus the cache append in one more;
+    /// quantized q/k/v weights (stacked or apart) of one row take rope and the append in the
+    /// product's kernels too (`KvCache::qlinear_append_rope`).
     fn attention_cached(
         &self,
         l: usize,
@@ -611,14 +613,17 @@ impl Model {
     ) -> Result<Tensor> {
         let cfg = &self.config;
         let (t, hd, nh, nkv, eps) = (x.dims()[0], cfg.head_dim, cfg.num_heads, cfg.num_kv_heads, cfg.rms_norm_eps);
+        let norm = LinearInput::RmsNorm { weight: &layer.attn_norm, eps };
         let (q, k, v) = match &layer.qkv {
+            Fused::One(Linear { w: Weight::Quant(w), b: None }) if fused => {
+                kv.qlinear_append_rope(x, &[w], norm, nh, nkv, cos, sin)?
+            }
             Fused::One(lin) if fused => {
                 kv.append_rope(&lin.forward_norm(x, &layer.attn_norm, eps)?, nh, nkv, cos, sin)?
             }
             Fused::Apart(parts) if fused && quant_parts(parts).is_some() => {
                 let ws = quant_parts(parts).expect("checked");
-                let norm = LinearInput::RmsNorm { weight: &layer.attn_norm, eps };
-                kv.append_rope(&x.qlinear_fused_cat(&ws, norm)?, nh, nkv, cos, sin)?
+                kv.qlinear_append_rope(x, &ws, norm, nh, nkv, cos, sin)?
             }
             _ => {
                 let (q, k, v) = self.qkv_heads(layer, &x.rms_norm(&layer.attn_norm, eps)?, cos, sin)?;

@@ -205,9 +205,28 @@ pub(crate) trait ExtOps: BackendStorage {
     }
 
     /// `KvCache::append_rope`: splits `a.qkv` into heads, rotates q and k, writes k and v into the
-    /// caches `(1, nkv, max_len, d)` at positions `a.pos..`, and returns q `(t, nh, d)`.
+    /// caches `(1, nkv, max_len, d)` at positions `a.rot.pos..`, and returns q `(t, nh, d)`.
     fn rope_append(
         _a: &RopeAppend<Self>,
+        _k_cache: (&mut Self, &Layout),
+        _v_cache: (&mut Self, &Layout),
+    ) -> Result<Option<Self>> {
+        Ok(None)
+    }
+
+    /// `KvCache::qlinear_append_rope`: [`ExtOps::qmatmul_fused_cat`] of one row of x (`l`) whose
+    /// output row, the stacked q/k/v of one position, goes where [`ExtOps::rope_append`] puts it:
+    /// q rotated into the returned `(1, nh, d)`, k rotated and v as they are into the caches at
+    /// position `rot.pos`. `Ok(None)` where the backend has no such kernel for these operands: the
+    /// caller runs the product, then `rope_append`.
+    #[allow(clippy::too_many_arguments)]
+    fn qmatmul_rope_append(
+        &self,
+        _l: &Layout,
+        _ws: &[(&Self, QuantType, usize)],
+        _k: usize,
+        _pro: &Prologue<Self>,
+        _rot: &Rotary<Self>,
         _k_cache: (&mut Self, &Layout),
         _v_cache: (&mut Self, &Layout),
     ) -> Result<Option<Self>> {
@@ -245,11 +264,17 @@ pub(crate) struct Paged<'a, S> {
     pub window: Option<usize>,
 }
 
-/// The operands of [`ExtOps::rope_append`]: `t` rows of the stacked q/k/v product `(t, (nh + 2 nkv) d)`,
-/// the half-split cos and sin tables `(t, d / 2)` of its dtype, the heads, and the caches' write
-/// position and length.
+/// The operands of [`ExtOps::rope_append`]: `t` rows of the stacked q/k/v product `(t, (nh + 2 nkv) d)`
+/// and where they go.
 pub(crate) struct RopeAppend<'a, S> {
     pub qkv: View<'a, S>,
+    pub rot: Rotary<'a, S>,
+}
+
+/// Where [`ExtOps::rope_append`] and [`ExtOps::qmatmul_rope_append`] put `t` stacked q/k/v rows: the
+/// half-split cos and sin tables `(t, d / 2)` of their dtype, the heads, and the caches' write
+/// position and length.
+pub(crate) struct Rotary<'a, S> {
     pub cos: View<'a, S>,
     pub sin: View<'a, S>,
     pub nh: usize,

@@ -8,6 +8,7 @@
 use crate::{Error, Result, Tensor};
 
 mod append_rope;
+mod qlinear_append_rope;
 
 /// Keys `(b, h, t, d)` and values `(b, h, t, dv)` grown along `t` up to `max_len`.
 pub struct KvCache {

@@ -140,6 +140,8 @@ settings! {
         "1: the streamed integer-dot matvec requests each unit's words one step ahead in every format; 0: in none (a unit's words are requested when it is worked on).";
     QMV_ABLATE = "KILN_QMV_ABLATE", "kiln", default "none",
         "Leaves a part of the streamed integer-dot matvec out, to time the rest (wrong results): `arith` (a unit's words are only XORed together: the loads alone), `scales` (no scale decoding), `x` (no reads of x's runs from workgroup memory) or `prologue` (the workgroup makes no runs of x).";
+    QKV_ROPE = "KILN_QKV_ROPE", "kiln", default "1",
+        "0: a decode step's quantized q/k/v product writes its row, and a second kernel rotates it and appends k and v (`rope_kv`), instead of the product's kernels doing both.";
     CPU_QUANT_SCALAR = "KILN_CPU_QUANT_SCALAR", "kiln", default "0",
         "1: the quantized CPU kernels take the portable scalar path instead of AVX2 or AVX-512.";
     CPU_NO_AVX512 = "KILN_CPU_NO_AVX512", "kiln", default "0",

@@ -2,7 +2,7 @@
 //! storages on different backends give an error naming the op. The extension ops ([`ExtOps`])
 //! forward through [`Backend`], which picks each operand's storage of one backend.
 
-use crate::backend::{BackendStorage, ExtOps, Paged, Prologue, RopeAppend, View};
+use crate::backend::{BackendStorage, ExtOps, Paged, Prologue, RopeAppend, Rotary, View};
 use crate::cpu::alloc::guard;
 use crate::cpu::CpuStorage;
 use crate::fusion::plan::Group;
@@ -385,21 +385,47 @@ impl Storage {
         ) -> Result<Option<Storage>> {
             const OP: &str = "kv_cache_append_rope";
             let vc = (B::pick_mut(OP, vc.0)?, vc.1);
-            let a = RopeAppend {
-                qkv: B::view(OP, a.qkv)?,
-                cos: B::view(OP, a.cos)?,
-                sin: B::view(OP, a.sin)?,
-                nh: a.nh,
-                nkv: a.nkv,
-                d: a.d,
-                pos: a.pos,
-                max_len: a.max_len,
-            };
+            let a = RopeAppend { qkv: B::view(OP, a.qkv)?, rot: B::rotary(OP, &a.rot)? };
             Ok(B::run(OP, || B::rope_append(&a, kc, vc))?.map(B::wrap))
         }
         match self {
             Storage::Cpu(c) => on((c, kcl), v_cache, a),
             Storage::Gpu(c) => on((c, kcl), v_cache, a),
+        }
+    }
+
+    /// [`ExtOps::qmatmul_rope_append`]; `self` is x.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn qmatmul_rope_append(
+        &self,
+        l: &Layout,
+        ws: &[(&Storage, QuantType, usize)],
+        k: usize,
+        pro: &Prologue<Storage>,
+        rot: &Rotary<Storage>,
+        k_cache: (&mut Storage, &Layout),
+        v_cache: (&mut Storage, &Layout),
+    ) -> Result<Option<Storage>> {
+        #[allow(clippy::too_many_arguments)]
+        fn on<B: Backend>(
+            x: &B,
+            l: &Layout,
+            ws: &[(&Storage, QuantType, usize)],
+            k: usize,
+            pro: &Prologue<Storage>,
+            rot: &Rotary<Storage>,
+            kc: (&mut Storage, &Layout),
+            vc: (&mut Storage, &Layout),
+        ) -> Result<Option<Storage>> {
+            const OP: &str = "kv_cache_qlinear_append_rope";
+            let ws = ws.iter().map(|&(w, qt, n)| Ok((B::pick(OP, w)?, qt, n))).collect::<Result<Vec<_>>>()?;
+            let (pro, rot) = (B::prologue(OP, pro)?, B::rotary(OP, rot)?);
+            let (kc, vc) = ((B::pick_mut(OP, kc.0)?, kc.1), (B::pick_mut(OP, vc.0)?, vc.1));
+            Ok(B::run(OP, || x.qmatmul_rope_append(l, &ws, k, &pro, &rot, kc, vc))?.map(B::wrap))
+        }
+        match self {
+            Storage::Cpu(x) => on(x, l, ws, k, pro, rot, k_cache, v_cache),
+            Storage::Gpu(x) => on(x, l, ws, k, pro, rot, k_cache, v_cache),
         }
     }
 
@@ -429,6 +455,11 @@ trait Backend: ExtOps {
 
     fn view<'a>(op: &'static str, (s, l): View<'a, Storage>) -> Result<View<'a, Self>> {
         Ok((Self::pick(op, s)?, l))
+    }
+
+    fn rotary<'a>(op: &'static str, r: &Rotary<'a, Storage>) -> Result<Rotary<'a, Self>> {
+        let (nh, nkv, d, pos, max_len) = (r.nh, r.nkv, r.d, r.pos, r.max_len);
+        Ok(Rotary { cos: Self::view(op, r.cos)?, sin: Self::view(op, r.sin)?, nh, nkv, d, pos, max_len })
     }
 
     fn prologue<'a>(op: &'static str, p: &Prologue<'a, Storage>) -> Result<Prologue<'a, Self>> {

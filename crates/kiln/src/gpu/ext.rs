@@ -9,10 +9,11 @@ use super::dequant::dequantize;
 use super::kv::{rope_kv, RopeKv};
 use super::matvec::dense::{self, MatvecArgs};
 use super::matvec::quant::{self as qk, Addend};
+use super::matvec::quant_i8::{qmatmul_i8, Out, RopeAt};
 use super::pointwise::Pro;
 use super::runtime::storage::At;
 use super::{fused, fused_exprs, GpuStorage};
-use crate::backend::{ExtOps, Paged, Prologue, RopeAppend, View};
+use crate::backend::{ExtOps, Paged, Prologue, RopeAppend, Rotary, View};
 use crate::fusion::plan::Group;
 use crate::quant::QuantType;
 use crate::{DType, Layout, Result};
@@ -26,6 +27,43 @@ fn rows(l: &Layout) -> (usize, usize) {
 /// Whether x and the norm weight lie in whole 16-byte units, as the quantized products read them.
 fn aligned(l: &Layout) -> bool {
     l.is_contiguous() && l.offset().is_multiple_of(16)
+}
+
+/// The op whose kernels the q/k/v product with rope + append runs (`qmatmul_rope_append`).
+const ROPE_OP: &str = "kv_cache_qlinear_append_rope";
+
+/// Whether [`ExtOps::qmatmul_fused_cat`]'s kernels take these operands: up to 8 rows of x aligned
+/// for them, every format with integer dots, even 16-bit output column ranges, 32-bit indices.
+/// `(rows, prologue, output dtype)`: x's dtype, or f32 for f32 x.
+fn cat_plan<'a>(
+    x: &GpuStorage,
+    l: &Layout,
+    ws: &[(&GpuStorage, QuantType, usize)],
+    k: usize,
+    pro: &Prologue<'a, GpuStorage>,
+) -> Option<(usize, qk::Prologue<'a>, DType)> {
+    let (m, kin) = rows(l);
+    let ntot: usize = ws.iter().map(|w| w.2).sum();
+    let wide = x.dtype != DType::F32;
+    if m == 0
+        || m > 8
+        || !aligned(l)
+        || !kin.is_multiple_of(16)
+        || ntot == 0
+        || (m * kin + l.offset()) > u32::MAX as usize
+    {
+        return None;
+    }
+    if ws.iter().any(|&(w, qt, n)| {
+        !super::matvec::quant_i8::applies(qt)
+            || (wide && n % 2 == 1)
+            || n * k > u32::MAX as usize
+            || w.same_ctx("qlinear_fused_cat", x).is_err()
+    }) {
+        return None;
+    }
+    let pro = quant_prologue(pro, kin)?;
+    Some((m, pro, if wide { x.dtype } else { DType::F32 }))
 }
 
 /// The quantized products' form of a prologue over rows of `kin` values; `None` when its norm weight
@@ -163,38 +201,74 @@ impl ExtOps for GpuStorage {
         k: usize,
         pro: &Prologue<Self>,
     ) -> Result<Option<Self>> {
-        let (m, kin) = rows(l);
-        let ntot: usize = ws.iter().map(|w| w.2).sum();
-        let wide = self.dtype != DType::F32;
-        if m == 0
-            || m > 8
-            || !aligned(l)
-            || !kin.is_multiple_of(16)
-            || ntot == 0
-            || (m * kin + l.offset()) > u32::MAX as usize
-        {
-            return Ok(None);
-        }
-        if ws.iter().any(|&(w, qt, n)| {
-            !super::matvec::quant_i8::applies(qt)
-                || (wide && n % 2 == 1)
-                || n * k > u32::MAX as usize
-                || w.same_ctx("qlinear_fused_cat", self).is_err()
-        }) {
-            return Ok(None);
-        }
-        let Some(pro) = quant_prologue(pro, kin) else {
+        let Some((m, pro, odt)) = cat_plan(self, l, ws, k, pro) else {
             return Ok(None);
         };
-        let odt = if wide { self.dtype } else { DType::F32 };
+        let ntot: usize = ws.iter().map(|w| w.2).sum();
         let dst = GpuStorage::alloc(&self.ctx, odt, m * ntot)?;
         let mut off = 0;
         for &(w, qt, n) in ws {
-            let out = super::matvec::quant_i8::Out::Into { buf: &dst, off, stride: ntot };
-            super::matvec::quant_i8::qmatmul_i8(self, l.offset(), w, qt, odt, (n, k, m), None, &pro, out)?;
+            let out = Out::Into { buf: &dst, off, stride: ntot };
+            qmatmul_i8(self, l.offset(), w, qt, odt, (n, k, m), None, &pro, out)?;
             off += n;
         }
         Ok(Some(dst))
+    }
+
+    /// [`Self::qmatmul_fused_cat`] of one row whose kernels rotate their output rows and store k and
+    /// v into the caches (`Out::Rope`): x's dtype throughout (caches and tables too), heads of a
+    /// multiple of 4 values, each weight whole heads, contiguous caches and tables, and room for the
+    /// kernels' nine storage buffers (the parameters' among them). `KILN_QKV_ROPE=0` declines.
+    fn qmatmul_rope_append(
+        &self,
+        l: &Layout,
+        ws: &[(&Self, QuantType, usize)],
+        k: usize,
+        pro: &Prologue<Self>,
+        rot: &Rotary<Self>,
+        (kc, kl): (&mut Self, &Layout),
+        (vc, vl): (&mut Self, &Layout),
+    ) -> Result<Option<Self>> {
+        let Some((m, pro, odt)) = cat_plan(self, l, ws, k, pro) else {
+            return Ok(None);
+        };
+        let ((cos, cl), (sin, sl)) = (rot.cos, rot.sin);
+        let dt = self.dtype;
+        let ours = |s: &Self, sl: &Layout| s.dtype == dt && sl.is_contiguous() && s.same_ctx(ROPE_OP, self).is_ok();
+        let even = |o: usize| dt == DType::F32 || o.is_multiple_of(2);
+        if m != 1
+            || odt != dt
+            || !crate::settings::QKV_ROPE.is_not_zero()
+            || self.ctx.limits.max_storage_buffers_per_shader_stage < 9
+            || !rot.d.is_multiple_of(4)
+            || ws.iter().any(|w| !w.2.is_multiple_of(rot.d))
+            || ![(&*kc, kl), (&*vc, vl), (cos, cl), (sin, sl)].into_iter().all(|(s, sl)| ours(s, sl))
+            || !even(kl.offset())
+            || !even(vl.offset())
+            || kc.len.max(vc.len) > u32::MAX as usize
+        {
+            return Ok(None);
+        }
+        let q = GpuStorage::alloc(&self.ctx, dt, rot.nh * rot.d)?;
+        let mut at = RopeAt {
+            kc,
+            vc,
+            r0: 0,
+            d: rot.d,
+            nh: rot.nh,
+            nkv: rot.nkv,
+            pos: rot.pos,
+            len: rot.max_len,
+            k_off: kl.offset(),
+            v_off: vl.offset(),
+            cos: At { buf: cos, offset: cl.offset() },
+            sin: At { buf: sin, offset: sl.offset() },
+        };
+        for &(w, qt, n) in ws {
+            qmatmul_i8(self, l.offset(), w, qt, odt, (n, k, 1), None, &pro, Out::Rope { q: &q, at: &at })?;
+            at.r0 += n;
+        }
+        Ok(Some(q))
     }
 
     fn sdpa_paged(&self, l: &Layout, k: View<Self>, v: View<Self>, t: &Paged<Self>) -> Result<Self> {
@@ -236,9 +310,9 @@ impl ExtOps for GpuStorage {
         (kc, kl): (&mut Self, &Layout),
         (vc, vl): (&mut Self, &Layout),
     ) -> Result<Option<Self>> {
-        let ((y, yl), (cos, cl), (sin, sl)) = (a.qkv, a.cos, a.sin);
+        let ((y, yl), (cos, cl), (sin, sl), r) = (a.qkv, a.rot.cos, a.rot.sin, &a.rot);
         if !matches!(y.dtype, DType::F32 | DType::F16 | DType::BF16)
-            || !a.d.is_multiple_of(4)
+            || !r.d.is_multiple_of(4)
             || !yl.is_contiguous()
             || !cl.is_contiguous()
             || !sl.is_contiguous()
@@ -250,15 +324,15 @@ impl ExtOps for GpuStorage {
             y_off: yl.offset(),
             row: yl.dims()[1],
             t: yl.dims()[0],
-            nh: a.nh,
-            nkv: a.nkv,
-            d: a.d,
+            nh: r.nh,
+            nkv: r.nkv,
+            d: r.d,
             cos,
             cos_off: cl.offset(),
             sin,
             sin_off: sl.offset(),
-            pos: a.pos,
-            len: a.max_len,
+            pos: r.pos,
+            len: r.max_len,
             k_off: kl.offset(),
             v_off: vl.offset(),
         };

@@ -4,8 +4,9 @@
 //! backend declines, and as the reference.
 
 use super::{KvCache, OP};
-use crate::backend::RopeAppend;
-use crate::{Error, Result, RopeLayout, Tensor};
+use crate::backend::{RopeAppend, Rotary};
+use crate::storage::Storage;
+use crate::{Device, Error, Result, RopeLayout, Tensor};
 
 impl KvCache {
     /// Splits `qkv` (`(t, (nh + 2 nkv) d)`: the q, k and v projections of `t` new positions of one
@@ -69,44 +70,75 @@ impl KvCache {
         sin: &Tensor,
     ) -> Result<Option<(Tensor, Tensor, Tensor)>> {
         let t = qkv.dims()[0];
-        let dt = qkv.dtype();
-        let tab_ok = |c: &Tensor| c.dtype() == dt && c.dims() == [t, d / 2] && c.device() == qkv.device();
-        if t == 0 || !tab_ok(cos) || !tab_ok(sin) || self.len + t > self.max_len {
+        if !self.fused_buffers(t, nkv, d, qkv, (cos, sin))? {
             return Ok(None);
+        }
+        let (ck, cv) = self.buffers.as_ref().expect("made by fused_buffers");
+        let q = {
+            let (ys, cs, ss) = (qkv.storage(), cos.storage(), sin.storage());
+            let (mut kg, mut vg) = (ck.storage_mut(), cv.storage_mut());
+            let rot = self.rotary((&*cs, cos), (&*ss, sin), nh, nkv, d);
+            let args = RopeAppend { qkv: (&*ys, qkv.layout()), rot };
+            kg.rope_append(ck.layout(), (&mut *vg, cv.layout()), &args)?
+        };
+        let Some(q) = q else { return Ok(None) };
+        self.appended(q, t, nh, d, qkv.device()).map(Some)
+    }
+
+    /// Whether `t` positions of `nkv` heads of `d` values in `like`'s dtype and device can be appended
+    /// by a fused op: tables `(t, d / 2)` of that dtype and device, room in the cache, and cache
+    /// buffers of that shape, dtype and device (made here on a first append; if the backend then
+    /// declines, the composed path takes them, and `append_rope` lets them go again if it fails).
+    pub(super) fn fused_buffers(
+        &mut self,
+        t: usize,
+        nkv: usize,
+        d: usize,
+        like: &Tensor,
+        (cos, sin): (&Tensor, &Tensor),
+    ) -> Result<bool> {
+        let dt = like.dtype();
+        let tab_ok = |c: &Tensor| c.dtype() == dt && c.dims() == [t, d / 2] && c.device() == like.device();
+        if t == 0 || !tab_ok(cos) || !tab_ok(sin) || self.len + t > self.max_len {
+            return Ok(false);
         }
         if let Some((ck, cv)) = &self.buffers {
             let want = [1, nkv, self.max_len, d];
             let fits =
-                |c: &Tensor| c.dims() == want && c.dtype() == dt && c.device() == qkv.device() && c.is_contiguous();
-            if !fits(ck) || !fits(cv) {
-                return Ok(None);
-            }
-        } else {
-            // The buffers `append` makes on a first append: if the backend declines, the composed
-            // path takes them (and `append_rope` lets them go again if that path fails).
-            let ck = Tensor::zeros((1, nkv, self.max_len, d), dt, qkv.device())?;
-            let cv = Tensor::zeros((1, nkv, self.max_len, d), dt, qkv.device())?;
-            self.buffers = Some((ck, cv));
+                |c: &Tensor| c.dims() == want && c.dtype() == dt && c.device() == like.device() && c.is_contiguous();
+            return Ok(fits(ck) && fits(cv));
         }
-        let (ck, cv) = self.buffers.as_ref().expect("made above");
-        let q = {
-            let (ys, cs, ss) = (qkv.storage(), cos.storage(), sin.storage());
-            let (mut kg, mut vg) = (ck.storage_mut(), cv.storage_mut());
-            let args = RopeAppend {
-                qkv: (&*ys, qkv.layout()),
-                cos: (&*cs, cos.layout()),
-                sin: (&*ss, sin.layout()),
-                nh,
-                nkv,
-                d,
-                pos: self.len,
-                max_len: self.max_len,
-            };
-            kg.rope_append(ck.layout(), (&mut *vg, cv.layout()), &args)?
-        };
-        let Some(q) = q else { return Ok(None) };
+        let ck = Tensor::zeros((1, nkv, self.max_len, d), dt, like.device())?;
+        let cv = Tensor::zeros((1, nkv, self.max_len, d), dt, like.device())?;
+        self.buffers = Some((ck, cv));
+        Ok(true)
+    }
+
+    /// The tables and heads of a fused append at the cache's length.
+    pub(super) fn rotary<'a>(
+        &self,
+        (cs, cos): (&'a Storage, &'a Tensor),
+        (ss, sin): (&'a Storage, &'a Tensor),
+        nh: usize,
+        nkv: usize,
+        d: usize,
+    ) -> Rotary<'a, Storage> {
+        Rotary { cos: (cs, cos.layout()), sin: (ss, sin.layout()), nh, nkv, d, pos: self.len, max_len: self.max_len }
+    }
+
+    /// After a fused append of `t` positions that returned q `(t, nh, d)`: the cache's new length,
+    /// and q `(1, nh, t, d)` with views of all cached keys and values.
+    pub(super) fn appended(
+        &mut self,
+        q: Storage,
+        t: usize,
+        nh: usize,
+        d: usize,
+        dev: &Device,
+    ) -> Result<(Tensor, Tensor, Tensor)> {
         self.len += t;
-        let q = Tensor::from_storage(q, (1, t, nh, d), qkv.device()).transpose(1, 2)?;
-        Ok(Some((q, ck.narrow(2, 0, self.len)?, cv.narrow(2, 0, self.len)?)))
+        let (ck, cv) = self.buffers.as_ref().expect("a fused append had the buffers");
+        let q = Tensor::from_storage(q, (1, t, nh, d), dev).transpose(1, 2)?;
+        Ok((q, ck.narrow(2, 0, self.len)?, cv.narrow(2, 0, self.len)?))
     }
 }

@@ -24,6 +24,7 @@ mod matmul_coop_tiles;
 mod narrow_ints;
 mod nn;
 mod paged_attention;
+mod qkv_rope;
 mod quant;
 mod reduce;
 mod regressions;

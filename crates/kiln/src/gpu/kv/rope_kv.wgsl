@@ -1,9 +1,9 @@
 // Rotary embedding of q and k and the KV-cache append in one kernel: rows of the stacked q/k/v
 // projection (t, (NH + 2 NKV) * D), {{DT}}, contiguous from element p.y_off with p.row elements a row,
 // are split into heads; q heads (rotated, half-split layout) go to `qo` (t, NH, D), k heads (rotated)
-// and v heads (copied) to positions p.pos.. of the caches (1, NKV, p.len, D). One invocation per
-// (token, head, pair of adjacent elements i, i + 1 of the first half with their partners i + D/2,
-// i + D/2 + 1): whole words of every output, so no two invocations write one word.
+// and v heads (copied) to positions p.pos.. of the caches (1, NKV, p.len, D) (rope_store.wgsl). One
+// invocation per (token, head, pair of adjacent elements i, i + 1 of the first half with their
+// partners i + D/2, i + D/2 + 1).
 // Params: `RopeKvParams` (kv/mod.rs).
 @group(0) @binding(0) var<storage, read_write> qo: array<u32>;
 @group(0) @binding(1) var<storage, read_write> kc: array<u32>;
@@ -14,8 +14,6 @@
 {{PARAMS}}
 {{PRELUDE}}
 {{LOADERS}}
-
-// Elements e and e + 1 (e even for 16-bit dtypes) of `buf` written as a and b.
 {{STORES}}
 
 @compute @workgroup_size(256)
@@ -34,25 +32,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let src = p.y_off + t * p.row + h * d + i;
     let x1 = vec2<f32>(ldy(src), ldy(src + 1u));
     let x2 = vec2<f32>(ldy(src + hd2), ldy(src + hd2 + 1u));
-    if (h >= nh + nkv) {
-        let dst = p.v_off + ((h - nh - nkv) * p.len + p.pos + t) * d + i;
-        st_v(dst, x1.x, x1.y);
-        st_v(dst + hd2, x2.x, x2.y);
-        return;
-    }
-    let tab = p.cos_off + t * hd2 + i;
-    let c = vec2<f32>(ldc(tab), ldc(tab + 1u));
-    let tsn = p.sin_off + t * hd2 + i;
-    let s = vec2<f32>(lds(tsn), lds(tsn + 1u));
-    let o1 = x1 * c - x2 * s;
-    let o2 = x2 * c + x1 * s;
-    if (h < nh) {
-        let dst = (t * nh + h) * d + i;
-        st_q(dst, o1.x, o1.y);
-        st_q(dst + hd2, o2.x, o2.y);
-    } else {
-        let dst = p.k_off + ((h - nh) * p.len + p.pos + t) * d + i;
-        st_k(dst, o1.x, o1.y);
-        st_k(dst + hd2, o2.x, o2.y);
-    }
+    rope_store(t, h, i, x1, x2);
 }

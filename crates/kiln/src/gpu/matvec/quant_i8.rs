@@ -14,9 +14,11 @@ use super::emit::{lane_sum, norm_scale, rows_setup, sg_args, stores_at, sum_name
 use super::quant_args::{norm_sum_loop, overrides, unit_shape, Ablate, Prologue};
 use super::qx::QRUN;
 use crate::gpu::kit::quant_units::{fname, units};
+use crate::gpu::kv::rope_store;
 use crate::gpu::pointwise::Pro;
 use crate::gpu::runtime::kernels::render;
 use crate::gpu::runtime::params::params;
+use crate::gpu::runtime::storage::At;
 use crate::gpu::runtime::wgsl::PRELUDE;
 use crate::gpu::runtime::GpuStorage;
 use crate::quant::QuantType;
@@ -33,7 +35,8 @@ params! {
     /// bias) and offset in elements (even for 16-bit outputs), the norm weight's offset, eps, the
     /// up half's offset from the gate (values, silu_mul), and the output's row stride and first
     /// column (elements; even for 16-bit outputs: a column range of a wider output); the streamed
-    /// kernel's lane sets in its grid.
+    /// kernel's lane sets in its grid; with rope (`Out::Rope`): the head size, q and kv heads, the
+    /// caches' write position, length and offsets, and the cos and sin tables' offsets.
     struct QuantI8Params {
         m: u32,
         n: u32,
@@ -49,6 +52,15 @@ params! {
         out_stride: u32,
         out_off: u32,
         sets: u32,
+        d: u32,
+        nh: u32,
+        nkv: u32,
+        pos: u32,
+        len: u32,
+        k_off: u32,
+        v_off: u32,
+        cos_off: u32,
+        sin_off: u32,
     }
 }
 
@@ -128,6 +140,9 @@ pub(crate) struct QuantI8 {
     pub(crate) prefetch: bool,
     /// Streamed only: a part left out (`KILN_QMV_ABLATE`; wrong results).
     pub(crate) ablate: Ablate,
+    /// One row of x whose output row is a stacked q/k/v row: each set's rows are a quad of head
+    /// rows that rotate together (`ROPE`), and its finish stores q, k and v (`Out::Rope`).
+    pub(crate) rope: bool,
 }
 
 impl QuantI8 {
@@ -158,6 +173,7 @@ impl QuantI8 {
             stream: false,
             prefetch: false,
             ablate: Ablate::None,
+            rope: false,
         }
     }
 
@@ -192,6 +208,12 @@ impl QuantI8 {
         QuantI8 { stream: true, prefetch, ln: sg, c, sg: true, ablate: o.ablate, ..self }
     }
 
+    /// This kernel rotating its output rows (one row of x): weight rows in quads, 4 a set unless
+    /// the set's rows are a multiple of 4.
+    fn with_rope(self) -> QuantI8 {
+        QuantI8 { rope: true, c: if self.c.is_multiple_of(4) { self.c } else { 4 }, ..self }
+    }
+
     /// Bytes of workgroup memory: the lane sums, and x's runs when the workgroup makes them.
     pub(crate) fn workgroup_bytes(&self) -> usize {
         let runs = match self.x {
@@ -223,7 +245,8 @@ impl QuantI8 {
             Ablate::X => ":ab-x",
             Ablate::Prologue => ":ab-prologue",
         };
-        format!("quant_i8:{}:{x}->{}:r{}:c{}:l{}{sg}{add}{st}{ab}", self.qt, self.odt, self.mt, self.c, self.ln)
+        let rope = if self.rope { ":rope" } else { "" };
+        format!("quant_i8:{}:{x}->{}:r{}:c{}:l{}{sg}{add}{st}{ab}{rope}", self.qt, self.odt, self.mt, self.c, self.ln)
     }
 
     /// Weight rows (output columns) per workgroup (per step of the grid, streamed).
@@ -233,32 +256,30 @@ impl QuantI8 {
 
     pub(crate) fn source(&self) -> String {
         let (mt, c) = (self.mt, self.c);
+        // A set's weight row j: col0 + j, or with rope the row of its quad that rotates with it.
+        let wr = |v: String| if self.rope { format!("prow({v})") } else { v };
         let mut setup = String::new();
         if !self.stream {
             for j in 0..c {
-                writeln!(setup, "    let row{j} = min(col0 + {j}u, n - 1u);").unwrap();
+                writeln!(setup, "    let row{j} = {};", wr(format!("min(col0 + {j}u, n - 1u)"))).unwrap();
             }
         }
         rows_setup(&mut setup, mt, c);
-        let mut bind = String::new();
-        let (mut xlocal, mut xload, mut next) = (String::new(), String::new(), 3);
+        // The read-only inputs after the outputs (dst; with rope also the caches), in binding order.
+        let mut inputs: Vec<(&str, &str)> = vec![];
+        let (mut xlocal, mut xload) = (String::new(), String::new());
         match self.x {
             XFrom::Runs => {
-                bind += "@group(0) @binding(1) var<storage, read> xq: array<vec4<u32>>;\n\
-                         @group(0) @binding(2) var<storage, read> xs: array<vec2<f32>>;\n\
-                         @group(0) @binding(3) var<storage, read> q: array<vec4<u32>>;\n";
-                next = 4;
+                inputs.extend([("xq", "vec4<u32>"), ("xs", "vec2<f32>"), ("q", "vec4<u32>")]);
                 for r in 0..mt {
                     writeln!(setup, "    let xr{r} = xb{r};").unwrap();
                 }
                 xlocal += "fn xa(t: u32) -> u32 { return 2u * t; }\nfn sa(t: u32) -> u32 { return t; }\n";
             }
             XFrom::Local { xdt, pro, kcap } => {
-                bind += "@group(0) @binding(1) var<storage, read> x: array<vec4<u32>>;\n\
-                         @group(0) @binding(2) var<storage, read> q: array<vec4<u32>>;\n";
+                inputs.extend([("x", "vec4<u32>"), ("q", "vec4<u32>")]);
                 if pro == Pro::RmsNorm {
-                    bind += "@group(0) @binding(3) var<storage, read> nw: array<vec4<u32>>;\n";
-                    next = 4;
+                    inputs.push(("nw", "vec4<u32>"));
                 }
                 let slots = mt * kcap / 16;
                 writeln!(xlocal, "var<workgroup> xq: array<vec4<u32>, {}>;", local_planes(slots as usize)).unwrap();
@@ -271,10 +292,36 @@ impl QuantI8 {
         }
         let packed = (self.odt != DType::F32).then_some(self.odt);
         let add = if self.add { AddRead::F32 } else { AddRead::None };
-        let finish = stores_at(mt, c, false, packed, add, ("p.out_stride", " + p.out_off"));
-        let elem = if packed.is_some() { "u32" } else { "f32" };
+        // With rope every output is words (`kv::rope_store`).
+        let elem = if packed.is_some() || self.rope { "u32" } else { "f32" };
+        let mut finish = stores_at(mt, c, false, packed, add, ("p.out_stride", " + p.out_off"));
+        let mut bind = String::new();
         if self.add {
-            writeln!(bind, "@group(0) @binding({next}) var<storage, read> addend: array<{elem}>;").unwrap();
+            inputs.push(("addend", elem));
+        }
+        if self.rope {
+            inputs.extend([("cs", "u32"), ("sn", "u32")]);
+            for (b, cache) in [(1, "kc"), (2, "vc")] {
+                writeln!(bind, "@group(0) @binding({b}) var<storage, read_write> {cache}: array<{elem}>;").unwrap();
+            }
+            bind += ROPE;
+            bind += &rope_store(self.odt, "dst");
+            finish = (0..c / 4)
+                .map(|qd| {
+                    let (a, v) = (4 * qd, format!("col0 + {}u", 4 * qd));
+                    format!(
+                        "        if ({v} < n) {{ let r = p.out_off + prow({v}); rope_store(0u, r / p.d, r % p.d, \
+                         vec2<f32>(t{a}, t{}), vec2<f32>(t{}, t{})); }}\n",
+                        a + 1,
+                        a + 2,
+                        a + 3
+                    )
+                })
+                .collect();
+        }
+        let first_in = if self.rope { 3 } else { 1 };
+        for (i, (name, ty)) in inputs.into_iter().enumerate() {
+            writeln!(bind, "@group(0) @binding({}) var<storage, read> {name}: array<{ty}>;", first_in + i).unwrap();
         }
         let from = match self.x {
             XFrom::Runs => "made by qx.wgsl".to_string(),
@@ -288,16 +335,29 @@ impl QuantI8 {
         if self.stream {
             reduce.clear();
             for j in 0..c {
-                let at = |u: &str| format!("raw_{f}(min(g * {c}u + {j}u, n - 1u), min({u}, units - 1u), units, doff)");
+                let at = |u: &str| {
+                    format!(
+                        "raw_{f}({}, min({u}, units - 1u), units, doff)",
+                        wr(format!("min(g * {c}u + {j}u, n - 1u)"))
+                    )
+                };
                 let here = at(&format!("lane + s * {}u", self.ln));
                 if self.prefetch {
                     writeln!(first, "    var nx{j} = {};", at("lane")).unwrap();
-                    writeln!(rows, "        let row{j} = min(col0 + {j}u, n - 1u);\n        let cur{j} = nx{j};")
-                        .unwrap();
+                    writeln!(
+                        rows,
+                        "        let row{j} = {};\n        let cur{j} = nx{j};",
+                        wr(format!("min(col0 + {j}u, n - 1u)"))
+                    )
+                    .unwrap();
                     writeln!(next, "        nx{j} = {here};").unwrap();
                 } else {
-                    writeln!(rows, "        let row{j} = min(col0 + {j}u, n - 1u);\n        let cur{j} = {here};")
-                        .unwrap();
+                    writeln!(
+                        rows,
+                        "        let row{j} = {};\n        let cur{j} = {here};",
+                        wr(format!("min(col0 + {j}u, n - 1u)"))
+                    )
+                    .unwrap();
                 }
                 for r in 0..mt {
                     writeln!(reduce, "            let t{} = subgroupAdd(acc{j}_{r});", j * mt + r).unwrap();
@@ -418,6 +478,12 @@ fn stream_rows(qt: QuantType, n: usize, k: usize, sg: u32) -> u32 {
     }
 }
 
+/// With rope, the weight row of a set's row v (from 0 in this dispatch's rows, whole heads of p.d
+/// values): quads of rows (i, i + 1, i + D/2, i + D/2 + 1) for each even i of a head's first half, so
+/// that lane 0 of the set holds the sums that rotate together (`kv::rope_store`).
+const ROPE: &str = "fn prow(v: u32) -> u32 {\n    let per = p.d / 4u;\n    let qd = v / 4u;\n    let e = v & 3u;\n    \
+                    return (qd / per) * p.d + (e >> 1u) * (p.d / 2u) + 2u * (qd % per) + (e & 1u);\n}\n";
+
 /// Where run t's two planes (`xa(t)`, `xa(t) + 1`) and scale (`sa(t)`) sit in workgroup memory: a
 /// pad slot after every 8 runs' planes and every 16 runs' scales, so that the runs a subgroup's 32
 /// lanes read at once (every 4th run in Q4_K, every 2nd in Q8_0 and Q4_0, pairs 8 apart in Q6_K)
@@ -519,6 +585,12 @@ pub(crate) fn catalog(push: &mut impl FnMut(String, String)) {
                         let st = QuantI8 { add: !add, ..mv }.stream_with(32, qt != QuantType::Q6K, c);
                         push(st.key(), st.source());
                     }
+                    // The decode's q/k/v product with rope (`Out::Rope`), one-pass and streamed.
+                    if pro == Pro::RmsNorm && !add {
+                        for rope in [mv.with_rope(), mv.stream_with(32, qt != QuantType::Q6K, 4).with_rope()] {
+                            push(rope.key(), rope.source());
+                        }
+                    }
                 }
             }
         }
@@ -526,10 +598,30 @@ pub(crate) fn catalog(push: &mut impl FnMut(String, String)) {
 }
 
 /// Where a product's output goes: a fresh `(m, n)` buffer, or columns `off..off + n` of the rows
-/// `stride` elements apart of `buf` (even `off` and `stride` for 16-bit outputs).
+/// `stride` elements apart of `buf` (even `off` and `stride` for 16-bit outputs), or (one row of
+/// x, whole heads) rows `at.r0..at.r0 + n` of a stacked q/k/v row rotated into `q` `(nh, d)` and
+/// the caches (`kv::rope_store`).
 pub(crate) enum Out<'a> {
     Fresh,
     Into { buf: &'a GpuStorage, off: usize, stride: usize },
+    Rope { q: &'a GpuStorage, at: &'a RopeAt<'a> },
+}
+
+/// Where `Out::Rope` puts the rows `r0..` of a stacked q/k/v row (as `kv::RopeKv`, one token): the
+/// caches `(1, nkv, len, d)` from `k_off` / `v_off`, written at `pos`; the cos and sin rows of `d / 2`.
+pub(crate) struct RopeAt<'a> {
+    pub(crate) kc: &'a GpuStorage,
+    pub(crate) vc: &'a GpuStorage,
+    pub(crate) r0: usize,
+    pub(crate) d: usize,
+    pub(crate) nh: usize,
+    pub(crate) nkv: usize,
+    pub(crate) pos: usize,
+    pub(crate) len: usize,
+    pub(crate) k_off: usize,
+    pub(crate) v_off: usize,
+    pub(crate) cos: At<'a>,
+    pub(crate) sin: At<'a>,
 }
 
 /// `x (m, k) @ w^T (+ add)` through the prologue `pro` (x from value `x_off`, a multiple of 16),
@@ -552,8 +644,15 @@ pub(crate) fn qmatmul_i8(
     let sg_on = crate::gpu::runtime::subgroups::use_subgroups(&ctx);
     let (sg_min, sg_max) = ctx.summary.subgroup_size;
     let sg_fixed = (sg_on && sg_min == sg_max).then_some(sg_max);
+    let rope = match &out {
+        Out::Rope { at, .. } => Some(*at),
+        _ => None,
+    };
     let mut mv = QuantI8 { add: add.is_some(), ..QuantI8::for_problem(qt, odt, n, m, sg_on.then_some(sg_max)) }
         .streamed(sg_fixed, n, k);
+    if rope.is_some() {
+        mv = mv.with_rope();
+    }
     let local = QuantI8 { x: XFrom::Local { xdt: x.dtype, pro: pro.pro, kcap: k.next_multiple_of(1024) as u32 }, ..mv };
     let runs;
     let mut bufs = vec![];
@@ -573,17 +672,23 @@ pub(crate) fn qmatmul_i8(
     }
     let fresh = match out {
         Out::Fresh => Some(GpuStorage::alloc(&ctx, odt, m * n)?),
-        Out::Into { .. } => None,
+        Out::Into { .. } | Out::Rope { .. } => None,
     };
     let (dst, out_off, out_stride) = match (&out, &fresh) {
         (Out::Into { buf, off, stride }, _) => (*buf, *off, *stride),
+        (Out::Rope { q, at }, _) => (*q, at.r0, 0),
         (Out::Fresh, Some(f)) => (f, 0, n),
         (Out::Fresh, None) => unreachable!("a fresh output was allocated"),
     };
     if let Some((a, _, _)) = add {
         bufs.push(a.buffer.raw());
     }
-    let kernel = ctx.pipelines.get(&ctx, &mv.key(), bufs.len(), || mv.source())?;
+    let mut outs = vec![dst.buffer.raw()];
+    if let Some(at) = rope {
+        bufs.extend([at.cos.buf.buffer.raw(), at.sin.buf.buffer.raw()]);
+        outs.extend([at.kc.buffer.raw(), at.vc.buffer.raw()]);
+    }
+    let kernel = ctx.pipelines.get_with(&ctx, &mv.key(), outs.len(), bufs.len(), || mv.source())?;
     let blocks = n * k / qt.block_elems();
     let (a_off, a_stride) = add.map_or((0, 0), |(_, o, s)| (o, s));
     let (nw_off, eps) = pro.norm.as_ref().map_or((0, 0.0), |(g, e)| (g.offset, *e as f32));
@@ -609,9 +714,18 @@ pub(crate) fn qmatmul_i8(
         out_stride: out_stride as u32,
         out_off: out_off as u32,
         sets: gx * (256 / mv.ln),
+        d: rope.map_or(0, |a| a.d as u32),
+        nh: rope.map_or(0, |a| a.nh as u32),
+        nkv: rope.map_or(0, |a| a.nkv as u32),
+        pos: rope.map_or(0, |a| a.pos as u32),
+        len: rope.map_or(0, |a| a.len as u32),
+        k_off: rope.map_or(0, |a| a.k_off as u32),
+        v_off: rope.map_or(0, |a| a.v_off as u32),
+        cos_off: rope.map_or(0, |a| a.cos.offset as u32),
+        sin_off: rope.map_or(0, |a| a.sin.offset as u32),
     };
     let groups = [gx, m.div_ceil(mv.mt as usize) as u32, 1];
-    bufs.insert(0, dst.buffer.raw());
+    bufs.splice(0..0, outs);
     ctx.exec.lock().unwrap_or_else(|e| e.into_inner()).dispatch(&ctx, &kernel, &bufs, &params.words(), groups)?;
     Ok(fresh)
 }
