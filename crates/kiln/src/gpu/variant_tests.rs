@@ -475,9 +475,11 @@ fn quant_matvec_streamed_grids() {
 
 /// The q/k/v product with rope and the cache append (`KvCache::qlinear_append_rope`) on the
 /// streamed kernel with grids so small that each lane set walks several quads of head rows, loading
-/// a step ahead or not, and on the one-pass kernel (grid 0): every integer-dot format, against the
-/// f64 rotation of the f32 product within 1e-5 of sum |h w| (rotated) and f32 rounding. A dropped
-/// quad (zeros) or rows rotated with their neighbours' partners fail the bound.
+/// a step ahead or not, and on the one-pass kernel (grid 0): every integer-dot format, one stacked
+/// weight, and q/k beside v in a shape whose quads are more than a set keeps (the one-pass kernel
+/// takes those) with v stored as it is. Against the f64 rotation of the f32 product within 1e-5 of
+/// sum |h w| (rotated) and f32 rounding; zeros or rows rotated with their neighbours' partners fail
+/// the bound.
 #[test]
 fn quant_qkv_rope_streamed_grids() {
     use crate::gpu::matvec::quant_i8::{has_units, with_grid};
@@ -485,8 +487,7 @@ fn quant_qkv_rope_streamed_grids() {
     use crate::KvCache;
     let Some(dev) = gpu() else { return };
     let cpu = Device::cpu();
-    let (nh, nkv, d, k) = (3, 1, 64, 512);
-    let n = (nh + 2 * nkv) * d;
+    let (d, k) = (64, 512);
     let f64t = |t: &Tensor| Tensor::from_vec(t.to_f64_vec().unwrap(), t.dims().to_vec(), &cpu).unwrap();
     let tab = |f: fn(f32) -> f32| {
         let v: Vec<f32> = (0..d / 2).map(|i| f(5.0 * 10000f32.powf(-2.0 * i as f32 / d as f32))).collect();
@@ -495,43 +496,57 @@ fn quant_qkv_rope_streamed_grids() {
     let (cos, sin) = (tab(f32::cos), tab(f32::sin));
     let (cos_g, sin_g) = (cos.to_device(&dev).unwrap(), sin.to_device(&dev).unwrap());
     for qt in QuantType::ALL.into_iter().filter(|&q| has_units(q)) {
-        let w =
-            QTensor::quantize(&Tensor::from_vec(values(n * k, 11, false, false), (n, k), &cpu).unwrap(), qt).unwrap();
-        let wg = w.to_device(&dev).unwrap();
-        let (xg, x) = pair(&values(k, 12, false, false), &[1, k], DType::F32, &dev);
-        let (gg, g) = pair(&values(k, 13, false, false), &[k], DType::F32, &dev);
-        let h = x.rms_norm(&g, 1e-5).unwrap();
-        let y = h.qlinear(&w, None).unwrap();
-        let mag = h.abs().unwrap().matmul(&w.dequantize(DType::F32).unwrap().abs().unwrap().t().unwrap()).unwrap();
-        // The reference and its bound in the layout of q (1, nh, 1, d) then k and v (1, nkv, 1, d).
-        let rotate = |t: &Tensor, c: &Tensor, s: &Tensor| {
-            let (q, k, v) = KvCache::new(1).append_rope(&f64t(t), nh, nkv, &f64t(c), &f64t(s)).unwrap();
-            [q, k, v].iter().flat_map(|t| t.to_f64_vec().unwrap()).collect::<Vec<f64>>()
-        };
-        let want = rotate(&y, &cos, &sin);
-        // |x1| |c| + |x2| |s| (first halves) and |x2| |c| + |x1| |s| (second halves): the larger of
-        // the rotations of the magnitudes with -|sin| and with |sin|.
-        let (ca, sa) = (cos.abs().unwrap(), sin.abs().unwrap());
-        let (lo, hi) = (rotate(&mag, &ca, &sa.neg().unwrap()), rotate(&mag, &ca, &sa));
-        let bound: Vec<f64> = lo
-            .iter()
-            .zip(&hi)
-            .zip(&want)
-            .map(|((a, b), e)| 1e-5 * a.abs().max(b.abs()) + 1e-6 * e.abs() + 1e-6)
-            .collect();
-        assert!(bounded(&vec![0.0; want.len()], &want, &bound).is_err(), "{qt}: zeros pass");
-        let mut swapped = want.clone();
-        swapped.chunks_mut(2).for_each(|p| p.swap(0, 1));
-        assert!(bounded(&swapped, &want, &bound).is_err(), "{qt}: swapped neighbours pass");
-        for (grid, prefetch) in [(1, true), (3, true), (1, false), (0, true)] {
-            let norm = crate::LinearInput::RmsNorm { weight: &gg, eps: 1e-5 };
-            let mut cache = KvCache::new(1);
-            let (q, kc, vc) =
-                with_grid(grid, prefetch, || cache.qlinear_append_rope(&xg, &[&wg], norm, nh, nkv, &cos_g, &sin_g))
-                    .unwrap();
-            let got: Vec<f64> = [q, kc, vc].iter().flat_map(|t| t.to_f64_vec().unwrap()).collect();
-            if let Err(e) = bounded(&got, &want, &bound) {
-                panic!("qlinear_append_rope {qt} grid {grid}, prefetch {prefetch}: {e}");
+        for (nh, nkv, split) in [(3, 1, false), (16, 4, true)] {
+            let n = (nh + 2 * nkv) * d;
+            let wv = values(n * k, 11, false, false);
+            let w = QTensor::quantize(&Tensor::from_vec(wv.clone(), (n, k), &cpu).unwrap(), qt).unwrap();
+            let parts: Vec<QTensor> = if split {
+                let at = (nh + nkv) * d * k;
+                [(&wv[..at], (nh + nkv) * d), (&wv[at..], nkv * d)]
+                    .map(|(v, rows)| {
+                        let t = Tensor::from_vec(v.to_vec(), (rows, k), &cpu).unwrap();
+                        QTensor::quantize(&t, qt).unwrap().to_device(&dev).unwrap()
+                    })
+                    .into()
+            } else {
+                vec![w.to_device(&dev).unwrap()]
+            };
+            let parts: Vec<&QTensor> = parts.iter().collect();
+            let (xg, x) = pair(&values(k, 12, false, false), &[1, k], DType::F32, &dev);
+            let (gg, g) = pair(&values(k, 13, false, false), &[k], DType::F32, &dev);
+            let h = x.rms_norm(&g, 1e-5).unwrap();
+            let y = h.qlinear(&w, None).unwrap();
+            let mag = h.abs().unwrap().matmul(&w.dequantize(DType::F32).unwrap().abs().unwrap().t().unwrap()).unwrap();
+            // The reference and its bound in the layout of q (1, nh, 1, d) then k and v (1, nkv, 1, d).
+            let rotate = |t: &Tensor, c: &Tensor, s: &Tensor| {
+                let (q, k, v) = KvCache::new(1).append_rope(&f64t(t), nh, nkv, &f64t(c), &f64t(s)).unwrap();
+                [q, k, v].iter().flat_map(|t| t.to_f64_vec().unwrap()).collect::<Vec<f64>>()
+            };
+            let want = rotate(&y, &cos, &sin);
+            // |x1| |c| + |x2| |s| (first halves) and |x2| |c| + |x1| |s| (second halves): the larger of
+            // the rotations of the magnitudes with -|sin| and with |sin|.
+            let (ca, sa) = (cos.abs().unwrap(), sin.abs().unwrap());
+            let (lo, hi) = (rotate(&mag, &ca, &sa.neg().unwrap()), rotate(&mag, &ca, &sa));
+            let bound: Vec<f64> = lo
+                .iter()
+                .zip(&hi)
+                .zip(&want)
+                .map(|((a, b), e)| 1e-5 * a.abs().max(b.abs()) + 1e-6 * e.abs() + 1e-6)
+                .collect();
+            assert!(bounded(&vec![0.0; want.len()], &want, &bound).is_err(), "{qt}: zeros pass");
+            let mut swapped = want.clone();
+            swapped.chunks_mut(2).for_each(|p| p.swap(0, 1));
+            assert!(bounded(&swapped, &want, &bound).is_err(), "{qt}: swapped neighbours pass");
+            for (grid, prefetch) in [(1, true), (3, true), (1, false), (0, true)] {
+                let norm = crate::LinearInput::RmsNorm { weight: &gg, eps: 1e-5 };
+                let mut cache = KvCache::new(1);
+                let (q, kc, vc) =
+                    with_grid(grid, prefetch, || cache.qlinear_append_rope(&xg, &parts, norm, nh, nkv, &cos_g, &sin_g))
+                        .unwrap();
+                let got: Vec<f64> = [q, kc, vc].iter().flat_map(|t| t.to_f64_vec().unwrap()).collect();
+                if let Err(e) = bounded(&got, &want, &bound) {
+                    panic!("qlinear_append_rope {qt} nh {nh} split {split}, grid {grid}, prefetch {prefetch}: {e}");
+                }
             }
         }
     }

@@ -140,9 +140,24 @@ pub(crate) struct QuantI8 {
     pub(crate) prefetch: bool,
     /// Streamed only: a part left out (`KILN_QMV_ABLATE`; wrong results).
     pub(crate) ablate: Ablate,
-    /// One row of x whose output row is a stacked q/k/v row: each set's rows are a quad of head
-    /// rows that rotate together (`ROPE`), and its finish stores q, k and v (`Out::Rope`).
-    pub(crate) rope: bool,
+    /// One row of x whose output row is (part of) a stacked q/k/v row (`Out::Rope`).
+    pub(crate) rope: Rope,
+}
+
+/// How a product of one row stores a stacked q/k/v row (`Out::Rope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rope {
+    /// Plain stores (`Out::Fresh`, `Out::Into`).
+    Off,
+    /// Each set's rows are quads of head rows that rotate together (`ROPE`): q rotated into the
+    /// output, k rotated and v into the caches (`kv::rope_store`). The streamed kernel keeps each
+    /// group's sums in workgroup memory and stores them all after its loop, where no step-ahead
+    /// loads hold registers (stored in the loop, they took the kernel past the registers that let
+    /// two workgroups share an SM: an 8B q/k/v product went from 15 to 20.5 us on an H200).
+    Quads,
+    /// Every row is a v head's: stored into the v cache as they are, in pairs, in place of the
+    /// plain stores (`c` even).
+    Values,
 }
 
 impl QuantI8 {
@@ -173,7 +188,7 @@ impl QuantI8 {
             stream: false,
             prefetch: false,
             ablate: Ablate::None,
-            rope: false,
+            rope: Rope::Off,
         }
     }
 
@@ -208,10 +223,13 @@ impl QuantI8 {
         QuantI8 { stream: true, prefetch, ln: sg, c, sg: true, ablate: o.ablate, ..self }
     }
 
-    /// This kernel rotating its output rows (one row of x): weight rows in quads, 4 a set unless
-    /// the set's rows are a multiple of 4.
-    fn with_rope(self) -> QuantI8 {
-        QuantI8 { rope: true, c: if self.c.is_multiple_of(4) { self.c } else { 4 }, ..self }
+    /// This kernel storing a stacked q/k/v row (one row of x): rows of q/k (and v) heads in quads,
+    /// 4 a set unless the set's rows are a multiple of 4; rows of v heads only as they are.
+    fn with_rope(self, values: bool) -> QuantI8 {
+        match values {
+            true => QuantI8 { rope: Rope::Values, ..self },
+            false => QuantI8 { rope: Rope::Quads, c: if self.c.is_multiple_of(4) { self.c } else { 4 }, ..self },
+        }
     }
 
     /// Bytes of workgroup memory: the lane sums, and x's runs when the workgroup makes them.
@@ -245,8 +263,17 @@ impl QuantI8 {
             Ablate::X => ":ab-x",
             Ablate::Prologue => ":ab-prologue",
         };
-        let rope = if self.rope { ":rope" } else { "" };
+        let rope = match self.rope {
+            Rope::Off => "",
+            Rope::Quads => ":rope",
+            Rope::Values => ":rope-v",
+        };
         format!("quant_i8:{}:{x}->{}:r{}:c{}:l{}{sg}{add}{st}{ab}{rope}", self.qt, self.odt, self.mt, self.c, self.ln)
+    }
+
+    /// Groups of `c` rows each set of the streamed kernel walks over `n` rows.
+    fn groups_per_set(&self, n: usize) -> usize {
+        n.div_ceil(self.c as usize).div_ceil((256 / self.ln) as usize * grid().0.max(1) as usize)
     }
 
     /// Weight rows (output columns) per workgroup (per step of the grid, streamed).
@@ -257,7 +284,7 @@ impl QuantI8 {
     pub(crate) fn source(&self) -> String {
         let (mt, c) = (self.mt, self.c);
         // A set's weight row j: col0 + j, or with rope the row of its quad that rotates with it.
-        let wr = |v: String| if self.rope { format!("prow({v})") } else { v };
+        let wr = |v: String| if self.rope == Rope::Quads { format!("prow({v})") } else { v };
         let mut setup = String::new();
         if !self.stream {
             for j in 0..c {
@@ -293,33 +320,23 @@ impl QuantI8 {
         let packed = (self.odt != DType::F32).then_some(self.odt);
         let add = if self.add { AddRead::F32 } else { AddRead::None };
         // With rope every output is words (`kv::rope_store`).
-        let elem = if packed.is_some() || self.rope { "u32" } else { "f32" };
+        let elem = if packed.is_some() || self.rope != Rope::Off { "u32" } else { "f32" };
         let mut finish = stores_at(mt, c, false, packed, add, ("p.out_stride", " + p.out_off"));
         let mut bind = String::new();
         if self.add {
             inputs.push(("addend", elem));
         }
-        if self.rope {
+        let mut after = String::new();
+        if self.rope != Rope::Off {
             inputs.extend([("cs", "u32"), ("sn", "u32")]);
             for (b, cache) in [(1, "kc"), (2, "vc")] {
                 writeln!(bind, "@group(0) @binding({b}) var<storage, read_write> {cache}: array<{elem}>;").unwrap();
             }
             bind += ROPE;
             bind += &rope_store(self.odt, "dst");
-            finish = (0..c / 4)
-                .map(|qd| {
-                    let (a, v) = (4 * qd, format!("col0 + {}u", 4 * qd));
-                    format!(
-                        "        if ({v} < n) {{ let r = p.out_off + prow({v}); rope_store(0u, r / p.d, r % p.d, \
-                         vec2<f32>(t{a}, t{}), vec2<f32>(t{}, t{})); }}\n",
-                        a + 1,
-                        a + 2,
-                        a + 3
-                    )
-                })
-                .collect();
+            (finish, after) = rope_stores(self.rope, c, self.ln, self.stream);
         }
-        let first_in = if self.rope { 3 } else { 1 };
+        let first_in = if self.rope != Rope::Off { 3 } else { 1 };
         for (i, (name, ty)) in inputs.into_iter().enumerate() {
             writeln!(bind, "@group(0) @binding({}) var<storage, read> {name}: array<{ty}>;", first_in + i).unwrap();
         }
@@ -365,6 +382,11 @@ impl QuantI8 {
                 }
             }
         }
+        if self.stream && self.rope == Rope::Quads {
+            // The groups this set has finished (their sums in `red`, `rope_stores`).
+            first += "    var it = 0u;\n    let g0 = g;\n";
+            reset += "            it += 1u;\n";
+        }
         render(
             if self.stream { STREAM } else { MATVEC },
             &[
@@ -392,6 +414,7 @@ impl QuantI8 {
                 ("NEXT", &next),
                 ("RESET", &reset),
                 ("FINISH", &finish),
+                ("AFTER", &after),
                 ("SUM", sum_name(self.sg)),
                 ("SG_ARGS", sg_args(self.sg)),
             ],
@@ -476,6 +499,61 @@ fn stream_rows(qt: QuantType, n: usize, k: usize, sg: u32) -> u32 {
     } else {
         4
     }
+}
+
+/// The stores of a stacked q/k/v row (`Rope`) from lane 0's sums `t0..t{c - 1}` of rows col0..: in
+/// the kernel's finish, and (the streamed kernel with quads) after its loop, each group's sums kept
+/// in the set's `ln * c` slots of `red` (at most `ln` groups a set; lane 0 writes and reads them).
+fn rope_stores(rope: Rope, c: u32, ln: u32, stream: bool) -> (String, String) {
+    let quad = |v: &str, sum: &dyn Fn(u32) -> String| {
+        format!(
+            "if ({v} < n) {{ let r = p.out_off + prow({v}); rope_store(0u, r / p.d, r % p.d, vec2<f32>({}, {}), \
+             vec2<f32>({}, {})); }}",
+            sum(0),
+            sum(1),
+            sum(2),
+            sum(3)
+        )
+    };
+    let (mut finish, mut after) = (String::new(), String::new());
+    match rope {
+        Rope::Off => {}
+        Rope::Values => {
+            for j in (0..c).step_by(2) {
+                writeln!(
+                    finish,
+                    "        if (col0 + {j}u < n) {{ let r = p.out_off + col0 + {j}u; let h = r / p.d - p.nh - p.nkv; \
+                     st_v(p.v_off + (h * p.len + p.pos) * p.d + r % p.d, t{j}, t{}); }}",
+                    j + 1
+                )
+                .unwrap();
+            }
+        }
+        Rope::Quads if !stream => {
+            for qd in 0..c / 4 {
+                let v = format!("col0 + {}u", 4 * qd);
+                writeln!(finish, "        {}", quad(&v, &|e| format!("t{}", 4 * qd + e))).unwrap();
+            }
+        }
+        Rope::Quads => {
+            let base = format!("(tid / {ln}u) * {}u", ln * c);
+            for j in 0..c {
+                writeln!(finish, "                red[{base} + it * {c}u + {j}u] = t{j};").unwrap();
+            }
+            writeln!(after, "    if (lane == 0u) {{\n        for (var i = 0u; i < it; i += 1u) {{").unwrap();
+            writeln!(
+                after,
+                "            let col0 = (g0 + i * p.sets) * {c}u;\n            let sb = {base} + i * {c}u;"
+            )
+            .unwrap();
+            for qd in 0..c / 4 {
+                let v = format!("col0 + {}u", 4 * qd);
+                writeln!(after, "            {}", quad(&v, &|e| format!("red[sb + {}u]", 4 * qd + e))).unwrap();
+            }
+            after += "        }\n    }\n";
+        }
+    }
+    (finish, after)
 }
 
 /// With rope, the weight row of a set's row v (from 0 in this dispatch's rows, whole heads of p.d
@@ -587,7 +665,8 @@ pub(crate) fn catalog(push: &mut impl FnMut(String, String)) {
                     }
                     // The decode's q/k/v product with rope (`Out::Rope`), one-pass and streamed.
                     if pro == Pro::RmsNorm && !add {
-                        for rope in [mv.with_rope(), mv.stream_with(32, qt != QuantType::Q6K, 4).with_rope()] {
+                        let st = mv.stream_with(32, qt != QuantType::Q6K, 4);
+                        for rope in [mv.with_rope(false), st.with_rope(false), st.with_rope(true)] {
                             push(rope.key(), rope.source());
                         }
                     }
@@ -650,8 +729,12 @@ pub(crate) fn qmatmul_i8(
     };
     let mut mv = QuantI8 { add: add.is_some(), ..QuantI8::for_problem(qt, odt, n, m, sg_on.then_some(sg_max)) }
         .streamed(sg_fixed, n, k);
-    if rope.is_some() {
-        mv = mv.with_rope();
+    if let Some(at) = rope {
+        mv = mv.with_rope(at.r0 >= (at.nh + at.nkv) * at.d);
+        // The streamed kernel keeps at most `ln` groups' sums a set: else the one-pass kernel.
+        if mv.stream && mv.rope == Rope::Quads && mv.groups_per_set(n) > mv.ln as usize {
+            mv = QuantI8 { stream: false, prefetch: false, ..mv };
+        }
     }
     let local = QuantI8 { x: XFrom::Local { xdt: x.dtype, pro: pro.pro, kcap: k.next_multiple_of(1024) as u32 }, ..mv };
     let runs;
@@ -695,9 +778,7 @@ pub(crate) fn qmatmul_i8(
     let mut gx = n.div_ceil(mv.cols() as usize) as u32;
     if mv.stream {
         // At most the grid, and as many groups of rows for every set (the last ones one fewer).
-        let (groups, sets) = (n.div_ceil(mv.c as usize), (256 / mv.ln) as usize);
-        let per_set = groups.div_ceil(sets * grid().0 as usize);
-        gx = groups.div_ceil(per_set * sets) as u32;
+        gx = n.div_ceil(mv.c as usize).div_ceil(mv.groups_per_set(n) * (256 / mv.ln) as usize) as u32;
     }
     let params = QuantI8Params {
         m: m as u32,

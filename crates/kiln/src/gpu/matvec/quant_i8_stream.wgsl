@@ -55,4 +55,5 @@ fn main(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: v
 {{RESET}}
         }
     }
+{{AFTER}}
 }
