@@ -476,8 +476,8 @@ fn quant_matvec_streamed_grids() {
 /// The q/k/v product with rope and the cache append (`KvCache::qlinear_append_rope`) on the
 /// streamed kernel with grids so small that each lane set walks several quads of head rows, loading
 /// a step ahead or not, and on the one-pass kernel (grid 0): every integer-dot format, one stacked
-/// weight, and q/k beside v in a shape whose quads are more than a set keeps (the one-pass kernel
-/// takes those) with v stored as it is. Against the f64 rotation of the f32 product within 1e-5 of
+/// weight, and q/k beside v (stored as it is) in a shape of 16 heads. Against the f64 rotation of the
+/// f32 product within 1e-5 of
 /// sum |h w| (rotated) and f32 rounding; zeros or rows rotated with their neighbours' partners fail
 /// the bound.
 #[test]

@@ -1,6 +1,7 @@
 //! Rotary embedding of q and k plus the KV-cache append in one dispatch (`rope_kv.wgsl`),
 //! for the stacked q/k/v product of a decoder layer (`KvCache::append_rope`).
 
+use crate::gpu::kit::rope_store::rope_store;
 use crate::gpu::runtime::kernels::render;
 use crate::gpu::runtime::params::params;
 use crate::gpu::runtime::wgsl::{self, loader, PRELUDE};
@@ -8,26 +9,6 @@ use crate::gpu::runtime::GpuStorage;
 use crate::{DType, Error, Result};
 
 const SRC: &str = include_str!("rope_kv.wgsl");
-const ROPE_STORE: &str = include_str!("rope_store.wgsl");
-
-/// `rope_store` (`rope_store.wgsl`) with what it calls for `dt` (f32, f16 or bf16): the cos/sin
-/// loaders `ldc`/`lds` over `cs`/`sn`, and the pair stores `st_q`/`st_k`/`st_v` into `q_buf`, `kc`
-/// and `vc` (`array<u32>` bindings all). Params: `d`, `nh`, `nkv`, `pos`, `len`, `k_off`, `v_off`,
-/// `cos_off`, `sin_off`.
-pub(crate) fn rope_store(dt: DType, q_buf: &str) -> String {
-    let mut out = loader("ldc", "cs", dt);
-    out += &loader("lds", "sn", dt);
-    for (name, buf) in [("st_q", q_buf), ("st_k", "kc"), ("st_v", "vc")] {
-        let body = match dt {
-            DType::F16 => format!("{buf}[e / 2u] = pack2x16float(vec2<f32>(a, b));"),
-            DType::BF16 => format!("{buf}[e / 2u] = bf16_bits(a) | (bf16_bits(b) << 16u);"),
-            _ => format!("{buf}[e] = bitcast<u32>(a); {buf}[e + 1u] = bitcast<u32>(b);"),
-        };
-        out += &format!("fn {name}(e: u32, a: f32, b: f32) {{ {body} }}\n");
-    }
-    out + ROPE_STORE
-}
-
 /// The kernel of `dt` (f32, f16 or bf16).
 pub(crate) fn source(dt: DType) -> String {
     render(

@@ -1,7 +1,7 @@
 // Rotary embedding of q and k and the KV-cache append in one kernel: rows of the stacked q/k/v
 // projection (t, (NH + 2 NKV) * D), {{DT}}, contiguous from element p.y_off with p.row elements a row,
 // are split into heads; q heads (rotated, half-split layout) go to `qo` (t, NH, D), k heads (rotated)
-// and v heads (copied) to positions p.pos.. of the caches (1, NKV, p.len, D) (rope_store.wgsl). One
+// and v heads (copied) to positions p.pos.. of the caches (1, NKV, p.len, D) (kit/rope_store.wgsl). One
 // invocation per (token, head, pair of adjacent elements i, i + 1 of the first half with their
 // partners i + D/2, i + D/2 + 1).
 // Params: `RopeKvParams` (kv/mod.rs).

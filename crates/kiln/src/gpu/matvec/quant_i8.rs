@@ -14,7 +14,7 @@ use super::emit::{lane_sum, norm_scale, rows_setup, sg_args, stores_at, sum_name
 use super::quant_args::{norm_sum_loop, overrides, unit_shape, Ablate, Prologue};
 use super::qx::QRUN;
 use crate::gpu::kit::quant_units::{fname, units};
-use crate::gpu::kv::rope_store;
+use crate::gpu::kit::rope_store::rope_store;
 use crate::gpu::pointwise::Pro;
 use crate::gpu::runtime::kernels::render;
 use crate::gpu::runtime::params::params;
@@ -150,10 +150,9 @@ pub(crate) enum Rope {
     /// Plain stores (`Out::Fresh`, `Out::Into`).
     Off,
     /// Each set's rows are quads of head rows that rotate together (`ROPE`): q rotated into the
-    /// output, k rotated and v into the caches (`kv::rope_store`). The streamed kernel keeps each
-    /// group's sums in workgroup memory and stores them all after its loop, where no step-ahead
-    /// loads hold registers (stored in the loop, they took the kernel past the registers that let
-    /// two workgroups share an SM: an 8B q/k/v product went from 15 to 20.5 us on an H200).
+    /// output, k rotated and v into the caches (`kit::rope_store`). The streamed kernel finds each
+    /// quad's first row (two integer divisions) once a group, not once a step for each row: per
+    /// row and step they made an 8B q/k/v product 20.7 us on an H200 instead of 14.7.
     Quads,
     /// Every row is a v head's: stored into the v cache as they are, in pairs, in place of the
     /// plain stores (`c` even).
@@ -319,14 +318,13 @@ impl QuantI8 {
         }
         let packed = (self.odt != DType::F32).then_some(self.odt);
         let add = if self.add { AddRead::F32 } else { AddRead::None };
-        // With rope every output is words (`kv::rope_store`).
+        // With rope every output is words (`kit::rope_store`).
         let elem = if packed.is_some() || self.rope != Rope::Off { "u32" } else { "f32" };
         let mut finish = stores_at(mt, c, false, packed, add, ("p.out_stride", " + p.out_off"));
         let mut bind = String::new();
         if self.add {
             inputs.push(("addend", elem));
         }
-        let mut after = String::new();
         if self.rope != Rope::Off {
             inputs.extend([("cs", "u32"), ("sn", "u32")]);
             for (b, cache) in [(1, "kc"), (2, "vc")] {
@@ -334,7 +332,7 @@ impl QuantI8 {
             }
             bind += ROPE;
             bind += &rope_store(self.odt, "dst");
-            (finish, after) = rope_stores(self.rope, c, self.ln, self.stream);
+            finish = rope_stores(self.rope, c);
         }
         let first_in = if self.rope != Rope::Off { 3 } else { 1 };
         for (i, (name, ty)) in inputs.into_iter().enumerate() {
@@ -351,41 +349,40 @@ impl QuantI8 {
         let mut reduce = lane_sum(mt, c, self.ln, self.sg);
         if self.stream {
             reduce.clear();
+            // With quads, each quad's first row (`prow`, two divisions) once a group, in `qb*`: set
+            // at the start and where a step begins a new group (`NEXT`, before its loads).
+            let quads = self.rope == Rope::Quads;
+            if quads {
+                for qd in 0..c / 4 {
+                    let qb = format!("prow(min(g * {c}u + {}u, n - 4u))", 4 * qd);
+                    writeln!(first, "    var qb{qd} = {qb};").unwrap();
+                    writeln!(next, "        if (s == 0u) {{ qb{qd} = {qb}; }}").unwrap();
+                }
+            }
+            let row = |j: u32, col0: &str| {
+                if quads {
+                    let off = ["", " + 1u", " + p.d / 2u", " + p.d / 2u + 1u"][(j % 4) as usize];
+                    format!("min(qb{}{off}, n - 1u)", j / 4)
+                } else {
+                    format!("min({col0} + {j}u, n - 1u)")
+                }
+            };
             for j in 0..c {
-                let at = |u: &str| {
-                    format!(
-                        "raw_{f}({}, min({u}, units - 1u), units, doff)",
-                        wr(format!("min(g * {c}u + {j}u, n - 1u)"))
-                    )
-                };
+                let at =
+                    |u: &str| format!("raw_{f}({}, min({u}, units - 1u), units, doff)", row(j, &format!("g * {c}u")));
                 let here = at(&format!("lane + s * {}u", self.ln));
                 if self.prefetch {
                     writeln!(first, "    var nx{j} = {};", at("lane")).unwrap();
-                    writeln!(
-                        rows,
-                        "        let row{j} = {};\n        let cur{j} = nx{j};",
-                        wr(format!("min(col0 + {j}u, n - 1u)"))
-                    )
-                    .unwrap();
+                    writeln!(rows, "        let row{j} = {};\n        let cur{j} = nx{j};", row(j, "col0")).unwrap();
                     writeln!(next, "        nx{j} = {here};").unwrap();
                 } else {
-                    writeln!(
-                        rows,
-                        "        let row{j} = {};\n        let cur{j} = {here};",
-                        wr(format!("min(col0 + {j}u, n - 1u)"))
-                    )
-                    .unwrap();
+                    writeln!(rows, "        let row{j} = {};\n        let cur{j} = {here};", row(j, "col0")).unwrap();
                 }
                 for r in 0..mt {
                     writeln!(reduce, "            let t{} = subgroupAdd(acc{j}_{r});", j * mt + r).unwrap();
                     writeln!(reset, "            acc{j}_{r} = 0.0;").unwrap();
                 }
             }
-        }
-        if self.stream && self.rope == Rope::Quads {
-            // The groups this set has finished (their sums in `red`, `rope_stores`).
-            first += "    var it = 0u;\n    let g0 = g;\n";
-            reset += "            it += 1u;\n";
         }
         render(
             if self.stream { STREAM } else { MATVEC },
@@ -414,7 +411,6 @@ impl QuantI8 {
                 ("NEXT", &next),
                 ("RESET", &reset),
                 ("FINISH", &finish),
-                ("AFTER", &after),
                 ("SUM", sum_name(self.sg)),
                 ("SG_ARGS", sg_args(self.sg)),
             ],
@@ -501,21 +497,10 @@ fn stream_rows(qt: QuantType, n: usize, k: usize, sg: u32) -> u32 {
     }
 }
 
-/// The stores of a stacked q/k/v row (`Rope`) from lane 0's sums `t0..t{c - 1}` of rows col0..: in
-/// the kernel's finish, and (the streamed kernel with quads) after its loop, each group's sums kept
-/// in the set's `ln * c` slots of `red` (at most `ln` groups a set; lane 0 writes and reads them).
-fn rope_stores(rope: Rope, c: u32, ln: u32, stream: bool) -> (String, String) {
-    let quad = |v: &str, sum: &dyn Fn(u32) -> String| {
-        format!(
-            "if ({v} < n) {{ let r = p.out_off + prow({v}); rope_store(0u, r / p.d, r % p.d, vec2<f32>({}, {}), \
-             vec2<f32>({}, {})); }}",
-            sum(0),
-            sum(1),
-            sum(2),
-            sum(3)
-        )
-    };
-    let (mut finish, mut after) = (String::new(), String::new());
+/// The stores of a stacked q/k/v row (`Rope`) from lane 0's sums `t0..t{c - 1}` of rows col0..,
+/// in the kernel's finish.
+fn rope_stores(rope: Rope, c: u32) -> String {
+    let mut finish = String::new();
     match rope {
         Rope::Off => {}
         Rope::Values => {
@@ -529,36 +514,27 @@ fn rope_stores(rope: Rope, c: u32, ln: u32, stream: bool) -> (String, String) {
                 .unwrap();
             }
         }
-        Rope::Quads if !stream => {
-            for qd in 0..c / 4 {
-                let v = format!("col0 + {}u", 4 * qd);
-                writeln!(finish, "        {}", quad(&v, &|e| format!("t{}", 4 * qd + e))).unwrap();
-            }
-        }
         Rope::Quads => {
-            let base = format!("(tid / {ln}u) * {}u", ln * c);
-            for j in 0..c {
-                writeln!(finish, "                red[{base} + it * {c}u + {j}u] = t{j};").unwrap();
-            }
-            writeln!(after, "    if (lane == 0u) {{\n        for (var i = 0u; i < it; i += 1u) {{").unwrap();
-            writeln!(
-                after,
-                "            let col0 = (g0 + i * p.sets) * {c}u;\n            let sb = {base} + i * {c}u;"
-            )
-            .unwrap();
             for qd in 0..c / 4 {
-                let v = format!("col0 + {}u", 4 * qd);
-                writeln!(after, "            {}", quad(&v, &|e| format!("red[sb + {}u]", 4 * qd + e))).unwrap();
+                let (v, a) = (format!("col0 + {}u", 4 * qd), 4 * qd);
+                writeln!(
+                    finish,
+                    "        if ({v} < n) {{ let r = p.out_off + prow({v}); rope_store(0u, r / p.d, r % p.d, \
+                     vec2<f32>(t{a}, t{}), vec2<f32>(t{}, t{})); }}",
+                    a + 1,
+                    a + 2,
+                    a + 3
+                )
+                .unwrap();
             }
-            after += "        }\n    }\n";
         }
     }
-    (finish, after)
+    finish
 }
 
 /// With rope, the weight row of a set's row v (from 0 in this dispatch's rows, whole heads of p.d
 /// values): quads of rows (i, i + 1, i + D/2, i + D/2 + 1) for each even i of a head's first half, so
-/// that lane 0 of the set holds the sums that rotate together (`kv::rope_store`).
+/// that lane 0 of the set holds the sums that rotate together (`kit::rope_store`).
 const ROPE: &str = "fn prow(v: u32) -> u32 {\n    let per = p.d / 4u;\n    let qd = v / 4u;\n    let e = v & 3u;\n    \
                     return (qd / per) * p.d + (e >> 1u) * (p.d / 2u) + 2u * (qd % per) + (e & 1u);\n}\n";
 
@@ -679,7 +655,7 @@ pub(crate) fn catalog(push: &mut impl FnMut(String, String)) {
 /// Where a product's output goes: a fresh `(m, n)` buffer, or columns `off..off + n` of the rows
 /// `stride` elements apart of `buf` (even `off` and `stride` for 16-bit outputs), or (one row of
 /// x, whole heads) rows `at.r0..at.r0 + n` of a stacked q/k/v row rotated into `q` `(nh, d)` and
-/// the caches (`kv::rope_store`).
+/// the caches (`kit::rope_store`).
 pub(crate) enum Out<'a> {
     Fresh,
     Into { buf: &'a GpuStorage, off: usize, stride: usize },
@@ -731,10 +707,6 @@ pub(crate) fn qmatmul_i8(
         .streamed(sg_fixed, n, k);
     if let Some(at) = rope {
         mv = mv.with_rope(at.r0 >= (at.nh + at.nkv) * at.d);
-        // The streamed kernel keeps at most `ln` groups' sums a set: else the one-pass kernel.
-        if mv.stream && mv.rope == Rope::Quads && mv.groups_per_set(n) > mv.ln as usize {
-            mv = QuantI8 { stream: false, prefetch: false, ..mv };
-        }
     }
     let local = QuantI8 { x: XFrom::Local { xdt: x.dtype, pro: pro.pro, kcap: k.next_multiple_of(1024) as u32 }, ..mv };
     let runs;

@@ -55,5 +55,4 @@ fn main(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: v
 {{RESET}}
         }
     }
-{{AFTER}}
 }
