@@ -97,6 +97,16 @@ pub(crate) enum Fused {
     Apart(Vec<Linear>),
 }
 
+/// Whether a quantized q/k/v product rotates its row and appends k and v itself
+/// (`KvCache::qlinear_append_rope`, `KILN_QKV_ROPE=1`) instead of `rope_kv` after it. Off by default:
+/// on an H200 it took 32 dispatches and about 100 us of GPU time a token off an 8B Q4_K_M decode, yet
+/// the decode ran 2-5% fewer tokens/s in every interleaved pair (docs/PERFORMANCE.md, the sixteenth
+/// session).
+fn rope_in_product() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("KILN_QKV_ROPE").is_ok_and(|v| v == "1"))
+}
+
 /// The quantized weights of unstacked projections without biases (a GGUF Q4_K_M layer's Q4_K q/k
 /// and Q6_K v): one `qlinear_fused_cat` takes them as if stacked.
 fn quant_parts(parts: &[Linear]) -> Option<Vec<&QTensor>> {
@@ -600,8 +610,8 @@ impl Model {
     /// Layer `l`'s attention block over one sequence's rows `x` `(t, hidden)` with its contiguous
     /// cache `kv` and the rows' rope tables `(cos, sin)`: `(t, heads * head_dim)`. On the fused path a
     /// stacked q/k/v takes the norm in the product's kernel and rope plus the cache append in one more;
-    /// quantized q/k/v weights (stacked or apart) of one row take rope and the append in the
-    /// product's kernels too (`KvCache::qlinear_append_rope`).
+    /// with `KILN_QKV_ROPE=1`, quantized q/k/v weights (stacked or apart) take rope and the append in
+    /// the product's kernels too (`KvCache::qlinear_append_rope`; see [`rope_in_product`]).
     fn attention_cached(
         &self,
         l: usize,
@@ -615,7 +625,7 @@ impl Model {
         let (t, hd, nh, nkv, eps) = (x.dims()[0], cfg.head_dim, cfg.num_heads, cfg.num_kv_heads, cfg.rms_norm_eps);
         let norm = LinearInput::RmsNorm { weight: &layer.attn_norm, eps };
         let (q, k, v) = match &layer.qkv {
-            Fused::One(Linear { w: Weight::Quant(w), b: None }) if fused => {
+            Fused::One(Linear { w: Weight::Quant(w), b: None }) if fused && rope_in_product() => {
                 kv.qlinear_append_rope(x, &[w], norm, nh, nkv, cos, sin)?
             }
             Fused::One(lin) if fused => {
@@ -623,7 +633,11 @@ impl Model {
             }
             Fused::Apart(parts) if fused && quant_parts(parts).is_some() => {
                 let ws = quant_parts(parts).expect("checked");
-                kv.qlinear_append_rope(x, &ws, norm, nh, nkv, cos, sin)?
+                if rope_in_product() {
+                    kv.qlinear_append_rope(x, &ws, norm, nh, nkv, cos, sin)?
+                } else {
+                    kv.append_rope(&x.qlinear_fused_cat(&ws, norm)?, nh, nkv, cos, sin)?
+                }
             }
             _ => {
                 let (q, k, v) = self.qkv_heads(layer, &x.rms_norm(&layer.attn_norm, eps)?, cos, sin)?;

@@ -140,8 +140,6 @@ settings! {
         "1: the streamed integer-dot matvec requests each unit's words one step ahead in every format; 0: in none (a unit's words are requested when it is worked on).";
     QMV_ABLATE = "KILN_QMV_ABLATE", "kiln", default "none",
         "Leaves a part of the streamed integer-dot matvec out, to time the rest (wrong results): `arith` (a unit's words are only XORed together: the loads alone), `scales` (no scale decoding), `x` (no reads of x's runs from workgroup memory) or `prologue` (the workgroup makes no runs of x).";
-    QKV_ROPE = "KILN_QKV_ROPE", "kiln", default "1",
-        "0: a decode step's quantized q/k/v product writes its row, and a second kernel rotates it and appends k and v (`rope_kv`), instead of the product's kernels doing both.";
     CPU_QUANT_SCALAR = "KILN_CPU_QUANT_SCALAR", "kiln", default "0",
         "1: the quantized CPU kernels take the portable scalar path instead of AVX2 or AVX-512.";
     CPU_NO_AVX512 = "KILN_CPU_NO_AVX512", "kiln", default "0",
@@ -149,6 +147,8 @@ settings! {
     // Other crates.
     FUSED_ROWS = "KILN_FUSED_ROWS", "kiln-llm", default "1",
         "Forward passes of at most this many rows (1-8) take the fused decode kernels.";
+    QKV_ROPE = "KILN_QKV_ROPE", "kiln-llm", default "0",
+        "1: a decode step's quantized q/k/v product rotates its row and appends k and v itself (`KvCache::qlinear_append_rope`) instead of a second kernel doing it (`rope_kv`): 32 dispatches fewer a token in an 8B model, but slower on an H200 (docs/PERFORMANCE.md, the sixteenth session).";
     LLM_MAX_TENSOR_BYTES = "KILN_LLM_MAX_TENSOR_BYTES", "kiln-llm", default "the adapter's limit",
         "Lowers the largest tensor the model loader puts on a GPU (to try a small GPU's path on a large one).";
     SERVE_PROFILE = "KILN_SERVE_PROFILE", "kiln-serve", default "unset",

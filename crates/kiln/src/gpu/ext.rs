@@ -218,7 +218,7 @@ impl ExtOps for GpuStorage {
     /// [`Self::qmatmul_fused_cat`] of one row whose kernels rotate their output rows and store k and
     /// v into the caches (`Out::Rope`): x's dtype throughout (caches and tables too), heads of a
     /// multiple of 4 values, each weight whole heads, contiguous caches and tables, and room for the
-    /// kernels' nine storage buffers (the parameters' among them). `KILN_QKV_ROPE=0` declines.
+    /// kernels' nine storage buffers (the parameters' among them).
     fn qmatmul_rope_append(
         &self,
         l: &Layout,
@@ -238,7 +238,6 @@ impl ExtOps for GpuStorage {
         let even = |o: usize| dt == DType::F32 || o.is_multiple_of(2);
         if m != 1
             || odt != dt
-            || !crate::settings::QKV_ROPE.is_not_zero()
             || self.ctx.limits.max_storage_buffers_per_shader_stage < 9
             || !rot.d.is_multiple_of(4)
             || ws.iter().any(|w| !w.2.is_multiple_of(rot.d))
