@@ -151,8 +151,9 @@ pub(crate) enum Rope {
     Off,
     /// Each set's rows are quads of head rows that rotate together (`ROPE`): q rotated into the
     /// output, k rotated and v into the caches (`kit::rope_store`). The streamed kernel finds each
-    /// quad's first row (two integer divisions) once a group, not once a step for each row: per
-    /// row and step they made an 8B q/k/v product 20.7 us on an H200 instead of 14.7.
+    /// quad's first row (two integer divisions) once a group, not once a step for each row: an 8B
+    /// q/k/v product took 19.1 us on an H200 so, 20.7 with them per row and step (the plain
+    /// product: 15.0; docs/PERFORMANCE.md, the sixteenth session).
     Quads,
     /// Every row is a v head's: stored into the v cache as they are, in pairs, in place of the
     /// plain stores (`c` even).
