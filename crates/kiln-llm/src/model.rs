@@ -99,10 +99,9 @@ pub(crate) enum Fused {
 
 /// Whether a quantized q/k/v product rotates its row and appends k and v itself
 /// (`KvCache::qlinear_append_rope`, `KILN_QKV_ROPE=1`) instead of `rope_kv` after it. Off by default:
-/// on an H200 it took 32 dispatches and 1.5-4% of the GPU time a token off an 8B decode, but its
-/// tokens/s did not move beyond the runs' spread: 6 of 8 interleaved Q4_K_M pairs ran slower with it
-/// (means 239 against 245), all 3 Q8_0 pairs faster (234 against 227; docs/PERFORMANCE.md, the
-/// sixteenth session).
+/// on an H200 it took 32 dispatches and 1.5-4% of the GPU time a token off an 8B decode, yet 10 of 12
+/// interleaved Q4_K_M pairs ran fewer tokens/s with it (means 240 against 246), while all 3 Q8_0
+/// pairs ran more (234 against 227; docs/PERFORMANCE.md, the sixteenth session).
 fn rope_in_product() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("KILN_QKV_ROPE").is_ok_and(|v| v == "1"))
