@@ -479,7 +479,7 @@ fn quant_matvec_streamed_grids() {
 /// weight, and q/k beside v (stored as it is) in a shape of 16 heads. Against the f64 rotation of the
 /// f32 product within 1e-5 of
 /// sum |h w| (rotated) and f32 rounding; zeros or rows rotated with their neighbours' partners fail
-/// the bound.
+/// the bound. The device compiled kernels with rope, so the fused path ran.
 #[test]
 fn quant_qkv_rope_streamed_grids() {
     use crate::gpu::matvec::quant_i8::{has_units, with_grid};
@@ -547,6 +547,11 @@ fn quant_qkv_rope_streamed_grids() {
                 if let Err(e) = bounded(&got, &want, &bound) {
                     panic!("qlinear_append_rope {qt} nh {nh} split {split}, grid {grid}, prefetch {prefetch}: {e}");
                 }
+                // The fused kernels ran (the composed ops compile none with rope; no other test of
+                // this process does either).
+                let ctx = dev.gpu_context().expect("a GPU");
+                let fused = |k: &str| k.starts_with(&format!("quant_i8:{qt}:")) && k.contains(":rope");
+                assert!(ctx.pipelines.any_key(fused), "{qt}: no kernel with rope was compiled");
             }
         }
     }

@@ -99,6 +99,12 @@ impl Pipelines {
         self.cache.read().unwrap_or_else(|e| e.into_inner()).contains_key(key)
     }
 
+    /// Whether the key of a compiled kernel satisfies `f`.
+    #[cfg(test)]
+    pub(crate) fn any_key(&self, f: impl Fn(&str) -> bool) -> bool {
+        self.cache.read().unwrap_or_else(|e| e.into_inner()).keys().any(|k| f(k))
+    }
+
     /// Number of compiled kernels.
     pub(crate) fn len(&self) -> usize {
         self.cache.read().unwrap_or_else(|e| e.into_inner()).len()
