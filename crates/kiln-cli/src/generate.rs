@@ -502,20 +502,44 @@ pub(crate) fn random_ids(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
         .collect()
 }
 
-/// Greedy steps after a prompt of `context` tokens: (prefill seconds, decode seconds).
+/// Greedy steps after a prompt of `context` tokens, as `kiln generate` decodes
+/// (`kiln_llm::decode_greedy`): (prefill seconds, up to the first token read; decode seconds).
 fn timed_run(model: &Model, context: usize, steps: usize) -> kiln_llm::Result<(f64, f64)> {
     let mut cache = model.new_cache();
     let prompt = random_ids(context, model.config.vocab_size, context as u64);
     let start = Instant::now();
     let logits = model.forward(&prompt, &mut cache, false)?;
+    let mut first = None;
+    kiln_llm::decode_greedy(model, &mut cache, &logits, steps + 1, &[], |_| {
+        first.get_or_insert_with(Instant::now);
+        Ok(())
+    })?;
+    let first = first.expect("decode_greedy hands over at least one token");
+    Ok(((first - start).as_secs_f64(), first.elapsed().as_secs_f64()))
+}
+
+/// Each of `steps` greedy steps after a prompt of `context` tokens in a span of its own
+/// (`Device::measure`), read before the next is recorded: (wall seconds of the steps, the GPU's
+/// seconds from each step's first kernel to its last, gaps between them included; `None` without
+/// GPU timestamps). Their difference is what the host adds between tokens when it waits for each.
+fn span_run(model: &Model, context: usize, steps: usize) -> kiln_llm::Result<(f64, Option<f64>)> {
+    let device = model.device();
+    let mut cache = model.new_cache();
+    let prompt = random_ids(context, model.config.vocab_size, context as u64);
+    let logits = model.forward(&prompt, &mut cache, false)?;
     let mut next = logits.argmax(-1, false)?.to_vec::<i64>()?[0] as u32;
-    let prefill = start.elapsed().as_secs_f64();
-    let start = Instant::now();
+    let (start, mut gpu) = (Instant::now(), Some(0.0));
     for _ in 0..steps {
-        let logits = model.forward(&[next], &mut cache, false)?;
-        next = logits.argmax(-1, false)?.to_vec::<i64>()?[0] as u32;
+        let step = device.measure(|| {
+            let logits = model.forward(&[next], &mut cache, false);
+            logits
+                .map_err(|e| kiln::Error::InvalidArgument { op: "decode step", msg: e.to_string() })?
+                .argmax(-1, false)
+        })?;
+        next = step.value.to_vec::<i64>()?[0] as u32;
+        gpu = gpu.filter(|_| step.gpu_timestamps).map(|g| g + step.seconds);
     }
-    Ok((prefill, start.elapsed().as_secs_f64()))
+    Ok((start.elapsed().as_secs_f64(), gpu))
 }
 
 /// On a GPU, untimed decode steps for [`WARM_SECS`] first: an idle GPU runs at low clocks and needs
@@ -564,6 +588,7 @@ fn decode_profile(model: &Model, context: usize) -> kiln_llm::Result<Option<serd
         r.map(|_| table)
     };
     let (with, without) = (profiled(STEPS)?, profiled(0)?);
+    let (wall, span) = span_run(model, context, STEPS)?;
     let mut kernels: Vec<(String, f64, f64)> = with
         .into_iter()
         .map(|(name, (n, ms))| {
@@ -579,6 +604,8 @@ fn decode_profile(model: &Model, context: usize) -> kiln_llm::Result<Option<serd
         "dispatches_per_token": (d1 - d0) as f64 / STEPS as f64,
         "submits_per_token": (s1 - s0) as f64 / STEPS as f64,
         "gpu_us_per_token": gpu_us,
+        "waited_step_us": wall * 1e6 / STEPS as f64,
+        "waited_step_gpu_span_us": span.map(|s| s * 1e6 / STEPS as f64),
         "kernels": kernels.iter().map(|(k, n, us)| serde_json::json!({"kernel": k, "per_token": n, "us_per_token": us})).collect::<Vec<_>>(),
     })))
 }

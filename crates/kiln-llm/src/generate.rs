@@ -4,6 +4,7 @@
 use crate::model::{Cache, Model};
 use crate::sampling::{Sampler, SamplingParams};
 use crate::{LlmError, Result};
+use kiln::{PendingRead, Tensor};
 use std::time::Instant;
 
 #[derive(Debug, Clone)]
@@ -71,6 +72,21 @@ pub fn generate(
     let start = Instant::now();
     let logits = model.forward(prompt, cache, false)?;
     check_finite(&logits.to_vec::<f32>()?)?;
+    if sampler.is_greedy() {
+        // The prefill's time runs to the first token; the decode's from there.
+        let mut first_at = None;
+        let (tokens, steps) = decode_greedy(model, cache, &logits, opts.max_tokens, &opts.stop_tokens, |t| {
+            first_at.get_or_insert_with(Instant::now);
+            on_token(t)
+        })?;
+        let first_at = first_at.expect("decode_greedy hands over at least one token");
+        stats.prefill_secs = (first_at - start).as_secs_f64();
+        stats.decode_secs = first_at.elapsed().as_secs_f64();
+        stats.decode_steps = steps;
+        stats.generated_tokens = tokens.len();
+        stats.peak_gpu_bytes = peak_gpu_bytes(model);
+        return Ok((tokens, stats));
+    }
     let mut next = sampler.sample(&logits, &history)?; // reading the token waits for the GPU
     stats.prefill_secs = start.elapsed().as_secs_f64();
     let decode_start = Instant::now();
@@ -87,9 +103,72 @@ pub fn generate(
     }
     stats.decode_secs = decode_start.elapsed().as_secs_f64();
     stats.generated_tokens = out.len();
-    let peaks = model.placement().devices().iter().filter_map(|d| d.memory_stats()).map(|m| m.peak_bytes);
-    stats.peak_gpu_bytes = peaks.reduce(|a, b| a + b);
+    stats.peak_gpu_bytes = peak_gpu_bytes(model);
     Ok((out, stats))
+}
+
+/// Peak bytes of the GPU pools, summed over the GPUs of a split model (None on the CPU).
+fn peak_gpu_bytes(model: &Model) -> Option<u64> {
+    let peaks = model.placement().devices().iter().filter_map(|d| d.memory_stats()).map(|m| m.peak_bytes);
+    peaks.reduce(|a, b| a + b)
+}
+
+/// Greedy decoding after a forward pass whose logits `(1, vocab)` are `logits`: tokens handed to
+/// `on_token` one by one, at most `max_tokens` (at least one), ending after a stop token (returned,
+/// not passed through the model) or at the end of the context, as [`generate`] does. Returns the
+/// tokens and the decode steps (forward passes) whose token was used.
+///
+/// Each step is recorded before the previous token is read back (`KILN_DECODE_AHEAD`, on by
+/// default): its embedding reads the argmax on the device, so the GPU goes from one token to the
+/// next without waiting for the host to read, and the host records a step while the GPU runs the
+/// one before. A step recorded ahead of a stop token (or of an error from `on_token`) is taken
+/// back from the cache.
+pub fn decode_greedy(
+    model: &Model,
+    cache: &mut Cache,
+    logits: &Tensor,
+    max_tokens: usize,
+    stop_tokens: &[u32],
+    mut on_token: impl FnMut(u32) -> Result<()>,
+) -> Result<(Vec<u32>, usize)> {
+    let ahead = decode_ahead();
+    // The argmax of the logits as the next step's ids `(1,)` on the embedding's device (a split
+    // model's last device hands them over through the host), and its read started.
+    let argmax = |logits: &Tensor| -> Result<(Tensor, PendingRead<i64>)> {
+        let ids = logits.argmax(-1, false)?.reshape(1)?;
+        let read = ids.read_later::<i64>()?;
+        Ok((ids.to_device(model.device())?, read))
+    };
+    let (mut ids, mut read) = argmax(logits)?;
+    let (mut out, mut steps) = (Vec::new(), 0);
+    loop {
+        // A step follows this token unless it is the last one allowed (or a stop token: unknown yet).
+        let more = out.len() + 1 < max_tokens.max(1) && cache.len() < model.max_context();
+        let recorded = if ahead && more { Some(argmax(&model.forward_ids(&ids, cache)?)?) } else { None };
+        let token = read.wait()?[0] as u32;
+        out.push(token);
+        let stop = stop_tokens.contains(&token);
+        let handed = on_token(token);
+        if (stop || handed.is_err()) && recorded.is_some() {
+            cache.truncate(cache.len() - 1);
+        }
+        handed?;
+        if stop || !more {
+            return Ok((out, steps));
+        }
+        (ids, read) = match recorded {
+            Some(next) => next,
+            None => argmax(&model.forward_ids(&ids, cache)?)?,
+        };
+        steps += 1;
+    }
+}
+
+/// Whether [`decode_greedy`] records each step before reading the token before it
+/// (`KILN_DECODE_AHEAD`, default 1; 0 reads first, for comparison).
+fn decode_ahead() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| kiln::settings::DECODE_AHEAD.is_not_zero())
 }
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ pub mod weights;
 pub use chat::{ChatTemplate, Message};
 pub use config::{Activation, Arch, Gemma2Params, LlamaConfig, RopeScaling};
 pub use error::{LlmError, Result};
-pub use generate::{generate, GenerateOptions, GenerateStats};
+pub use generate::{decode_greedy, generate, GenerateOptions, GenerateStats};
 pub use gguf::GgufModel;
 pub use model::{estimate_memory, BatchSeq, Cache, LoadOptions, MemoryEstimate, Model, SeqKv};
 pub use placement::Placement;

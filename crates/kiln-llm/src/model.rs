@@ -306,6 +306,14 @@ pub struct Model {
     placement: Placement,
 }
 
+/// The token ids of a forward pass: from the host (checked against the vocabulary), or on the
+/// model's first device already.
+#[derive(Clone, Copy)]
+enum Ids<'a> {
+    Host(&'a [u32]),
+    Device(&'a Tensor),
+}
+
 /// The per-layer KV caches of one sequence.
 pub struct Cache {
     layers: Vec<KvCache>,
@@ -322,6 +330,11 @@ impl Cache {
     /// Forgets everything (the storage is made anew on the next forward pass).
     pub fn reset(&mut self) {
         self.layers.iter_mut().for_each(KvCache::reset);
+    }
+    /// Forgets the positions from `len` on (`KvCache::truncate`); the next forward pass continues
+    /// from there.
+    pub fn truncate(&mut self, len: usize) {
+        self.layers.iter_mut().for_each(|l| l.truncate(len));
     }
 }
 
@@ -537,13 +550,35 @@ impl Model {
         if self.placement.devices().iter().any(Device::is_cpu) {
             // The whole pass on a CPU worker thread: its parallel ops split there, not each handed
             // over from this thread.
-            return kiln::cpu::on_worker_threads(|| self.forward_on(tokens, cache, all_logits));
+            return kiln::cpu::on_worker_threads(|| self.forward_on(Ids::Host(tokens), cache, all_logits));
         }
-        self.forward_on(tokens, cache, all_logits)
+        self.forward_on(Ids::Host(tokens), cache, all_logits)
     }
 
-    fn forward_on(&self, tokens: &[u32], cache: &mut Cache, all_logits: bool) -> Result<Tensor> {
-        let t = tokens.len();
+    /// [`Model::forward`] of ids already on the model's first device: `(t,)` i64, as a step's argmax
+    /// gives them (so inside the vocabulary), read by the embedding there, not by the host. A decode
+    /// step recorded this way does not wait for the previous token to be read back.
+    pub(crate) fn forward_ids(&self, ids: &Tensor, cache: &mut Cache) -> Result<Tensor> {
+        if ids.rank() != 1 || ids.dtype() != DType::I64 || ids.device() != &self.device {
+            return Err(LlmError::Arg(format!(
+                "forward_ids: expected (t,) i64 ids on {:?}, got {} {} on {:?}",
+                self.device,
+                ids.shape(),
+                ids.dtype(),
+                ids.device()
+            )));
+        }
+        if self.placement.devices().iter().any(Device::is_cpu) {
+            return kiln::cpu::on_worker_threads(|| self.forward_on(Ids::Device(ids), cache, false));
+        }
+        self.forward_on(Ids::Device(ids), cache, false)
+    }
+
+    fn forward_on(&self, ids: Ids, cache: &mut Cache, all_logits: bool) -> Result<Tensor> {
+        let t = match ids {
+            Ids::Host(tokens) => tokens.len(),
+            Ids::Device(ids) => ids.elem_count(),
+        };
         let offset = cache.len();
         if t == 0 {
             return Err(LlmError::Arg("forward: no tokens".into()));
@@ -555,9 +590,13 @@ impl Model {
                 self.max_context
             )));
         }
-        self.check_vocabulary(tokens)?;
-        let ids: Vec<i64> = tokens.iter().map(|&x| x as i64).collect();
-        let ids = Tensor::from_vec(ids, t, &self.device)?;
+        let ids = match ids {
+            Ids::Host(tokens) => {
+                self.check_vocabulary(tokens)?;
+                Tensor::from_vec(tokens.iter().map(|&x| x as i64).collect::<Vec<_>>(), t, &self.device)?
+            }
+            Ids::Device(ids) => ids.clone(),
+        };
         // (t, hidden)
         let x = self.embed_tokens(&ids)?;
         // Each device's rope rows.

@@ -103,6 +103,43 @@ fn generation_loop_reproduces_greedy_continuation() {
     }
 }
 
+/// Greedy decoding records each step before it reads the token before (`decode_greedy`): a stop
+/// token's step, recorded ahead, is taken back from the cache, which then continues as if it had
+/// never run (the next forward pass of the stop token gives transformers' logits at its position);
+/// an error from the callback takes it back too.
+#[test]
+fn greedy_stop_takes_back_the_step_recorded_ahead() {
+    for dev in devices() {
+        let e = expected("llama");
+        let model = load("llama", &dev, DType::F32);
+        let t = e.prompt_ids.len();
+        let stop = e.generated[3];
+        let first = e.generated.iter().position(|&x| x == stop).unwrap();
+        let opts =
+            GenerateOptions { max_tokens: 10, sampling: SamplingParams::default(), seed: 0, stop_tokens: vec![stop] };
+        let mut cache = model.new_cache();
+        let (ids, stats) = generate(&model, &mut cache, &e.prompt_ids, &opts, |_| Ok(())).unwrap();
+        assert_eq!(ids, e.generated[..=first].to_vec(), "{dev}");
+        assert_eq!(stats.decode_steps, first, "{dev}: the step recorded ahead of the stop is not counted");
+        assert_eq!(cache.len(), t + first, "{dev}: the stop token's step is taken back");
+        let row = model.forward(&[stop], &mut cache, false).unwrap().to_vec2::<f32>().unwrap().remove(0);
+        let err = row_err(&row, &e.logits[t + first]);
+        assert!(err <= 1e-4, "{dev}: the cache after the stop continues with relative error {err:.1e}");
+        // A callback that fails on its third token leaves two tokens' steps in the cache, not three.
+        let mut cache = model.new_cache();
+        let mut n = 0;
+        let fail = generate(&model, &mut cache, &e.prompt_ids, &opts, |_| {
+            n += 1;
+            if n == 3 {
+                return Err(kiln_llm::LlmError::Arg("stop here".into()));
+            }
+            Ok(())
+        });
+        assert!(fail.is_err());
+        assert_eq!(cache.len(), t + 2, "{dev}: the step recorded ahead of the failed token is taken back");
+    }
+}
+
 /// The negative control of the windowed fixtures: with the window taken out of `config.json`, the
 /// prefill logits past the window leave the f32 tolerance by far, so the tests above check the
 /// windows (transformers applied them, and so must kiln).

@@ -108,6 +108,12 @@ impl KvCache {
         self.max_len
     }
 
+    /// Forgets the positions from `len` on (none when `len` is past the end): later appends write
+    /// there, so views handed out before that cover those positions see the new entries.
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
     /// Forgets all cached positions. The storage is released (the next append allocates anew and may
     /// have other shapes), so views handed out before keep their values.
     pub fn reset(&mut self) {

@@ -46,6 +46,6 @@ pub use ops::paged::BlockTable;
 pub use ops::primitive as op;
 pub use ops::rotary_embedding::RopeLayout;
 pub use shape::Shape;
-pub use tensor::Tensor;
+pub use tensor::{PendingRead, Tensor};
 
 pub use half::{bf16, f16};

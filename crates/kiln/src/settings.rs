@@ -149,6 +149,8 @@ settings! {
         "Forward passes of at most this many rows (1-8) take the fused decode kernels.";
     QKV_ROPE = "KILN_QKV_ROPE", "kiln-llm", default "0",
         "1: a decode step's quantized q/k/v product rotates its row and appends k and v itself (`KvCache::qlinear_append_rope`) instead of a second kernel doing it (`rope_kv`): 32 dispatches and 1.5-4% of the GPU time fewer a token in an 8B model on an H200, yet 2% fewer tokens/s with Q4_K_M (3% more with Q8_0; docs/PERFORMANCE.md, the sixteenth session).";
+    DECODE_AHEAD = "KILN_DECODE_AHEAD", "kiln-llm", default "1",
+        "0: greedy decoding (`kiln generate`, `llm-bench`) reads each token before it records the next step, instead of recording the step first, fed by the token still on the device (for comparison: the host then waits between tokens).";
     LLM_MAX_TENSOR_BYTES = "KILN_LLM_MAX_TENSOR_BYTES", "kiln-llm", default "the adapter's limit",
         "Lowers the largest tensor the model loader puts on a GPU (to try a small GPU's path on a large one).";
     SERVE_PROFILE = "KILN_SERVE_PROFILE", "kiln-serve", default "unset",

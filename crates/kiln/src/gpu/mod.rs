@@ -44,6 +44,7 @@ pub use runtime::{
 };
 
 pub(crate) use custom::{compile as compile_custom, run as run_custom};
+pub(crate) use pointwise::PendingGpuRead;
 pub(crate) use runtime::adapters::{best_hardware_index, best_index};
 pub(crate) use runtime::autotune;
 pub(crate) use runtime::context::{keep_busy, synchronize};

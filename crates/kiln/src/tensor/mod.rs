@@ -3,6 +3,8 @@
 
 mod create;
 mod display;
+mod read;
+pub use read::PendingRead;
 mod view;
 
 use crate::fusion::trace::Kind;

@@ -370,7 +370,33 @@ fn append_rope_matches_reference(dev: &Device) {
     assert_err(cache.append_rope(&bad, 2, 1, &tab, &tab), &["kv_cache_append", "qkv of shape"]);
 }
 
+/// `KvCache::truncate` forgets the positions the next append writes over, and a read started by
+/// `Tensor::read_later` before that append returns what it was started on: it is queued behind the
+/// work recorded before it, not behind what follows (a decode step recorded ahead of reading the
+/// last token relies on both).
+fn truncate_and_read_later(dev: &Device) {
+    let (k1, k2) = (rand_tensor(&[1, 2, 3, 4], DType::F32, 1, dev), rand_tensor(&[1, 2, 1, 4], DType::F32, 2, dev));
+    let mut cache = KvCache::new(8);
+    // A strided view of the cache storage (its copy out is recorded too).
+    let (k, _) = cache.append(&k1, &k1).unwrap();
+    let pending = k.read_later::<f32>().unwrap();
+    cache.truncate(2);
+    assert_eq!(cache.len(), 2);
+    // Position 2 written over, after the read was started.
+    let (k, _) = cache.append(&k2, &k2).unwrap();
+    let want = k1.to_vec::<f32>().unwrap();
+    assert_eq!(pending.wait().unwrap(), want, "read_later gives the values it was started on");
+    let kept = k1.narrow(2, 0, 2).unwrap();
+    let now = Tensor::concat(&[&kept, &k2], 2).unwrap().to_vec::<f32>().unwrap();
+    assert_ne!(now, want, "the two contents differ (else the check above proves nothing)");
+    assert_eq!(k.to_vec::<f32>().unwrap(), now, "the append after truncate(2) wrote position 2");
+    cache.truncate(9);
+    assert_eq!(cache.len(), 3, "truncating past the end keeps every position");
+    assert_err(k.read_later::<i64>(), &["read_later", "f32", "i64"]);
+}
+
 crate::backend_tests!(
+    truncate_and_read_later,
     linear_fused_matches_reference,
     linear_fused_propagates_nan,
     linear_fused_errors,

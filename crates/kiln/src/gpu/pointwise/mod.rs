@@ -13,7 +13,7 @@ use crate::cpu::CpuStorage;
 use crate::gpu::runtime::kernels::render;
 use crate::gpu::runtime::params::Block;
 use crate::gpu::runtime::wgsl::{self, bits_loader, ct, loader, store_word, PRELUDE};
-use crate::gpu::runtime::GpuStorage;
+use crate::gpu::runtime::{GpuContext, GpuStorage};
 use crate::layout::collapse;
 use crate::{DType, Error, Layout, Result};
 use half::{bf16, f16};
@@ -339,43 +339,74 @@ impl GpuStorage {
 
     /// The view `l` as host data.
     pub(crate) fn to_cpu(&self, l: &Layout) -> Result<CpuStorage> {
-        let c;
-        let src = if l.is_contiguous() && l.offset() == 0 {
-            self
-        } else {
-            c = self.copy_contiguous(l)?;
-            &c
-        };
-        let n = l.elem_count();
-        let bytes = self.ctx.download(&src.buffer, (n * self.dtype.size_in_bytes()) as u64)?;
-        Ok(match self.dtype {
-            DType::F32 => CpuStorage::F32(bytemuck::pod_collect_to_vec(&bytes)),
-            DType::F16 => CpuStorage::F16(bytemuck::pod_collect_to_vec::<u8, f16>(&bytes)),
-            DType::BF16 => CpuStorage::BF16(bytemuck::pod_collect_to_vec::<u8, bf16>(&bytes)),
-            DType::I32 => CpuStorage::I32(bytemuck::pod_collect_to_vec(&bytes)),
-            DType::U32 => CpuStorage::U32(bytemuck::pod_collect_to_vec(&bytes)),
-            DType::I64 => CpuStorage::I64(bytemuck::pod_collect_to_vec(&bytes)),
-            DType::U8 => CpuStorage::U8(bytes),
-            DType::I8 => CpuStorage::I8(bytemuck::pod_collect_to_vec(&bytes)),
-            DType::I16 => CpuStorage::I16(bytemuck::pod_collect_to_vec(&bytes)),
-            DType::U16 => CpuStorage::U16(bytemuck::pod_collect_to_vec(&bytes)),
-            DType::U64 => CpuStorage::U64(bytemuck::pod_collect_to_vec(&bytes)),
-            DType::Bool => {
-                if self.ctx.poison.load(std::sync::atomic::Ordering::Relaxed) {
-                    if let Some(i) = bytes.iter().position(|&b| b > 1) {
-                        return Err(Error::Gpu {
-                            op: "to_cpu",
-                            msg: format!(
-                                "bool element {i} holds {:#x}: an output no kernel wrote (poisoning is on)",
-                                bytes[i]
-                            ),
-                        });
-                    }
+        let bytes = self.with_contiguous(l, |src| self.ctx.download(&src.buffer, self.bytes_of(l)))?;
+        host_of(&self.ctx, self.dtype, bytes)
+    }
+
+    /// Starts reading the view `l` behind the work recorded so far, without waiting for it
+    /// ([`PendingGpuRead::finish`] waits).
+    pub(crate) fn read_later(&self, l: &Layout) -> Result<PendingGpuRead> {
+        let download = self.with_contiguous(l, |src| self.ctx.download_later(&src.buffer, self.bytes_of(l)))?;
+        Ok(PendingGpuRead { ctx: self.ctx.clone(), dtype: self.dtype, download })
+    }
+
+    /// `f` of a storage holding the view `l` from its start: this one, or a contiguous copy.
+    fn with_contiguous<R>(&self, l: &Layout, f: impl FnOnce(&GpuStorage) -> Result<R>) -> Result<R> {
+        if l.is_contiguous() && l.offset() == 0 {
+            return f(self);
+        }
+        f(&self.copy_contiguous(l)?)
+    }
+
+    fn bytes_of(&self, l: &Layout) -> u64 {
+        (l.elem_count() * self.dtype.size_in_bytes()) as u64
+    }
+}
+
+/// Host data of `dtype` from its little-endian bytes (read back from `ctx`).
+fn host_of(ctx: &GpuContext, dtype: DType, bytes: Vec<u8>) -> Result<CpuStorage> {
+    Ok(match dtype {
+        DType::F32 => CpuStorage::F32(bytemuck::pod_collect_to_vec(&bytes)),
+        DType::F16 => CpuStorage::F16(bytemuck::pod_collect_to_vec::<u8, f16>(&bytes)),
+        DType::BF16 => CpuStorage::BF16(bytemuck::pod_collect_to_vec::<u8, bf16>(&bytes)),
+        DType::I32 => CpuStorage::I32(bytemuck::pod_collect_to_vec(&bytes)),
+        DType::U32 => CpuStorage::U32(bytemuck::pod_collect_to_vec(&bytes)),
+        DType::I64 => CpuStorage::I64(bytemuck::pod_collect_to_vec(&bytes)),
+        DType::U8 => CpuStorage::U8(bytes),
+        DType::I8 => CpuStorage::I8(bytemuck::pod_collect_to_vec(&bytes)),
+        DType::I16 => CpuStorage::I16(bytemuck::pod_collect_to_vec(&bytes)),
+        DType::U16 => CpuStorage::U16(bytemuck::pod_collect_to_vec(&bytes)),
+        DType::U64 => CpuStorage::U64(bytemuck::pod_collect_to_vec(&bytes)),
+        DType::Bool => {
+            if ctx.poison.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Some(i) = bytes.iter().position(|&b| b > 1) {
+                    return Err(Error::Gpu {
+                        op: "to_cpu",
+                        msg: format!(
+                            "bool element {i} holds {:#x}: an output no kernel wrote (poisoning is on)",
+                            bytes[i]
+                        ),
+                    });
                 }
-                CpuStorage::Bool(bytes.iter().map(|&b| b != 0).collect())
             }
-            DType::F64 => return Err(wgsl::check_dtype("to_cpu", DType::F64).unwrap_err()),
-        })
+            CpuStorage::Bool(bytes.iter().map(|&b| b != 0).collect())
+        }
+        DType::F64 => return Err(wgsl::check_dtype("to_cpu", DType::F64).unwrap_err()),
+    })
+}
+
+/// A read of GPU data started by [`GpuStorage::read_later`].
+pub(crate) struct PendingGpuRead {
+    ctx: std::sync::Arc<GpuContext>,
+    dtype: DType,
+    download: crate::gpu::runtime::transfer::Download,
+}
+
+impl PendingGpuRead {
+    /// Waits for the read (only for the work recorded before it started) and returns the data.
+    pub(crate) fn finish(self) -> Result<CpuStorage> {
+        let bytes = self.ctx.finish_download(self.download)?;
+        host_of(&self.ctx, self.dtype, bytes)
     }
 }
 

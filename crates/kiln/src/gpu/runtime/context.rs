@@ -138,6 +138,17 @@ impl GpuContext {
     pub(crate) fn download(&self, src: &GpuBuffer, bytes: u64) -> Result<Vec<u8>> {
         transfer::download(&self.gpu, &self.exec, &self.staging, src, bytes)
     }
+
+    /// Starts reading the first `bytes` bytes of `src` behind the work recorded so far; the returned
+    /// read's `finish` (through [`GpuContext::finish_download`]) waits for that work only.
+    pub(crate) fn download_later(&self, src: &GpuBuffer, bytes: u64) -> Result<transfer::Download> {
+        transfer::download_later(&self.gpu, &self.exec, &self.staging, src, bytes)
+    }
+
+    /// The bytes of a read started by [`GpuContext::download_later`].
+    pub(crate) fn finish_download(&self, d: transfer::Download) -> Result<Vec<u8>> {
+        d.finish(&self.gpu, &self.staging)
+    }
 }
 
 /// Submits pending work and waits for the device to finish it.

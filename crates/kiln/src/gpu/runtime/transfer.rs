@@ -4,11 +4,15 @@
 //! pending batch, then go through `queue.write_buffer`, which the queue orders after all earlier
 //! submissions (a buffer recycled from the pool is never overwritten while earlier work still reads
 //! it), and readbacks copy into a reused MAP_READ staging buffer, submit, wait, and copy out.
+//! A readback started early (`download_later`, every memory kind) copies into staging and submits at
+//! once, and waits only when asked, and only for its own submission: work recorded in between runs
+//! while the host waits (a decode step recorded before the previous token is read).
 
-use super::device::{read_mapped, write_mapped, Gpu};
+use super::device::{read_mapped, wait, write_mapped, Gpu};
 use super::exec::Exec;
 use super::pool::{size_class, GpuBuffer};
-use crate::Result;
+use crate::{Error, Result};
+use std::sync::mpsc::Receiver;
 use std::sync::Mutex;
 
 /// Staging buffers kept for readbacks, smallest first.
@@ -103,4 +107,51 @@ pub(crate) fn download(
     staging.give(buffer);
     out.truncate(bytes as usize);
     Ok(out)
+}
+
+/// A readback queued behind the work submitted before it (`download_later`); `finish` waits for it.
+pub(crate) struct Download {
+    buffer: wgpu::Buffer,
+    bytes: u64,
+    index: Option<wgpu::SubmissionIndex>,
+    mapped: Receiver<std::result::Result<(), wgpu::BufferAsyncError>>,
+}
+
+/// Copies the first `bytes` bytes of `src` into a staging buffer, submits the copy with the pending
+/// batch and asks for the staging buffer's mapping, without waiting.
+pub(crate) fn download_later(
+    ctx: &Gpu,
+    exec: &Mutex<Exec>,
+    staging: &Staging,
+    src: &GpuBuffer,
+    bytes: u64,
+) -> Result<Download> {
+    let padded = bytes.div_ceil(4).max(1) * 4;
+    let buffer = staging.take(&ctx.device, padded);
+    let index = {
+        let mut exec = exec.lock().unwrap_or_else(|e| e.into_inner());
+        exec.copy(ctx, src.raw(), 0, &buffer, 0, padded);
+        exec.flush(ctx)?
+    };
+    let (tx, mapped) = std::sync::mpsc::channel();
+    buffer.map_async(wgpu::MapMode::Read, 0..padded, move |r| {
+        let _ = tx.send(r);
+    });
+    Ok(Download { buffer, bytes, index, mapped })
+}
+
+impl Download {
+    /// Waits for the copy's submission (not for work submitted after it) and returns the bytes.
+    pub(crate) fn finish(self, ctx: &Gpu, staging: &Staging) -> Result<Vec<u8>> {
+        let fail = |e: String| Error::Gpu { op: "readback", msg: e };
+        wait(ctx, self.index)?;
+        self.mapped.recv().map_err(|e| fail(e.to_string()))?.map_err(|e| fail(e.to_string()))?;
+        let out = {
+            let view = self.buffer.get_mapped_range(0..self.bytes.div_ceil(4) * 4).map_err(|e| fail(e.to_string()))?;
+            view[..self.bytes as usize].to_vec()
+        };
+        self.buffer.unmap();
+        staging.give(self.buffer);
+        Ok(out)
+    }
 }
