@@ -99,9 +99,10 @@ pub(crate) enum Fused {
 
 /// Whether a quantized q/k/v product rotates its row and appends k and v itself
 /// (`KvCache::qlinear_append_rope`, `KILN_QKV_ROPE=1`) instead of `rope_kv` after it. Off by default:
-/// on an H200 it took 32 dispatches and 1.5-4% of the GPU time a token off an 8B decode, yet 10 of 12
-/// interleaved Q4_K_M pairs ran fewer tokens/s with it (means 240 against 246), while all 3 Q8_0
-/// pairs ran more (234 against 227; docs/PERFORMANCE.md, the sixteenth session).
+/// it takes 32 dispatches off an 8B decode step and 1.5-4% of the per-kernel profile's GPU time, yet
+/// on an H200, with each step recorded ahead of the last token's read, an 8B Q4_K_M decode ran 7%
+/// fewer tokens/s with it (279 against 300, three interleaved pairs) and Q8_0 2% more
+/// (docs/PERFORMANCE.md, the sixteenth and seventeenth sessions).
 fn rope_in_product() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("KILN_QKV_ROPE").is_ok_and(|v| v == "1"))

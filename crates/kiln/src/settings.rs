@@ -136,7 +136,7 @@ settings! {
         "Workgroups of the streamed integer-dot matvec (each makes x's runs once, then its lane sets walk the weight rows); 0: the one-pass kernel, a workgroup per group of rows (the streamed one needs subgroups of one fixed size).";
     QMV_STREAM = "KILN_QMV_STREAM", "kiln", default "0",
         "Weight rows from which a one-row integer-dot matvec is streamed (`KILN_QMV_GRID`); 0: every one.";
-    QMV_PREFETCH = "KILN_QMV_PREFETCH", "kiln", default "all formats but Q6_K",
+    QMV_PREFETCH = "KILN_QMV_PREFETCH", "kiln", default "all formats but Q6_K and Q8_0",
         "1: the streamed integer-dot matvec requests each unit's words one step ahead in every format; 0: in none (a unit's words are requested when it is worked on).";
     QMV_ABLATE = "KILN_QMV_ABLATE", "kiln", default "none",
         "Leaves a part of the streamed integer-dot matvec out, to time the rest (wrong results): `arith` (a unit's words are only XORed together: the loads alone), `scales` (no scale decoding), `x` (no reads of x's runs from workgroup memory) or `prologue` (the workgroup makes no runs of x).";
@@ -148,7 +148,7 @@ settings! {
     FUSED_ROWS = "KILN_FUSED_ROWS", "kiln-llm", default "1",
         "Forward passes of at most this many rows (1-8) take the fused decode kernels.";
     QKV_ROPE = "KILN_QKV_ROPE", "kiln-llm", default "0",
-        "1: a decode step's quantized q/k/v product rotates its row and appends k and v itself (`KvCache::qlinear_append_rope`) instead of a second kernel doing it (`rope_kv`): 32 dispatches and 1.5-4% of the GPU time fewer a token in an 8B model on an H200, yet 2% fewer tokens/s with Q4_K_M (3% more with Q8_0; docs/PERFORMANCE.md, the sixteenth session).";
+        "1: a decode step's quantized q/k/v product rotates its row and appends k and v itself (`KvCache::qlinear_append_rope`) instead of a second kernel doing it (`rope_kv`): 32 dispatches fewer a token in an 8B model, yet on an H200, with each step recorded ahead, 7% fewer tokens/s with Q4_K_M (279 against 300) and 2% more with Q8_0 (docs/PERFORMANCE.md, the seventeenth session).";
     DECODE_AHEAD = "KILN_DECODE_AHEAD", "kiln-llm", default "1",
         "0: greedy decoding (`kiln generate`, `llm-bench`) reads each token before it records the next step, instead of recording the step first, fed by the token still on the device (for comparison: the host then waits between tokens).";
     LLM_MAX_TENSOR_BYTES = "KILN_LLM_MAX_TENSOR_BYTES", "kiln-llm", default "the adapter's limit",

@@ -42,7 +42,7 @@ pub(super) struct Overrides {
     /// `KILN_QMV_STREAM`: weight rows from which a product is streamed.
     pub(super) stream_n: usize,
     /// `KILN_QMV_PREFETCH`: whether the streamed product loads a step ahead in every format (1)
-    /// or in none (0); unset, in all but Q6_K.
+    /// or in none (0); unset, in all but Q6_K and Q8_0.
     pub(super) prefetch: Option<bool>,
     /// `KILN_QMV_ABLATE`: a part of the streamed product left out (wrong results).
     pub(super) ablate: Ablate,

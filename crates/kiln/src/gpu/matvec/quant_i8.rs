@@ -86,6 +86,14 @@ fn grid() -> (u32, usize, bool, Option<bool>) {
     GRID.with(|c| c.get()).map_or((o.grid, o.stream_n, false, o.prefetch), |(g, pf)| (g, 0, true, Some(pf)))
 }
 
+/// Whether the streamed product of `qt` requests each unit's words a step ahead by default: not in
+/// Q6_K (past 128 registers), nor in Q8_0, whose 8B decode ran 8% more tokens/s without it once each
+/// step was recorded ahead of the last token's read (278.6 against 257.2 at context 512 on an H200;
+/// Q4_K_M 301 with it, 294 without; docs/PERFORMANCE.md, the seventeenth session).
+fn prefetched(qt: QuantType) -> bool {
+    !matches!(qt, QuantType::Q6K | QuantType::Q8_0)
+}
+
 /// Runs `f` with `g` workgroups for the streamed kernel (0: the one-pass kernel), loading a step
 /// ahead or not, on this thread, so that tests make each lane set walk several groups of rows.
 #[cfg(test)]
@@ -209,7 +217,7 @@ impl QuantI8 {
         let (grid, from, rows, prefetch) = grid();
         match sg {
             Some(s) if grid > 0 && n >= from && (self.mt == 1 || rows) && o.sg && s.is_power_of_two() && s <= 256 => {
-                self.stream_with(s, prefetch.unwrap_or(self.qt != QuantType::Q6K), stream_rows(self.qt, n, k, s))
+                self.stream_with(s, prefetch.unwrap_or(prefetched(self.qt)), stream_rows(self.qt, n, k, s))
             }
             _ => self,
         }
