@@ -393,6 +393,8 @@ fn truncate_and_read_later(dev: &Device) {
     cache.truncate(9);
     assert_eq!(cache.len(), 3, "truncating past the end keeps every position");
     assert_err(k.read_later::<i64>(), &["read_later", "f32", "i64"]);
+    let empty = Tensor::zeros((2, 0), DType::F16, dev).unwrap();
+    assert_eq!(empty.read_later::<kiln::f16>().unwrap().wait().unwrap(), vec![], "an empty tensor reads as nothing");
 }
 
 crate::backend_tests!(

@@ -113,6 +113,8 @@ pub(crate) fn download(
 pub(crate) struct Download {
     buffer: wgpu::Buffer,
     bytes: u64,
+    /// `bytes` rounded up to whole words (at least one): what is copied and mapped.
+    padded: u64,
     index: Option<wgpu::SubmissionIndex>,
     mapped: Receiver<std::result::Result<(), wgpu::BufferAsyncError>>,
 }
@@ -137,7 +139,7 @@ pub(crate) fn download_later(
     buffer.map_async(wgpu::MapMode::Read, 0..padded, move |r| {
         let _ = tx.send(r);
     });
-    Ok(Download { buffer, bytes, index, mapped })
+    Ok(Download { buffer, bytes, padded, index, mapped })
 }
 
 impl Download {
@@ -147,7 +149,7 @@ impl Download {
         wait(ctx, self.index)?;
         self.mapped.recv().map_err(|e| fail(e.to_string()))?.map_err(|e| fail(e.to_string()))?;
         let out = {
-            let view = self.buffer.get_mapped_range(0..self.bytes.div_ceil(4) * 4).map_err(|e| fail(e.to_string()))?;
+            let view = self.buffer.get_mapped_range(0..self.padded).map_err(|e| fail(e.to_string()))?;
             view[..self.bytes as usize].to_vec()
         };
         self.buffer.unmap();
