@@ -206,9 +206,8 @@ impl QuantI8 {
     /// weight rows a set, 2 for short products (`stream_rows`; `KILN_QMV_C` overrides), each unit's
     /// words requested a step ahead but in Q6_K, whose three words and scale a row would take the
     /// kernel past 128 registers (152 on an H200: one workgroup an SM; 128 without), and Q8_0
-    /// (`prefetched`). Its workgroups
-    /// each make x's runs once, then stream their rows; the one-pass kernel makes them once per group
-    /// of rows. An 8B Q4_K_M decode on an H200 ran 1.10x as many tokens/s with it (four interleaved
+    /// (`prefetched`). Its workgroups each make x's runs once, then stream their rows; the one-pass
+    /// kernel makes them once per group of rows. An 8B Q4_K_M decode on an H200 ran 1.10x as many tokens/s with it (four interleaved
     /// pairs of runs, each pair in its favour; single runs vary by 5-8%. Q8_0, one run: +6% at context
     /// 512, -2% at 4096; docs/PERFORMANCE.md, the thirteenth session), though its products timed alone
     /// are no faster (weights from memory: level in Q4_K, 5% slower in Q6_K; from L2: up to 15%

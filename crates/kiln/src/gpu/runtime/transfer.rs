@@ -97,19 +97,11 @@ pub(crate) fn download(
         out.truncate(bytes as usize);
         return Ok(out);
     }
-    let buffer = staging.take(&ctx.device, padded);
-    {
-        let mut exec = exec.lock().unwrap_or_else(|e| e.into_inner());
-        exec.copy(ctx, src.raw(), 0, &buffer, 0, padded);
-        exec.flush(ctx)?;
-    }
-    let mut out = read_mapped(ctx, &buffer, padded)?;
-    staging.give(buffer);
-    out.truncate(bytes as usize);
-    Ok(out)
+    download_later(ctx, exec, staging, src, bytes)?.finish(ctx, staging)
 }
 
 /// A readback queued behind the work submitted before it (`download_later`); `finish` waits for it.
+/// `download` is the two at once.
 pub(crate) struct Download {
     buffer: wgpu::Buffer,
     bytes: u64,
